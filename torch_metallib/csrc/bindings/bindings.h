@@ -1,0 +1,14 @@
+// Entry points that register each native concept with the Python module.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace torch_metallib::bindings {
+
+// Maps C++ exceptions to torch_metallib's Python exception types.
+void bind_errors(pybind11::module_& m);
+
+// torch_metallib._C.Container, parse() and pack().
+void bind_container(pybind11::module_& m);
+
+}  // namespace torch_metallib::bindings

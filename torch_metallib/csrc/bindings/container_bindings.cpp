@@ -1,0 +1,212 @@
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+
+#include "bindings.h"
+#include "metallib/builder.h"
+#include "metallib/byte_reader.h"
+#include "metallib/function_constants.h"
+#include "metallib/reader.h"
+#include "metallib/tags.h"
+#include "metallib/writer.h"
+
+namespace py = pybind11;
+using namespace torch_metallib::metallib;
+
+namespace torch_metallib::bindings {
+namespace {
+
+// A parsed container plus the exported Python buffer its views point into.
+class LoadedContainer {
+ public:
+  explicit LoadedContainer(const py::buffer& source)
+      : buffer_(std::make_unique<py::buffer_info>(source.request())) {
+    if (buffer_->itemsize != 1 || buffer_->ndim != 1 ||
+        (buffer_->ndim == 1 && buffer_->strides[0] != 1)) {
+      throw py::type_error("torch_metallib.load: expected a contiguous byte buffer (bytes, "
+                           "bytearray, mmap or a C-contiguous memoryview of bytes); got itemsize " +
+                           std::to_string(buffer_->itemsize) + ", " +
+                           std::to_string(buffer_->ndim) + " dimension(s)");
+    }
+    const auto* data = static_cast<const uint8_t*>(buffer_->ptr);
+    const uint64_t size = static_cast<uint64_t>(buffer_->size);
+    py::gil_scoped_release unlocked;
+    container_ = read_container(data, size);
+  }
+
+  const Container& container() const { return container_; }
+  uint64_t address() const { return reinterpret_cast<uintptr_t>(buffer_->ptr); }
+
+ private:
+  std::unique_ptr<py::buffer_info> buffer_;  // declared first: destroyed after container_
+  Container container_;
+};
+
+py::bytes to_py(std::string_view bytes) { return py::bytes(bytes.data(), bytes.size()); }
+
+py::str name_to_py(std::string_view name) {
+  // Names are bytes in the file; surrogateescape keeps any non-UTF-8 byte round-trippable.
+  PyObject* text = PyUnicode_DecodeUTF8(name.data(), Py_ssize_t(name.size()), "surrogateescape");
+  if (text == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(text);
+}
+
+py::list tag_list(TagRange tags) {
+  py::list out;
+  for (const Tag& tag : tags) {
+    out.append(py::make_tuple(tag_name(tag.code), tag.offset, to_py(tag.payload)));
+  }
+  return out;
+}
+
+py::list constants_list(const std::vector<FunctionConstant>& constants) {
+  py::list out;
+  for (const FunctionConstant& c : constants) {
+    out.append(py::make_tuple(c.name, c.type, c.index, c.required));
+  }
+  return out;
+}
+
+// Everything Python shows about one function, gathered in one call.
+py::dict function_record(const LoadedContainer& self, size_t i) {
+  const Container& c = self.container();
+  if (i >= c.functions.size()) throw py::index_error("function index out of range");
+  const Function& f = c.functions[i];
+  py::dict record;
+  record["name"] = name_to_py(f.name);
+  record["type"] = f.type;
+  record["hash"] = to_py(f.hash);
+  record["module_offset"] = f.module_offset;
+  record["module_size"] = f.module.size();
+  record["tags"] = tag_list(c.tags(f.tags));
+  record["public_metadata"] = tag_list(c.tags(f.public_metadata));
+  record["private_metadata"] = tag_list(c.tags(f.private_metadata));
+  py::object versions = py::none();
+  std::vector<FunctionConstant> constants;
+  for (const Tag& tag : c.tags(f.tags)) {
+    if (tag.code == kTagVersions) {
+      versions = py::make_tuple(load_le<uint16_t>(tag.payload, 0), load_le<uint16_t>(tag.payload, 2),
+                                load_le<uint16_t>(tag.payload, 4), load_le<uint16_t>(tag.payload, 6));
+    }
+  }
+  for (const Tag& tag : c.tags(f.public_metadata)) {
+    if (tag.code == kTagConstants) {
+      constants = decode_constants(tag.payload, tag.offset, describe_function(c, i));
+    }
+  }
+  record["versions"] = versions;
+  record["constants"] = constants_list(constants);
+  return record;
+}
+
+py::bytes write_bytes(const Container& c) {
+  std::string out;
+  {
+    py::gil_scoped_release unlocked;
+    out = write_container(c);
+  }
+  return py::bytes(out.data(), out.size());
+}
+
+Header header_from(const py::dict& h) {
+  Header header;
+  const auto format = h["format_version"].cast<std::array<uint16_t, 3>>();
+  header.format_major = format[0];
+  header.format_minor = format[1];
+  header.format_patch = format[2];
+  header.macos_target = h["macos_target"].cast<bool>();
+  header.file_type = h["file_type"].cast<uint8_t>();
+  header.platform = h["platform"].cast<uint8_t>();
+  const auto version = h["platform_version"].cast<std::array<uint16_t, 3>>();
+  header.platform_major = version[0];
+  header.platform_minor = uint8_t(version[1]);
+  header.platform_patch = uint8_t(version[2]);
+  return header;
+}
+
+}  // namespace
+
+void bind_container(py::module_& m) {
+  py::class_<LoadedContainer>(m, "Container",
+                              "A parsed .metallib over a caller-owned buffer (zero-copy).")
+      .def(py::init<const py::buffer&>(), py::arg("source"))
+      .def("__len__", [](const LoadedContainer& s) { return s.container().functions.size(); })
+      .def_property_readonly("header", [](const LoadedContainer& s) {
+        const Header& h = s.container().header;
+        py::dict d;
+        d["format_version"] = py::make_tuple(h.format_major, h.format_minor, h.format_patch);
+        d["macos_target"] = h.macos_target;
+        d["file_type"] = h.file_type;
+        d["platform"] = h.platform;
+        d["platform_version"] = py::make_tuple(h.platform_major, h.platform_minor, h.platform_patch);
+        return d;
+      })
+      .def("names", [](const LoadedContainer& s) {
+        const auto& functions = s.container().functions;
+        py::tuple out(functions.size());
+        for (size_t i = 0; i < functions.size(); ++i) out[i] = name_to_py(functions[i].name);
+        return out;
+      })
+      .def("index_of", [](const LoadedContainer& s, const py::bytes& name) -> int64_t {
+        const std::string_view key(name);
+        return s.container().index.find(key);
+      })
+      .def("function", &function_record, py::arg("index"))
+      .def("bitcode_range", [](const LoadedContainer& s, size_t i) {
+        const Container& c = s.container();
+        if (i >= c.functions.size()) throw py::index_error("function index out of range");
+        const std::string_view bitcode = function_bitcode(c, i);
+        return py::make_tuple(uint64_t(reinterpret_cast<uintptr_t>(bitcode.data()) - s.address()),
+                              bitcode.size());
+      }, "(offset, size) of the function's LLVM bitcode in the buffer, after validating its wrapper")
+      .def_property_readonly("extension", [](const LoadedContainer& s) -> py::object {
+        const Container& c = s.container();
+        if (!c.has_extension) return py::none();
+        return tag_list(c.extension);
+      })
+      .def_property_readonly("trailing_sections", [](const LoadedContainer& s) {
+        py::list out;
+        for (const TrailingSection& section : s.container().trailing) {
+          out.append(py::make_tuple(tag_name(section.code),
+                                    uint64_t(reinterpret_cast<uintptr_t>(section.bytes.data()) - s.address()),
+                                    section.bytes.size()));
+        }
+        return out;
+      })
+      .def_property_readonly("unknown_tags", [](const LoadedContainer& s) {
+        py::list out;
+        for (const UnknownTag& tag : s.container().unknown_tags) {
+          out.append(py::make_tuple(tag.place, tag_name(tag.code), tag.offset, tag.size));
+        }
+        return out;
+      })
+      .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.container()); })
+      .def("subset", [](const LoadedContainer& s, const std::vector<size_t>& indices) {
+        for (size_t i : indices) {
+          if (i >= s.container().functions.size()) throw py::index_error("function index out of range");
+        }
+        return write_bytes(select_functions(s.container(), indices));
+      }, py::arg("indices"));
+
+  m.def("pack", [](const py::dict& header, const py::list& functions) {
+    std::vector<FunctionSource> sources;
+    for (const py::handle item : functions) {
+      const py::dict spec = py::reinterpret_borrow<py::dict>(item);
+      FunctionSource source;
+      source.name = spec["name"].cast<std::string>();
+      source.type = spec["type"].cast<uint8_t>();
+      source.bitcode = spec["bitcode"].cast<std::string>();
+      source.versions = spec["versions"].cast<std::array<uint16_t, 4>>();
+      for (const py::handle c : spec["constants"]) {
+        const auto t = c.cast<std::tuple<std::string, uint8_t, uint16_t, bool>>();
+        source.constants.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)});
+      }
+      sources.push_back(std::move(source));
+    }
+    return write_bytes(build_container(header_from(header), sources));
+  }, py::arg("header"), py::arg("functions"),
+     "Serializes new functions (dicts of name, type, bitcode, versions, constants).");
+}
+
+}  // namespace torch_metallib::bindings

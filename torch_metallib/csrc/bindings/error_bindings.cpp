@@ -1,0 +1,24 @@
+#include "metallib/format_error.h"
+
+#include "bindings.h"
+
+namespace py = pybind11;
+
+namespace torch_metallib::bindings {
+
+void bind_errors(py::module_& m) {
+  (void)m;
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const metallib::FormatError& e) {
+      // The Python class lives in torch_metallib._errors so users can import and catch it
+      // without the native module; it carries the byte offset and field as attributes.
+      py::object cls = py::module_::import("torch_metallib._errors").attr("MetallibFormatError");
+      py::object error = cls(e.what(), py::arg("offset") = e.offset(), py::arg("field") = e.field());
+      PyErr_SetObject(cls.ptr(), error.ptr());
+    }
+  });
+}
+
+}  // namespace torch_metallib::bindings

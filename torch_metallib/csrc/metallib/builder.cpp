@@ -1,0 +1,71 @@
+#include "builder.h"
+
+#include <stdexcept>
+
+#include "module_wrapper.h"
+#include "tag_group.h"
+#include "tags.h"
+#include "writer.h"
+
+namespace torch_metallib::metallib {
+namespace {
+
+void check_source(const FunctionSource& source, size_t i) {
+  const std::string where = "function " + std::to_string(i) + " '" + source.name + "'";
+  if (source.name.empty() || source.name.find('\0') != std::string::npos ||
+      source.name.size() > 0xfffe) {
+    throw std::invalid_argument(where + ": name must be 1 to 65534 bytes without NUL");
+  }
+  if (source.bitcode.size() < 4 || source.bitcode.compare(0, 4, "BC\xC0\xDE", 4) != 0) {
+    throw std::invalid_argument(where + ": bitcode must start with the LLVM bitcode magic "
+                                "'BC' 0xC0DE (raw bitcode, e.g. llvmlite's "
+                                "module.as_bitcode(), not text IR or a wrapped module)");
+  }
+  if (source.bitcode.size() > 0xffffffffull - kWrapperSize - kModuleAlignment) {
+    throw std::invalid_argument(where + ": bitcode larger than 4 GiB cannot be wrapped");
+  }
+}
+
+}  // namespace
+
+Container build_container(const Header& header, const std::vector<FunctionSource>& sources) {
+  Container c;
+  c.header = header;
+  c.index.reserve(sources.size());
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const FunctionSource& source = sources[i];
+    check_source(source, i);
+    Function f;
+    f.type = source.type;
+    f.name = c.own(source.name);
+    if (const int64_t earlier = c.index.insert(f.name); earlier >= 0) {
+      throw std::invalid_argument("function " + std::to_string(i) + " '" + source.name +
+                                  "': duplicate name (also function " + std::to_string(earlier) +
+                                  ")");
+    }
+    f.module = c.own(wrap_bitcode(source.bitcode));
+    std::string versions;
+    for (uint16_t v : source.versions) put_le<uint16_t>(versions, v);
+    const std::string_view zeros8 = c.own(std::string(8, '\0'));
+    // HASH, OFFT and MDSZ are placeholders the writer fills from the layout.
+    f.tags = c.add_tags(std::vector<Tag>{
+        {kTagName, c.own(source.name + '\0'), 0},
+        {kTagType, c.own(std::string(1, char(source.type))), 0},
+        {kTagHash, c.own(std::string(32, '\0')), 0},
+        {kTagOffsets, c.own(std::string(24, '\0')), 0},
+        {kTagVersions, c.own(versions), 0},
+        {kTagModuleSize, zeros8, 0},
+    });
+    if (!source.constants.empty()) {
+      f.public_metadata = c.add_tags(
+          std::vector<Tag>{{kTagConstants, c.own(encode_constants(source.constants)), 0}});
+    }
+    c.functions.push_back(std::move(f));
+  }
+  c.has_extension = true;
+  const std::array<uint8_t, 16> uuid = content_uuid(c);
+  c.extension.push_back({kTagUuid, c.own(std::string(uuid.begin(), uuid.end())), 0});
+  return c;
+}
+
+}  // namespace torch_metallib::metallib

@@ -1,0 +1,126 @@
+// The in-memory model of a .metallib: what the reader produces and the writer consumes.
+// Byte fields are string_views into storage the caller keeps alive (the loaded file, or
+// the Python objects handed to the writer); nothing here owns file bytes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "name_index.h"
+
+namespace torch_metallib::metallib {
+
+constexpr uint64_t kHeaderSize = 88;
+constexpr uint32_t kMagic = 0x424c544d;  // "MTLB"
+
+struct Tag {
+  uint32_t code;
+  std::string_view payload;
+  uint64_t offset;  // where the tag starts in the source file (0 for new tags)
+};
+
+// A function's tag group: `count` tags starting at `begin` in Container::tag_pool. One
+// pool for all groups keeps loading free of per-function allocations.
+struct TagSpan {
+  uint32_t begin = 0;
+  uint32_t count = 0;
+};
+
+// A read-only view of consecutive tags (a span of the pool, or a whole vector).
+class TagRange {
+ public:
+  TagRange(const Tag* first, size_t count) : first_(first), count_(count) {}
+  TagRange(const std::vector<Tag>& tags) : first_(tags.data()), count_(tags.size()) {}
+  const Tag* begin() const { return first_; }
+  const Tag* end() const { return first_ + count_; }
+  size_t size() const { return count_; }
+  const Tag& operator[](size_t i) const { return first_[i]; }
+
+ private:
+  const Tag* first_;
+  size_t count_;
+};
+
+struct Header {
+  uint16_t format_major = 1;      // bits 0-14 of the u16 at byte 4
+  bool macos_target = true;       // bit 15 of the same u16
+  uint16_t format_minor = 2;
+  uint16_t format_patch = 7;
+  uint8_t file_type = 0;          // 0 executable, 1 CoreImage, 2 dynamic, 3 symbol companion; bit 7 stub
+  uint8_t platform = 0x81;        // Mach-O platform id; bit 7 = 64-bit
+  uint16_t platform_major = 14;
+  uint8_t platform_minor = 0;
+  uint8_t platform_patch = 0;
+};
+
+struct Function {
+  std::string_view name;  // without the trailing NUL
+  uint8_t type = 2;       // TYPE tag: 2 = kernel
+  // Tags of the function-list group, public- and private-metadata groups, in file order.
+  // Computed tags (HASH, OFFT, MDSZ, RFLT) are rewritten by the writer.
+  TagSpan tags;
+  TagSpan public_metadata;
+  TagSpan private_metadata;
+  std::string_view module;      // wrapper + bitcode + padding: exactly MDSZ bytes
+  // From the function's reflection-list group to the end of that list (empty if none).
+  // The group's own size is read and validated when needed (writing, verifying), not at
+  // load, so loading touches no page of the reflection list.
+  std::string_view reflection;
+  uint64_t reflection_offset = 0;  // absolute file offset of that group
+  std::string_view hash;        // 32 bytes when known (parsed); empty means "compute it"
+  uint64_t module_offset = 0;   // absolute file offset of `module` (0 for new functions)
+  uint64_t group_offset = 0;    // absolute file offset of the function-list group
+};
+
+// A section after the modules that a header-extension tag points to (RLST, HSRC, ...).
+struct TrailingSection {
+  uint32_t code;
+  std::string_view gap_before;  // bytes between the previous section and this one
+  std::string_view bytes;
+};
+
+// A tag the table does not know, reported to the user; its bytes are kept in place.
+struct UnknownTag {
+  std::string place;  // e.g. "function 'foo' public metadata"
+  uint32_t code;
+  uint64_t offset;
+  uint64_t size;
+};
+
+struct Container {
+  std::string_view source;  // the parsed input (empty for a built container)
+  Header header;
+  std::vector<Function> functions;
+  bool has_extension = false;
+  std::vector<Tag> extension;  // header-extension tags in file order
+  // Bytes between sections that no field describes, kept so a round trip is exact:
+  // [0] header..function list, [1] public..private metadata, [2] private metadata..modules.
+  std::array<std::string_view, 3> gaps{};
+  std::vector<TrailingSection> trailing;
+  std::string_view tail;  // bytes after the last known section
+  std::vector<UnknownTag> unknown_tags;
+  NameIndex index;             // name -> position in `functions`
+  std::vector<Tag> tag_pool;   // every function's tags, addressed by TagSpan
+
+  TagRange tags(TagSpan span) const { return {tag_pool.data() + span.begin, span.count}; }
+
+  TagSpan add_tags(TagRange tags) {
+    const TagSpan span{uint32_t(tag_pool.size()), uint32_t(tags.size())};
+    tag_pool.insert(tag_pool.end(), tags.begin(), tags.end());
+    return span;
+  }
+
+  // Bytes created for this container (new UUIDs, wrapped modules); views may point here.
+  std::vector<std::unique_ptr<std::string>> owned;
+
+  std::string_view own(std::string bytes) {
+    owned.push_back(std::make_unique<std::string>(std::move(bytes)));
+    return *owned.back();
+  }
+};
+
+}  // namespace torch_metallib::metallib

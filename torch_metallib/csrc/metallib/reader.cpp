@@ -1,0 +1,434 @@
+#include "reader.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "byte_reader.h"
+#include "function_constants.h"
+#include "module_wrapper.h"
+#include "sha256.h"
+#include "tag_group.h"
+#include "tags.h"
+
+namespace torch_metallib::metallib {
+namespace {
+
+// A section named by an (offset, size) pair, already checked to lie inside the file.
+struct Region {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t end() const { return offset + size; }
+};
+
+std::string range_text(uint64_t offset, uint64_t size) {
+  return "offset " + std::to_string(offset) + ", size " + std::to_string(size);
+}
+
+Region region_in_file(const ByteReader& in, uint64_t offset, uint64_t size, uint64_t field_at,
+                      const std::string& field) {
+  if (!range_fits(offset, size, in.size())) {
+    throw FormatError(field_at, field,
+                      "a range inside the " + std::to_string(in.size()) + "-byte file",
+                      range_text(offset, size));
+  }
+  return {offset, size};
+}
+
+Region read_region(const ByteReader& in, uint64_t field_at, const std::string& field) {
+  return region_in_file(in, in.read<uint64_t>(field_at, field + " offset"),
+                        in.read<uint64_t>(field_at + 8, field + " size"), field_at, field);
+}
+
+void require_after(uint64_t previous_end, const std::string& previous, const Region& region,
+                   uint64_t field_at, const std::string& field) {
+  if (region.offset < previous_end) {
+    throw FormatError(field_at, field + " offset",
+                      "at or after the end of the " + previous + " (byte " +
+                          std::to_string(previous_end) + ")",
+                      "byte " + std::to_string(region.offset) + " (sections overlap or are out of order)");
+  }
+}
+
+void require_size(const Tag& tag, const TagSpec& spec, const Place& where) {
+  if (spec.fixed_size != kVariableSize && int64_t(tag.payload.size()) != spec.fixed_size) {
+    throw FormatError(tag.offset, where.describe() + " tag " + spec.name + " length",
+                      std::to_string(spec.fixed_size) + " bytes",
+                      std::to_string(tag.payload.size()) + " bytes");
+  }
+}
+
+void record_unknown(Container& container, const Tag& tag, const Place& where) {
+  container.unknown_tags.push_back(
+      UnknownTag{where.describe(), tag.code, tag.offset, uint64_t(tag.payload.size())});
+}
+
+// Checks the tags of one group against the table and calls `visit(tag, spec)` for each
+// tag known in this place; unknown ones are recorded. Rejects a known tag given twice.
+template <typename Visit>
+void classify(Container& container, TagRange tags, TagPlace place, const Place& where,
+              Visit&& visit) {
+  for (size_t i = 0; i < tags.size(); ++i) {
+    const Tag& tag = tags[i];
+    const TagSpec* spec = find_tag(tag.code);
+    if (spec == nullptr || (spec->places & place) == 0) {
+      record_unknown(container, tag, where);
+      continue;
+    }
+    require_size(tag, *spec, where);
+    for (size_t j = 0; j < i; ++j) {
+      if (tags[j].code == tag.code) {
+        throw FormatError(tag.offset, where.describe() + " tag " + spec->name,
+                          "at most one " + std::string(spec->name) + " tag per group",
+                          "a second one (the first is at byte " + std::to_string(tags[j].offset) + ")");
+      }
+    }
+    visit(tag, *spec);
+  }
+}
+
+Header read_header(const ByteReader& in) {
+  if (in.size() < kHeaderSize) {
+    throw FormatError(0, "header", "at least " + std::to_string(kHeaderSize) + " bytes",
+                      std::to_string(in.size()) + " bytes");
+  }
+  const uint32_t magic = in.read<uint32_t>(0, "magic");
+  if (magic != kMagic) {
+    throw FormatError(0, "magic", "'MTLB'",
+                      "'" + std::string(in.bytes(0, 4, "magic")) + "' (not a .metallib)");
+  }
+  Header header;
+  const uint16_t target_and_major = in.read<uint16_t>(4, "format version");
+  header.format_major = target_and_major & 0x7fff;
+  header.macos_target = (target_and_major & 0x8000) != 0;
+  if (header.format_major != 1) {
+    throw FormatError(4, "format major version", "1 (the only .metallib format Apple has shipped)",
+                      std::to_string(header.format_major));
+  }
+  header.format_minor = in.read<uint16_t>(6, "format minor version");
+  header.format_patch = in.read<uint16_t>(8, "format patch version");
+  header.file_type = in.read<uint8_t>(10, "file type");
+  if ((header.file_type & 0x7f) > 3) {
+    throw FormatError(10, "file type",
+                      "0 (executable), 1 (CoreImage), 2 (dynamic) or 3 (symbol companion), "
+                      "optionally with bit 7 (stub)",
+                      std::to_string(header.file_type));
+  }
+  header.platform = in.read<uint8_t>(11, "platform");
+  header.platform_major = in.read<uint16_t>(12, "platform major version");
+  header.platform_minor = in.read<uint8_t>(14, "platform minor version");
+  header.platform_patch = in.read<uint8_t>(15, "platform patch version");
+  const uint64_t declared = in.read<uint64_t>(16, "file size");
+  if (declared != in.size()) {
+    throw FormatError(16, "file size", std::to_string(in.size()) + " (the length of the data)",
+                      std::to_string(declared));
+  }
+  return header;
+}
+
+// Header-extension tags; returns the sections after the modules that they point to.
+std::vector<std::pair<const Tag*, Region>> read_extension(const ByteReader& in, Container& c,
+                                                          uint64_t begin, uint64_t end,
+                                                          const Region& modules) {
+  const Place where{"header extension"};
+  c.has_extension = true;
+  read_tag_group(in, begin, end, where, c.extension);
+  std::vector<std::pair<const Tag*, Region>> sections;
+  classify(c, c.extension, kHeaderExtension, where, [&](const Tag& tag, const TagSpec& spec) {
+    if (spec.kind != TagKind::kSectionRef) return;
+    const std::string field = "header extension " + std::string(spec.name) + " section";
+    const Region region = region_in_file(in, load_le<uint64_t>(tag.payload, 0),
+                                         load_le<uint64_t>(tag.payload, 8), tag.offset, field);
+    require_after(modules.end(), "module section", region, tag.offset, field);
+    sections.emplace_back(&tag, region);
+  });
+  return sections;
+}
+
+void place_trailing_sections(const ByteReader& in, Container& c,
+                             std::vector<std::pair<const Tag*, Region>> sections,
+                             uint64_t modules_end) {
+  std::sort(sections.begin(), sections.end(),
+            [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
+  uint64_t previous_end = modules_end;
+  std::string previous = "module section";
+  for (const auto& [tag, region] : sections) {
+    const std::string field = "header extension " + tag_name(tag->code) + " section";
+    require_after(previous_end, previous, region, tag->offset, field);
+    c.trailing.push_back(TrailingSection{
+        tag->code, in.bytes(previous_end, region.offset - previous_end, field),
+        in.bytes(region.offset, region.size, field)});
+    previous_end = region.end();
+    previous = tag_name(tag->code) + " section";
+  }
+  c.tail = in.bytes(previous_end, in.size() - previous_end, "trailing bytes");
+}
+
+// One per-function metadata group: u32 size (counting itself), tags, ENDT.
+TagSpan read_metadata_group(const ByteReader& in, Container& c, const Region& section,
+                            uint64_t relative, const Place& where, uint64_t offsets_tag_at) {
+  if (!range_fits(relative, 4, section.size)) {
+    throw FormatError(offsets_tag_at, where.describe() + " offset (OFFT)",
+                      "an offset inside the " + std::to_string(section.size) + "-byte section",
+                      std::to_string(relative));
+  }
+  const uint64_t at = section.offset + relative;
+  const uint32_t size = in.read<uint32_t>(at, "group size");
+  if (size < 8 || !range_fits(relative, size, section.size)) {
+    throw FormatError(at, where.describe() + " group size",
+                      "8 to " + std::to_string(section.size - relative) + " bytes",
+                      std::to_string(size));
+  }
+  return read_tag_group(in, at + 4, at + size, where, c.tag_pool);
+}
+
+struct FunctionFields {
+  uint64_t public_offset = 0, private_offset = 0, module_offset = 0, module_size = 0;
+  uint64_t offsets_tag_at = 0;
+  bool has_reflection = false;
+  uint64_t reflection_offset = 0, reflection_tag_at = 0;
+};
+
+FunctionFields read_function_tags(Container& c, Function& f, const Place& where,
+                                  uint64_t group_at) {
+  FunctionFields fields;
+  bool has_name = false, has_type = false, has_offsets = false, has_size = false;
+  classify(c, c.tags(f.tags), kFunctionList, where, [&](const Tag& tag, const TagSpec& spec) {
+    switch (spec.kind) {
+      case TagKind::kName: {
+        const size_t nul = tag.payload.find('\0');
+        if (tag.payload.size() < 2 || nul != tag.payload.size() - 1) {
+          throw FormatError(tag.offset, where.describe() + " NAME",
+                            "a non-empty name ending in its only NUL byte",
+                            nul == std::string_view::npos ? "no NUL terminator"
+                                                          : "a NUL at payload byte " +
+                                                                std::to_string(nul) + " of " +
+                                                                std::to_string(tag.payload.size()));
+        }
+        f.name = tag.payload.substr(0, tag.payload.size() - 1);
+        has_name = true;
+        break;
+      }
+      case TagKind::kFunctionType:
+        f.type = uint8_t(tag.payload[0]);
+        has_type = true;
+        break;
+      case TagKind::kHash:
+        f.hash = tag.payload;
+        break;
+      case TagKind::kOffsets:
+        fields.public_offset = load_le<uint64_t>(tag.payload, 0);
+        fields.private_offset = load_le<uint64_t>(tag.payload, 8);
+        fields.module_offset = load_le<uint64_t>(tag.payload, 16);
+        fields.offsets_tag_at = tag.offset;
+        has_offsets = true;
+        break;
+      case TagKind::kModuleSize:
+        fields.module_size = load_le<uint64_t>(tag.payload, 0);
+        has_size = true;
+        break;
+      case TagKind::kReflectionRef:
+        fields.has_reflection = true;
+        fields.reflection_offset = load_le<uint64_t>(tag.payload, 0);
+        fields.reflection_tag_at = tag.offset;
+        break;
+      default:
+        break;
+    }
+  });
+  const char* missing = !has_name ? "NAME" : !has_type ? "TYPE" : f.hash.empty() ? "HASH"
+                        : !has_offsets ? "OFFT" : !has_size ? "MDSZ" : nullptr;
+  if (missing != nullptr) {
+    throw FormatError(group_at, where.describe(), std::string("a ") + missing + " tag",
+                      "a group without one");
+  }
+  return fields;
+}
+
+void check_public_metadata(Container& c, const Function& f, const Place& where) {
+  classify(c, c.tags(f.public_metadata), kPublicMetadata, where, [&](const Tag& tag, const TagSpec& spec) {
+    if (spec.kind == TagKind::kConstants) decode_constants(tag.payload, tag.offset, where.describe());
+  });
+}
+
+void check_modules_disjoint(const Container& c) {
+  std::vector<size_t> order(c.functions.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  const auto starts_before = [&](size_t a, size_t b) {
+    return c.functions[a].module_offset < c.functions[b].module_offset;
+  };
+  if (!std::is_sorted(order.begin(), order.end(), starts_before)) {
+    std::sort(order.begin(), order.end(), starts_before);
+  }
+  for (size_t k = 1; k < order.size(); ++k) {
+    const Function& before = c.functions[order[k - 1]];
+    const Function& after = c.functions[order[k]];
+    if (after.module_offset < before.module_offset + before.module.size()) {
+      throw FormatError(after.module_offset, describe_function(c, order[k]) + " module",
+                        "a module disjoint from the others",
+                        "overlap with " + describe_function(c, order[k - 1]) +
+                            " (bytes " + std::to_string(before.module_offset) + "-" +
+                            std::to_string(before.module_offset + before.module.size()) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+std::string describe_function(const Container& container, size_t index) {
+  return "function " + std::to_string(index) + " '" +
+         std::string(container.functions[index].name) + "'";
+}
+
+std::string_view function_bitcode(const Container& container, size_t index) {
+  const Function& f = container.functions[index];
+  return unwrap_bitcode(f.module, f.module_offset, describe_function(container, index));
+}
+
+std::string_view function_reflection(const Container& container, size_t index) {
+  const Function& f = container.functions[index];
+  if (f.reflection.empty()) return {};
+  const Place where{"reflection-list group", int64_t(index), f.name};
+  const ByteReader in(reinterpret_cast<const uint8_t*>(container.source.data()),
+                      container.source.size());
+  const uint32_t size = load_le<uint32_t>(f.reflection, 0);
+  if (size < 8 || size > f.reflection.size()) {
+    throw FormatError(f.reflection_offset, where.describe() + " size",
+                      "8 to " + std::to_string(f.reflection.size()) +
+                          " bytes (the rest of the reflection list)",
+                      std::to_string(size));
+  }
+  std::vector<Tag> tags;
+  read_tag_group(in, f.reflection_offset + 4, f.reflection_offset + size, where, tags);
+  return f.reflection.substr(0, size);
+}
+
+void verify_container(const Container& container) {
+  for (size_t i = 0; i < container.functions.size(); ++i) {
+    const Function& f = container.functions[i];
+    function_bitcode(container, i);
+    function_reflection(container, i);
+    const std::array<uint8_t, 32> digest = sha256(f.module);
+    if (f.hash.size() == 32 && std::memcmp(digest.data(), f.hash.data(), 32) != 0) {
+      throw FormatError(f.group_offset, describe_function(container, i) + " HASH",
+                        "the SHA-256 of its " + std::to_string(f.module.size()) + "-byte module",
+                        "a different digest (the module or its HASH tag is corrupt)");
+    }
+  }
+}
+
+Container read_container(const uint8_t* data, uint64_t size) {
+  const ByteReader in(data, size);
+  Container c;
+  c.source = in.bytes(0, size, "file");
+  c.header = read_header(in);
+
+  // Section table. The function list is a u32 count followed by `size` bytes of groups.
+  const uint64_t list_offset = in.read<uint64_t>(24, "function list offset");
+  const uint64_t list_size = in.read<uint64_t>(32, "function list size");
+  const Region list_count = region_in_file(in, list_offset, 4, 24, "function list count");
+  const Region list = region_in_file(in, list_count.end(), list_size, 24, "function list");
+  const Region public_md = read_region(in, 40, "public metadata section");
+  const Region private_md = read_region(in, 56, "private metadata section");
+  const Region modules = read_region(in, 72, "module section");
+  require_after(kHeaderSize, "header", list_count, 24, "function list");
+  require_after(list.end(), "function list", public_md, 40, "public metadata section");
+  require_after(public_md.end(), "public metadata section", private_md, 56,
+                "private metadata section");
+  require_after(private_md.end(), "private metadata section", modules, 72, "module section");
+  c.gaps[0] = in.bytes(kHeaderSize, list_offset - kHeaderSize, "gap");
+  c.gaps[1] = in.bytes(public_md.end(), private_md.offset - public_md.end(), "gap");
+  c.gaps[2] = in.bytes(private_md.end(), modules.offset - private_md.end(), "gap");
+
+  std::vector<std::pair<const Tag*, Region>> sections;
+  if (list.end() < public_md.offset) {
+    sections = read_extension(in, c, list.end(), public_md.offset, modules);
+  }
+  place_trailing_sections(in, c, sections, modules.end());
+  Region reflection_list;
+  bool has_reflection_list = false;
+  for (const auto& [tag, region] : sections) {
+    if (tag->code == kTagReflectionList) {
+      reflection_list = region;
+      has_reflection_list = true;
+    }
+  }
+
+  const uint32_t count = in.read<uint32_t>(list_offset, "function count");
+  if (count > list.size / 8) {
+    throw FormatError(list_offset, "function count",
+                      "at most " + std::to_string(list.size / 8) + " functions in a " +
+                          std::to_string(list.size) + "-byte function list (8 bytes minimum each)",
+                      std::to_string(count));
+  }
+  c.functions.resize(count);
+  c.index.reserve(count);
+  c.tag_pool.reserve(size_t(count) * 8);
+  uint64_t at = list.offset;
+  for (uint32_t i = 0; i < count; ++i) {
+    Function& f = c.functions[i];
+    Place where{"function-list group", int64_t(i)};
+    f.group_offset = at;
+    const uint32_t group_size = in.read<uint32_t>(at, "function group size");
+    if (group_size < 8 || !range_fits(at, group_size, list.end())) {
+      throw FormatError(at, where.describe() + " size",
+                        "8 to " + std::to_string(list.end() - at) +
+                            " bytes (the rest of the function list)",
+                        std::to_string(group_size));
+    }
+    f.tags = read_tag_group(in, at + 4, at + group_size, where, c.tag_pool);
+    const FunctionFields fields = read_function_tags(c, f, where, at);
+    where.name = f.name;
+    if (const int64_t earlier = c.index.insert(f.name); earlier >= 0) {
+      throw FormatError(at, where.describe() + " NAME", "unique function names",
+                        "the same name as function " + std::to_string(earlier));
+    }
+    if (!range_fits(fields.module_offset, fields.module_size, modules.size)) {
+      throw FormatError(fields.offsets_tag_at, where.describe() + " module range (OFFT/MDSZ)",
+                        "a range inside the " + std::to_string(modules.size) +
+                            "-byte module section",
+                        range_text(fields.module_offset, fields.module_size));
+    }
+    f.module_offset = modules.offset + fields.module_offset;
+    f.module = in.bytes(f.module_offset, fields.module_size, "module");
+
+    const Place public_place{"public metadata", int64_t(i), f.name};
+    f.public_metadata = read_metadata_group(in, c, public_md, fields.public_offset, public_place,
+                                            fields.offsets_tag_at);
+    check_public_metadata(c, f, public_place);
+    const Place private_place{"private metadata", int64_t(i), f.name};
+    f.private_metadata = read_metadata_group(in, c, private_md, fields.private_offset, private_place,
+                                             fields.offsets_tag_at);
+    classify(c, c.tags(f.private_metadata), kPrivateMetadata, private_place,
+             [](const Tag&, const TagSpec&) {});
+
+    if (fields.has_reflection) {
+      const Place reflection_place{"reflection-list group", int64_t(i), f.name};
+      if (!has_reflection_list) {
+        throw FormatError(fields.reflection_tag_at, reflection_place.describe() + " RFLT",
+                          "a header-extension RLST tag locating the reflection list",
+                          "no reflection list");
+      }
+      if (!range_fits(fields.reflection_offset, 8, reflection_list.size)) {
+        throw FormatError(fields.reflection_tag_at, reflection_place.describe() + " RFLT offset",
+                          "an offset inside the " + std::to_string(reflection_list.size) +
+                              "-byte reflection list",
+                          std::to_string(fields.reflection_offset));
+      }
+      f.reflection_offset = reflection_list.offset + fields.reflection_offset;
+      f.reflection = in.bytes(f.reflection_offset, reflection_list.end() - f.reflection_offset,
+                              "reflection group");
+    }
+    at += group_size;
+  }
+  if (at != list.end()) {
+    throw FormatError(at, "function list size",
+                      std::to_string(count) + " groups ending at byte " + std::to_string(list.end()) +
+                          " (offset + 4 + size from the header)",
+                      "groups ending at byte " + std::to_string(at));
+  }
+  check_modules_disjoint(c);
+  return c;
+}
+
+}  // namespace torch_metallib::metallib

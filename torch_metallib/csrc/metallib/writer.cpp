@@ -1,0 +1,259 @@
+#include "writer.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "reader.h"
+#include "sha256.h"
+#include "tag_group.h"
+#include "tags.h"
+
+namespace torch_metallib::metallib {
+namespace {
+
+std::string_view view(const std::string& bytes) { return {bytes.data(), bytes.size()}; }
+
+template <typename T>
+std::string le_bytes(T value) {
+  std::string out;
+  put_le<T>(out, value);
+  return out;
+}
+
+// Where every piece goes, computed before anything is written.
+struct Layout {
+  std::vector<uint64_t> public_offsets, private_offsets, module_offsets, reflection_offsets;
+  std::vector<std::string> hashes;  // per function, 32 bytes
+  uint64_t public_size = 0, private_size = 0, module_size = 0, reflection_size = 0;
+  bool any_reflection = false;
+};
+
+Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
+  Layout layout;
+  const size_t n = c.functions.size();
+  layout.hashes.resize(n);
+  uint64_t reflection_at = 4;  // after the u32 count
+  for (size_t i = 0; i < n; ++i) {
+    const Function& f = c.functions[i];
+    layout.public_offsets.push_back(layout.public_size);
+    layout.public_size += 4 + tag_group_size(c.tags(f.public_metadata));
+    layout.private_offsets.push_back(layout.private_size);
+    layout.private_size += 4 + tag_group_size(c.tags(f.private_metadata));
+    layout.module_offsets.push_back(layout.module_size);
+    layout.module_size += f.module.size();
+    layout.reflection_offsets.push_back(reflection_at);
+    reflections.push_back(function_reflection(c, i));
+    if (!reflections.back().empty()) {
+      reflection_at += reflections.back().size();
+      layout.any_reflection = true;
+    }
+    if (f.hash.size() == 32) {
+      layout.hashes[i] = std::string(f.hash);
+    } else {
+      const std::array<uint8_t, 32> digest = sha256(f.module);
+      layout.hashes[i] = std::string(digest.begin(), digest.end());
+    }
+  }
+  layout.reflection_size = reflection_at;
+  return layout;
+}
+
+// The function-list tags with computed payloads substituted; `storage` owns them.
+std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layout,
+                               std::vector<std::string>& storage) {
+  const Function& f = c.functions[i];
+  const TagRange range = c.tags(f.tags);
+  std::vector<Tag> tags(range.begin(), range.end());
+  for (Tag& tag : tags) {
+    const TagSpec* spec = find_tag(tag.code);
+    if (spec == nullptr || (spec->places & kFunctionList) == 0) continue;
+    switch (spec->kind) {
+      case TagKind::kHash:
+        tag.payload = layout.hashes[i];
+        break;
+      case TagKind::kOffsets:
+        storage.push_back(le_bytes(layout.public_offsets[i]) + le_bytes(layout.private_offsets[i]) +
+                          le_bytes(layout.module_offsets[i]));
+        tag.payload = view(storage.back());
+        break;
+      case TagKind::kModuleSize:
+        storage.push_back(le_bytes<uint64_t>(f.module.size()));
+        tag.payload = view(storage.back());
+        break;
+      case TagKind::kReflectionRef:
+        storage.push_back(le_bytes(layout.reflection_offsets[i]));
+        tag.payload = view(storage.back());
+        break;
+      default:
+        break;
+    }
+  }
+  return tags;
+}
+
+void put_group(std::string& out, TagRange tags) {
+  put_le<uint32_t>(out, static_cast<uint32_t>(4 + tag_group_size(tags)));
+  write_tag_group(out, tags);
+}
+
+void check_lengths(const Container& c) {
+  const auto check = [](TagRange tags, const std::string& where) {
+    for (const Tag& tag : tags) {
+      const uint64_t limit = has_u32_length(tag.code) ? 0xffffffffull : 0xffffull;
+      if (tag.payload.size() > limit) {
+        throw std::length_error(where + ": tag " + tag_name(tag.code) + " payload of " +
+                                std::to_string(tag.payload.size()) +
+                                " bytes does not fit its length field (max " +
+                                std::to_string(limit) + ")");
+      }
+    }
+  };
+  for (const Function& f : c.functions) {
+    check(c.tags(f.tags), std::string(f.name));
+    check(c.tags(f.public_metadata), std::string(f.name));
+    check(c.tags(f.private_metadata), std::string(f.name));
+  }
+  check(c.extension, "header extension");
+}
+
+}  // namespace
+
+std::string write_container(const Container& c) {
+  check_lengths(c);
+  std::vector<std::string_view> reflections;
+  const Layout layout = plan(c, reflections);
+  std::vector<std::string> storage;
+  storage.reserve(3 * c.functions.size());
+
+  std::string list;
+  put_le<uint32_t>(list, static_cast<uint32_t>(c.functions.size()));
+  for (size_t i = 0; i < c.functions.size(); ++i) {
+    put_group(list, function_tags(c, i, layout, storage));
+  }
+
+  // Sections after the modules, in their original order; the reflection list is rebuilt.
+  std::string reflection_list;
+  if (layout.any_reflection) {
+    uint32_t groups = 0;
+    for (std::string_view group : reflections) groups += group.empty() ? 0 : 1;
+    reflection_list.reserve(layout.reflection_size);
+    put_le<uint32_t>(reflection_list, groups);
+    for (std::string_view group : reflections) reflection_list.append(group);
+  }
+  std::vector<std::string_view> trailing_bytes;
+  for (const TrailingSection& section : c.trailing) {
+    trailing_bytes.push_back(section.code == kTagReflectionList ? view(reflection_list)
+                                                                : section.bytes);
+  }
+
+  uint64_t extension_size = c.has_extension ? tag_group_size(c.extension) : 0;
+  const uint64_t list_offset = kHeaderSize + c.gaps[0].size();
+  const uint64_t public_offset = list_offset + list.size() + extension_size;
+  const uint64_t private_offset = public_offset + layout.public_size + c.gaps[1].size();
+  const uint64_t module_offset = private_offset + layout.private_size + c.gaps[2].size();
+  uint64_t at = module_offset + layout.module_size;
+  std::vector<uint64_t> trailing_offsets;
+  for (size_t k = 0; k < c.trailing.size(); ++k) {
+    at += c.trailing[k].gap_before.size();
+    trailing_offsets.push_back(at);
+    at += trailing_bytes[k].size();
+  }
+  const uint64_t file_size = at + c.tail.size();
+
+  std::vector<Tag> extension = c.extension;
+  for (Tag& tag : extension) {
+    const TagSpec* spec = find_tag(tag.code);
+    if (spec == nullptr || spec->kind != TagKind::kSectionRef) continue;
+    for (size_t k = 0; k < c.trailing.size(); ++k) {
+      if (c.trailing[k].code == tag.code) {
+        storage.push_back(le_bytes(trailing_offsets[k]) + le_bytes<uint64_t>(trailing_bytes[k].size()));
+        tag.payload = view(storage.back());
+      }
+    }
+  }
+
+  std::string out;
+  out.reserve(file_size);
+  const Header& h = c.header;
+  put_le<uint32_t>(out, kMagic);
+  put_le<uint16_t>(out, uint16_t((h.format_major & 0x7fff) | (h.macos_target ? 0x8000 : 0)));
+  put_le<uint16_t>(out, h.format_minor);
+  put_le<uint16_t>(out, h.format_patch);
+  put_le<uint8_t>(out, h.file_type);
+  put_le<uint8_t>(out, h.platform);
+  put_le<uint16_t>(out, h.platform_major);
+  put_le<uint8_t>(out, h.platform_minor);
+  put_le<uint8_t>(out, h.platform_patch);
+  put_le<uint64_t>(out, file_size);
+  put_le<uint64_t>(out, list_offset);
+  put_le<uint64_t>(out, list.size() - 4);  // the size excludes the u32 count
+  put_le<uint64_t>(out, public_offset);
+  put_le<uint64_t>(out, layout.public_size);
+  put_le<uint64_t>(out, private_offset);
+  put_le<uint64_t>(out, layout.private_size);
+  put_le<uint64_t>(out, module_offset);
+  put_le<uint64_t>(out, layout.module_size);
+  out.append(c.gaps[0]);
+  out.append(list);
+  if (c.has_extension) write_tag_group(out, extension);
+  for (const Function& f : c.functions) put_group(out, c.tags(f.public_metadata));
+  out.append(c.gaps[1]);
+  for (const Function& f : c.functions) put_group(out, c.tags(f.private_metadata));
+  out.append(c.gaps[2]);
+  for (const Function& f : c.functions) out.append(f.module);
+  for (size_t k = 0; k < c.trailing.size(); ++k) {
+    out.append(c.trailing[k].gap_before);
+    out.append(trailing_bytes[k]);
+  }
+  out.append(c.tail);
+  return out;
+}
+
+std::array<uint8_t, 16> content_uuid(const Container& c) {
+  Sha256 hasher;
+  for (const Function& f : c.functions) {
+    hasher.update(f.name);
+    hasher.update(std::string_view("\0", 1));
+    if (f.hash.size() == 32) {
+      hasher.update(f.hash);
+    } else {
+      const std::array<uint8_t, 32> digest = sha256(f.module);
+      hasher.update(std::string_view(reinterpret_cast<const char*>(digest.data()), 32));
+    }
+  }
+  const std::array<uint8_t, 32> digest = hasher.finish();
+  std::array<uint8_t, 16> uuid;
+  std::copy(digest.begin(), digest.begin() + 16, uuid.begin());
+  uuid[6] = uint8_t((uuid[6] & 0x0f) | 0x80);  // version 8 (custom)
+  uuid[8] = uint8_t((uuid[8] & 0x3f) | 0x80);  // RFC variant
+  return uuid;
+}
+
+Container select_functions(const Container& source, const std::vector<size_t>& indices) {
+  Container out;
+  out.source = source.source;
+  out.header = source.header;
+  out.has_extension = source.has_extension;
+  out.extension = source.extension;
+  out.gaps = source.gaps;
+  out.trailing = source.trailing;
+  out.tail = source.tail;
+  out.index.reserve(indices.size());
+  for (size_t i : indices) {
+    Function f = source.functions.at(i);
+    f.tags = out.add_tags(source.tags(f.tags));
+    f.public_metadata = out.add_tags(source.tags(f.public_metadata));
+    f.private_metadata = out.add_tags(source.tags(f.private_metadata));
+    if (out.index.insert(f.name) >= 0) {
+      throw std::invalid_argument("subset: function '" + std::string(f.name) + "' is listed twice");
+    }
+    out.functions.push_back(f);
+  }
+  const std::array<uint8_t, 16> uuid = content_uuid(out);
+  for (Tag& tag : out.extension) {
+    if (tag.code == kTagUuid) tag.payload = out.own(std::string(uuid.begin(), uuid.end()));
+  }
+  return out;
+}
+
+}  // namespace torch_metallib::metallib

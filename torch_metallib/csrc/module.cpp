@@ -1,0 +1,10 @@
+// torch_metallib._C: the native module. Each concept binds itself from its own file.
+#include <pybind11/pybind11.h>
+
+#include "bindings/bindings.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_metallib native core";
+  torch_metallib::bindings::bind_errors(m);
+  torch_metallib::bindings::bind_container(m);
+}

@@ -182,6 +182,10 @@ void bind_container(py::module_& m) {
         return out;
       })
       .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.container()); })
+      .def("verify", [](const LoadedContainer& s) {
+        py::gil_scoped_release unlocked;
+        verify_container(s.container());
+      }, "Validates every module wrapper, reflection group and HASH.")
       .def("subset", [](const LoadedContainer& s, const std::vector<size_t>& indices) {
         for (size_t i : indices) {
           if (i >= s.container().functions.size()) throw py::index_error("function index out of range");

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "byte_reader.h"
 #include "module_wrapper.h"
 #include "tag_group.h"
 #include "tags.h"
@@ -10,18 +11,31 @@
 namespace torch_metallib::metallib {
 namespace {
 
-void check_source(const FunctionSource& source, size_t i) {
-  const std::string where = "function " + std::to_string(i) + " '" + source.name + "'";
+// The raw bitcode of `source`: LLVM itself wraps modules with Apple triples (as
+// llvmlite's as_bitcode() does for AIR), so a wrapped input is unwrapped first.
+std::string_view raw_bitcode(const FunctionSource& source, const std::string& where) {
+  const std::string_view bitcode = source.bitcode;
+  if (bitcode.size() >= 4 && load_le<uint32_t>(bitcode, 0) == kWrapperMagic) {
+    try {
+      return unwrap_bitcode(bitcode, 0, where);
+    } catch (const FormatError& e) {
+      throw std::invalid_argument(where + ": malformed Darwin bitcode wrapper: " + e.what());
+    }
+  }
+  return bitcode;
+}
+
+void check_source(const FunctionSource& source, std::string_view bitcode, const std::string& where) {
   if (source.name.empty() || source.name.find('\0') != std::string::npos ||
       source.name.size() > 0xfffe) {
     throw std::invalid_argument(where + ": name must be 1 to 65534 bytes without NUL");
   }
-  if (source.bitcode.size() < 4 || source.bitcode.compare(0, 4, "BC\xC0\xDE", 4) != 0) {
+  if (bitcode.size() < 4 || bitcode.substr(0, 4) != std::string_view("BC\xC0\xDE", 4)) {
     throw std::invalid_argument(where + ": bitcode must start with the LLVM bitcode magic "
                                 "'BC' 0xC0DE (raw bitcode, e.g. llvmlite's "
                                 "module.as_bitcode(), not text IR or a wrapped module)");
   }
-  if (source.bitcode.size() > 0xffffffffull - kWrapperSize - kModuleAlignment) {
+  if (bitcode.size() > 0xffffffffull - kWrapperSize - kModuleAlignment) {
     throw std::invalid_argument(where + ": bitcode larger than 4 GiB cannot be wrapped");
   }
 }
@@ -34,7 +48,9 @@ Container build_container(const Header& header, const std::vector<FunctionSource
   c.index.reserve(sources.size());
   for (size_t i = 0; i < sources.size(); ++i) {
     const FunctionSource& source = sources[i];
-    check_source(source, i);
+    const std::string where = "function " + std::to_string(i) + " '" + source.name + "'";
+    const std::string_view bitcode = raw_bitcode(source, where);
+    check_source(source, bitcode, where);
     Function f;
     f.type = source.type;
     f.name = c.own(source.name);
@@ -43,7 +59,7 @@ Container build_container(const Header& header, const std::vector<FunctionSource
                                   "': duplicate name (also function " + std::to_string(earlier) +
                                   ")");
     }
-    f.module = c.own(wrap_bitcode(source.bitcode));
+    f.module = c.own(wrap_bitcode(bitcode));
     std::string versions;
     for (uint16_t v : source.versions) put_le<uint16_t>(versions, v);
     const std::string_view zeros8 = c.own(std::string(8, '\0'));

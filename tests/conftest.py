@@ -1,0 +1,78 @@
+"""Shared test data: the Apple-built MLX corpus and the project's own packed fixtures."""
+
+import os
+import pathlib
+import struct
+
+import llvmlite.binding as llvm
+import pytest
+
+import torch_metallib as tm
+from torch_metallib._corpus import mlx_metallib_path
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def mlx_path() -> str:
+    """Path of Apple-built mlx.metallib (downloaded once into the cache). In CI a missing
+    corpus fails the run; locally, without network, the tests that need it are skipped."""
+    try:
+        return mlx_metallib_path()
+    except Exception as error:  # noqa: BLE001 - any fetch failure
+        if IN_CI:
+            pytest.fail(f"the MLX corpus is required in CI and could not be fetched: {error}")
+        pytest.skip(f"MLX corpus unavailable: {error}")
+
+
+@pytest.fixture(scope="session")
+def mlx_bytes(mlx_path) -> bytes:
+    with open(mlx_path, "rb") as file:
+        return file.read()
+
+
+@pytest.fixture(scope="session")
+def mlx_lib(mlx_path) -> tm.Library:
+    return tm.load(mlx_path)
+
+
+def fixture_bitcode(name: str) -> bytes:
+    """Assembles tests/fixtures/<name>.ll (AIR-style IR) into bitcode. For Apple triples
+    LLVM writes it inside the 20-byte Darwin wrapper, as Apple's compiler does."""
+    module = llvm.parse_assembly((FIXTURES / f"{name}.ll").read_text(), context=llvm.create_context())
+    module.verify()
+    return module.as_bitcode()
+
+
+def raw_bitcode(bitcode: bytes) -> bytes:
+    """The bitcode inside a Darwin wrapper (decoded here independently of the reader)."""
+    magic, _version, offset, size, _cpu = struct.unpack_from("<5I", bitcode)
+    assert magic == 0x0B17C0DE
+    return bitcode[offset:offset + size]
+
+
+FIXTURE_KERNELS = sorted(path.stem for path in FIXTURES.glob("*.ll"))
+
+# Function constants of function_constant_scale.ll, as its Metal source declares them.
+FIXTURE_CONSTANTS = {
+    "function_constant_scale": (
+        tm.FunctionConstant("use_bias", "bool", 0, True),
+        tm.FunctionConstant("alpha", "float", 1, True),
+    )
+}
+
+
+@pytest.fixture(scope="session")
+def fixture_sources():
+    return [
+        tm.FunctionSource(name, fixture_bitcode(name),
+                          function_constants=FIXTURE_CONSTANTS.get(name, ()))
+        for name in FIXTURE_KERNELS
+    ]
+
+
+@pytest.fixture(scope="session")
+def fixture_metallib(fixture_sources) -> bytes:
+    """The project's fixture kernels packed by the writer."""
+    return tm.pack(fixture_sources)

@@ -1,0 +1,88 @@
+"""`python -m torch_metallib inspect`: a header summary and a per-function table."""
+
+import json
+
+from ._library import load
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "inspect", help="show a .metallib's header and functions",
+        description="Show a .metallib's header and a table of its functions.")
+    parser.add_argument("file", help="path of the .metallib")
+    parser.add_argument("--function", metavar="NAME", help="show only this function, in detail")
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument("--verify", action="store_true",
+                        help="also check every module wrapper and SHA-256 hash")
+    parser.set_defaults(run=run)
+
+
+def header_record(lib) -> dict:
+    return {
+        "nbytes": lib.nbytes,
+        "file_version": list(lib.file_version),
+        "file_type": lib.file_type,
+        "platform": lib.platform,
+        "platform_version": list(lib.platform_version),
+        "uuid": str(lib.uuid) if lib.uuid else None,
+        "function_count": len(lib),
+        "unknown_tags": [list(tag) for tag in lib.unknown_tags],
+    }
+
+
+def function_record(function, detail: bool) -> dict:
+    record = {
+        "name": function.name,
+        "type": function.type,
+        "air_version": list(function.air_version) if function.air_version else None,
+        "language_version": list(function.language_version) if function.language_version else None,
+        "hash": function.hash,
+        "module_size": function.module_size,
+        "function_constants": [vars(c) for c in function.function_constants],
+    }
+    if detail:
+        record["bitcode_size"] = function.bitcode.nbytes
+        record["tags"] = [
+            {"tag": tag, "offset": offset, "size": len(payload)}
+            for tag, offset, payload in function.tags
+        ]
+    return record
+
+
+def run(args) -> int:
+    lib = load(args.file, verify=args.verify)
+    names = [args.function] if args.function else lib.function_names
+    functions = [function_record(lib[name], detail=bool(args.function)) for name in names]
+    if args.json:
+        print(json.dumps({"header": header_record(lib), "functions": functions}, indent=2))
+    else:
+        print_text(header_record(lib), functions)
+    return 0
+
+
+def _version(value) -> str:
+    return ".".join(map(str, value)) if value else "-"
+
+
+def print_text(header: dict, functions: list) -> None:
+    print(f"file:      {header['nbytes']:,} bytes, format {_version(header['file_version'])}, "
+          f"{header['file_type']}")
+    print(f"platform:  {header['platform']} {_version(header['platform_version'])}")
+    print(f"uuid:      {header['uuid'] or '-'}")
+    print(f"functions: {header['function_count']}")
+    for place, tag, offset, size in header["unknown_tags"]:
+        print(f"unknown tag {tag} ({size} bytes) in {place} at byte {offset}: kept as is")
+    width = max([len("name")] + [len(f["name"]) for f in functions])
+    print()
+    print(f"{'name':<{width}}  {'type':<12} {'AIR':>4} {'MSL':>4}  {'hash':<12} {'module':>9}  constants")
+    for f in functions:
+        constants = ", ".join(f"{c['name']}:{c['type']}@{c['index']}" for c in f["function_constants"])
+        print(f"{f['name']:<{width}}  {f['type']:<12} {_version(f['air_version']):>4} "
+              f"{_version(f['language_version']):>4}  {f['hash'][:12]:<12} "
+              f"{f['module_size']:>9,}  {constants or '-'}")
+        for tag in f.get("tags", []):
+            print(f"    tag {tag['tag']} at byte {tag['offset']}, {tag['size']} bytes")
+        if "bitcode_size" in f:
+            print(f"    bitcode: {f['bitcode_size']:,} bytes")

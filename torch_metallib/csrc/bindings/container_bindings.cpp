@@ -8,6 +8,7 @@
 #include "metallib/byte_reader.h"
 #include "metallib/function_constants.h"
 #include "metallib/reader.h"
+#include "metallib/tag_group.h"
 #include "metallib/tags.h"
 #include "metallib/writer.h"
 
@@ -52,7 +53,7 @@ py::str name_to_py(std::string_view name) {
   return py::reinterpret_steal<py::str>(text);
 }
 
-py::list tag_list(TagRange tags) {
+py::list tag_list(const std::vector<Tag>& tags) {
   py::list out;
   for (const Tag& tag : tags) {
     out.append(py::make_tuple(tag_name(tag.code), tag.offset, to_py(tag.payload)));
@@ -79,18 +80,20 @@ py::dict function_record(const LoadedContainer& self, size_t i) {
   record["hash"] = to_py(f.hash);
   record["module_offset"] = f.module_offset;
   record["module_size"] = f.module.size();
-  record["tags"] = tag_list(c.tags(f.tags));
-  record["public_metadata"] = tag_list(c.tags(f.public_metadata));
-  record["private_metadata"] = tag_list(c.tags(f.private_metadata));
+  const std::vector<Tag> tags = decode_tags(f.tags, f.tags_offset);
+  const std::vector<Tag> public_metadata = decode_tags(f.public_metadata, f.public_offset);
+  record["tags"] = tag_list(tags);
+  record["public_metadata"] = tag_list(public_metadata);
+  record["private_metadata"] = tag_list(decode_tags(f.private_metadata, f.private_offset));
   py::object versions = py::none();
   std::vector<FunctionConstant> constants;
-  for (const Tag& tag : c.tags(f.tags)) {
+  for (const Tag& tag : tags) {
     if (tag.code == kTagVersions) {
       versions = py::make_tuple(load_le<uint16_t>(tag.payload, 0), load_le<uint16_t>(tag.payload, 2),
                                 load_le<uint16_t>(tag.payload, 4), load_le<uint16_t>(tag.payload, 6));
     }
   }
-  for (const Tag& tag : c.tags(f.public_metadata)) {
+  for (const Tag& tag : public_metadata) {
     if (tag.code == kTagConstants) {
       constants = decode_constants(tag.payload, tag.offset, describe_function(c, i));
     }

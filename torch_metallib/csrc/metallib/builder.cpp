@@ -64,17 +64,23 @@ Container build_container(const Header& header, const std::vector<FunctionSource
     for (uint16_t v : source.versions) put_le<uint16_t>(versions, v);
     const std::string_view zeros8 = c.own(std::string(8, '\0'));
     // HASH, OFFT and MDSZ are placeholders the writer fills from the layout.
-    f.tags = c.add_tags(std::vector<Tag>{
+    f.tags = c.own(encode_tag_group({
         {kTagName, c.own(source.name + '\0'), 0},
         {kTagType, c.own(std::string(1, char(source.type))), 0},
         {kTagHash, c.own(std::string(32, '\0')), 0},
         {kTagOffsets, c.own(std::string(24, '\0')), 0},
         {kTagVersions, c.own(versions), 0},
         {kTagModuleSize, zeros8, 0},
-    });
+    }));
+    f.public_metadata = f.private_metadata = c.own(encode_tag_group({}));
     if (!source.constants.empty()) {
-      f.public_metadata = c.add_tags(
-          std::vector<Tag>{{kTagConstants, c.own(encode_constants(source.constants)), 0}});
+      const std::string constants = encode_constants(source.constants);
+      if (constants.size() > 0xffff) {
+        throw std::invalid_argument(where + ": function constants take " +
+                                    std::to_string(constants.size()) +
+                                    " bytes; the CNST tag holds at most 65535");
+      }
+      f.public_metadata = c.own(encode_tag_group({{kTagConstants, constants, 0}}));
     }
     c.functions.push_back(std::move(f));
   }

@@ -23,28 +23,6 @@ struct Tag {
   uint64_t offset;  // where the tag starts in the source file (0 for new tags)
 };
 
-// A function's tag group: `count` tags starting at `begin` in Container::tag_pool. One
-// pool for all groups keeps loading free of per-function allocations.
-struct TagSpan {
-  uint32_t begin = 0;
-  uint32_t count = 0;
-};
-
-// A read-only view of consecutive tags (a span of the pool, or a whole vector).
-class TagRange {
- public:
-  TagRange(const Tag* first, size_t count) : first_(first), count_(count) {}
-  TagRange(const std::vector<Tag>& tags) : first_(tags.data()), count_(tags.size()) {}
-  const Tag* begin() const { return first_; }
-  const Tag* end() const { return first_ + count_; }
-  size_t size() const { return count_; }
-  const Tag& operator[](size_t i) const { return first_[i]; }
-
- private:
-  const Tag* first_;
-  size_t count_;
-};
-
 struct Header {
   uint16_t format_major = 1;      // bits 0-14 of the u16 at byte 4
   bool macos_target = true;       // bit 15 of the same u16
@@ -60,11 +38,13 @@ struct Header {
 struct Function {
   std::string_view name;  // without the trailing NUL
   uint8_t type = 2;       // TYPE tag: 2 = kernel
-  // Tags of the function-list group, public- and private-metadata groups, in file order.
-  // Computed tags (HASH, OFFT, MDSZ, RFLT) are rewritten by the writer.
-  TagSpan tags;
-  TagSpan public_metadata;
-  TagSpan private_metadata;
+  // The function-list, public- and private-metadata tag groups, encoded as in the file
+  // (tags then ENDT, without the u32 group size). The writer rewrites the computed tags
+  // (HASH, OFFT, MDSZ, RFLT) of `tags`; the rest is copied byte for byte.
+  std::string_view tags;
+  std::string_view public_metadata;
+  std::string_view private_metadata;
+  uint64_t tags_offset = 0, public_offset = 0, private_offset = 0;  // file offsets of the above
   std::string_view module;      // wrapper + bitcode + padding: exactly MDSZ bytes
   // From the function's reflection-list group to the end of that list (empty if none).
   // The group's own size is read and validated when needed (writing, verifying), not at
@@ -73,7 +53,6 @@ struct Function {
   uint64_t reflection_offset = 0;  // absolute file offset of that group
   std::string_view hash;        // 32 bytes when known (parsed); empty means "compute it"
   uint64_t module_offset = 0;   // absolute file offset of `module` (0 for new functions)
-  uint64_t group_offset = 0;    // absolute file offset of the function-list group
 };
 
 // A section after the modules that a header-extension tag points to (RLST, HSRC, ...).
@@ -103,17 +82,7 @@ struct Container {
   std::vector<TrailingSection> trailing;
   std::string_view tail;  // bytes after the last known section
   std::vector<UnknownTag> unknown_tags;
-  NameIndex index;             // name -> position in `functions`
-  std::vector<Tag> tag_pool;   // every function's tags, addressed by TagSpan
-
-  TagRange tags(TagSpan span) const { return {tag_pool.data() + span.begin, span.count}; }
-
-  TagSpan add_tags(TagRange tags) {
-    const TagSpan span{uint32_t(tag_pool.size()), uint32_t(tags.size())};
-    tag_pool.insert(tag_pool.end(), tags.begin(), tags.end());
-    return span;
-  }
-
+  NameIndex index;  // name -> position in `functions`
   // Bytes created for this container (new UUIDs, wrapped modules); views may point here.
   std::vector<std::unique_ptr<std::string>> owned;
 

@@ -7,6 +7,7 @@
 #include "byte_reader.h"
 #include "function_constants.h"
 #include "module_wrapper.h"
+#include "name_index.h"
 #include "sha256.h"
 #include "tag_group.h"
 #include "tags.h"
@@ -36,8 +37,8 @@ Region region_in_file(const ByteReader& in, uint64_t offset, uint64_t size, uint
 }
 
 Region read_region(const ByteReader& in, uint64_t field_at, const std::string& field) {
-  return region_in_file(in, in.read<uint64_t>(field_at, field + " offset"),
-                        in.read<uint64_t>(field_at + 8, field + " size"), field_at, field);
+  return region_in_file(in, in.read<uint64_t>(field_at, "section offset"),
+                        in.read<uint64_t>(field_at + 8, "section size"), field_at, field);
 }
 
 void require_after(uint64_t previous_end, const std::string& previous, const Region& region,
@@ -63,29 +64,39 @@ void record_unknown(Container& container, const Tag& tag, const Place& where) {
       UnknownTag{where.describe(), tag.code, tag.offset, uint64_t(tag.payload.size())});
 }
 
-// Checks the tags of one group against the table and calls `visit(tag, spec)` for each
-// tag known in this place; unknown ones are recorded. Rejects a known tag given twice.
-template <typename Visit>
-void classify(Container& container, TagRange tags, TagPlace place, const Place& where,
-              Visit&& visit) {
-  for (size_t i = 0; i < tags.size(); ++i) {
-    const Tag& tag = tags[i];
+// Checks each tag of one group against the table as read_tag_group visits it: known
+// tags get their size checked and may appear once; unknown ones are recorded.
+class TagChecker {
+ public:
+  TagChecker(Container& container, TagPlace place, const Place& where)
+      : container_(container), place_(place), where_(where) {}
+
+  // The tag's spec when it is known in this place, else nullptr (recorded as unknown).
+  const TagSpec* check(const Tag& tag) {
     const TagSpec* spec = find_tag(tag.code);
-    if (spec == nullptr || (spec->places & place) == 0) {
-      record_unknown(container, tag, where);
-      continue;
+    if (spec == nullptr || (spec->places & place_) == 0) {
+      record_unknown(container_, tag, where_);
+      return nullptr;
     }
-    require_size(tag, *spec, where);
-    for (size_t j = 0; j < i; ++j) {
-      if (tags[j].code == tag.code) {
-        throw FormatError(tag.offset, where.describe() + " tag " + spec->name,
+    require_size(tag, *spec, where_);
+    for (size_t i = 0; i < seen_count_; ++i) {
+      if (seen_[i].first == tag.code) {
+        throw FormatError(tag.offset, where_.describe() + " tag " + spec->name,
                           "at most one " + std::string(spec->name) + " tag per group",
-                          "a second one (the first is at byte " + std::to_string(tags[j].offset) + ")");
+                          "a second one (the first is at byte " + std::to_string(seen_[i].second) + ")");
       }
     }
-    visit(tag, *spec);
+    seen_[seen_count_++] = {tag.code, tag.offset};  // at most one per table entry: fits
+    return spec;
   }
-}
+
+ private:
+  Container& container_;
+  TagPlace place_;
+  const Place& where_;
+  std::array<std::pair<uint32_t, uint64_t>, kTagCount> seen_;
+  size_t seen_count_ = 0;
+};
 
 Header read_header(const ByteReader& in) {
   if (in.size() < kHeaderSize) {
@@ -132,16 +143,21 @@ std::vector<std::pair<const Tag*, Region>> read_extension(const ByteReader& in, 
                                                           const Region& modules) {
   const Place where{"header extension"};
   c.has_extension = true;
-  read_tag_group(in, begin, end, where, c.extension);
+  TagChecker checker(c, kHeaderExtension, where);
+  read_tag_group(in, begin, end, where, [&](const Tag& tag) {
+    checker.check(tag);
+    c.extension.push_back(tag);
+  });
   std::vector<std::pair<const Tag*, Region>> sections;
-  classify(c, c.extension, kHeaderExtension, where, [&](const Tag& tag, const TagSpec& spec) {
-    if (spec.kind != TagKind::kSectionRef) return;
-    const std::string field = "header extension " + std::string(spec.name) + " section";
+  for (const Tag& tag : c.extension) {
+    const TagSpec* spec = find_tag(tag.code);
+    if (spec == nullptr || spec->kind != TagKind::kSectionRef) continue;
+    const std::string field = "header extension " + std::string(spec->name) + " section";
     const Region region = region_in_file(in, load_le<uint64_t>(tag.payload, 0),
                                          load_le<uint64_t>(tag.payload, 8), tag.offset, field);
     require_after(modules.end(), "module section", region, tag.offset, field);
     sections.emplace_back(&tag, region);
-  });
+  }
   return sections;
 }
 
@@ -156,8 +172,8 @@ void place_trailing_sections(const ByteReader& in, Container& c,
     const std::string field = "header extension " + tag_name(tag->code) + " section";
     require_after(previous_end, previous, region, tag->offset, field);
     c.trailing.push_back(TrailingSection{
-        tag->code, in.bytes(previous_end, region.offset - previous_end, field),
-        in.bytes(region.offset, region.size, field)});
+        tag->code, in.bytes(previous_end, region.offset - previous_end, "section gap"),
+        in.bytes(region.offset, region.size, "section")});
     previous_end = region.end();
     previous = tag_name(tag->code) + " section";
   }
@@ -165,8 +181,10 @@ void place_trailing_sections(const ByteReader& in, Container& c,
 }
 
 // One per-function metadata group: u32 size (counting itself), tags, ENDT.
-TagSpan read_metadata_group(const ByteReader& in, Container& c, const Region& section,
-                            uint64_t relative, const Place& where, uint64_t offsets_tag_at) {
+template <typename Visit>
+std::string_view read_metadata_group(const ByteReader& in, const Region& section,
+                                     uint64_t relative, const Place& where,
+                                     uint64_t offsets_tag_at, Visit&& visit) {
   if (!range_fits(relative, 4, section.size)) {
     throw FormatError(offsets_tag_at, where.describe() + " offset (OFFT)",
                       "an offset inside the " + std::to_string(section.size) + "-byte section",
@@ -179,7 +197,7 @@ TagSpan read_metadata_group(const ByteReader& in, Container& c, const Region& se
                       "8 to " + std::to_string(section.size - relative) + " bytes",
                       std::to_string(size));
   }
-  return read_tag_group(in, at + 4, at + size, where, c.tag_pool);
+  return read_tag_group(in, at + 4, at + size, where, visit);
 }
 
 struct FunctionFields {
@@ -189,12 +207,16 @@ struct FunctionFields {
   uint64_t reflection_offset = 0, reflection_tag_at = 0;
 };
 
-FunctionFields read_function_tags(Container& c, Function& f, const Place& where,
-                                  uint64_t group_at) {
+FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& f,
+                                  const Place& where, uint64_t group_at, uint64_t group_end) {
   FunctionFields fields;
   bool has_name = false, has_type = false, has_offsets = false, has_size = false;
-  classify(c, c.tags(f.tags), kFunctionList, where, [&](const Tag& tag, const TagSpec& spec) {
-    switch (spec.kind) {
+  TagChecker checker(c, kFunctionList, where);
+  f.tags_offset = group_at + 4;
+  f.tags = read_tag_group(in, group_at + 4, group_end, where, [&](const Tag& tag) {
+    const TagSpec* spec = checker.check(tag);
+    if (spec == nullptr) return;
+    switch (spec->kind) {
       case TagKind::kName: {
         const size_t nul = tag.payload.find('\0');
         if (tag.payload.size() < 2 || nul != tag.payload.size() - 1) {
@@ -245,9 +267,16 @@ FunctionFields read_function_tags(Container& c, Function& f, const Place& where,
   return fields;
 }
 
-void check_public_metadata(Container& c, const Function& f, const Place& where) {
-  classify(c, c.tags(f.public_metadata), kPublicMetadata, where, [&](const Tag& tag, const TagSpec& spec) {
-    if (spec.kind == TagKind::kConstants) decode_constants(tag.payload, tag.offset, where.describe());
+// Reads one metadata group of `f` and checks its tags; CNST must decode.
+std::string_view read_metadata(const ByteReader& in, Container& c, const Region& section,
+                               uint64_t relative, TagPlace place, const Place& where,
+                               uint64_t offsets_tag_at) {
+  TagChecker checker(c, place, where);
+  return read_metadata_group(in, section, relative, where, offsets_tag_at, [&](const Tag& tag) {
+    const TagSpec* spec = checker.check(tag);
+    if (spec != nullptr && spec->kind == TagKind::kConstants) {
+      decode_constants(tag.payload, tag.offset, where.describe());
+    }
   });
 }
 
@@ -298,8 +327,7 @@ std::string_view function_reflection(const Container& container, size_t index) {
                           " bytes (the rest of the reflection list)",
                       std::to_string(size));
   }
-  std::vector<Tag> tags;
-  read_tag_group(in, f.reflection_offset + 4, f.reflection_offset + size, where, tags);
+  read_tag_group(in, f.reflection_offset + 4, f.reflection_offset + size, where, [](const Tag&) {});
   return f.reflection.substr(0, size);
 }
 
@@ -310,7 +338,7 @@ void verify_container(const Container& container) {
     function_reflection(container, i);
     const std::array<uint8_t, 32> digest = sha256(f.module);
     if (f.hash.size() == 32 && std::memcmp(digest.data(), f.hash.data(), 32) != 0) {
-      throw FormatError(f.group_offset, describe_function(container, i) + " HASH",
+      throw FormatError(f.tags_offset, describe_function(container, i) + " HASH",
                         "the SHA-256 of its " + std::to_string(f.module.size()) + "-byte module",
                         "a different digest (the module or its HASH tag is corrupt)");
     }
@@ -363,12 +391,10 @@ Container read_container(const uint8_t* data, uint64_t size) {
   }
   c.functions.resize(count);
   c.index.reserve(count);
-  c.tag_pool.reserve(size_t(count) * 8);
   uint64_t at = list.offset;
   for (uint32_t i = 0; i < count; ++i) {
     Function& f = c.functions[i];
     Place where{"function-list group", int64_t(i)};
-    f.group_offset = at;
     const uint32_t group_size = in.read<uint32_t>(at, "function group size");
     if (group_size < 8 || !range_fits(at, group_size, list.end())) {
       throw FormatError(at, where.describe() + " size",
@@ -376,8 +402,7 @@ Container read_container(const uint8_t* data, uint64_t size) {
                             " bytes (the rest of the function list)",
                         std::to_string(group_size));
     }
-    f.tags = read_tag_group(in, at + 4, at + group_size, where, c.tag_pool);
-    const FunctionFields fields = read_function_tags(c, f, where, at);
+    const FunctionFields fields = read_function_tags(in, c, f, where, at, at + group_size);
     where.name = f.name;
     if (const int64_t earlier = c.index.insert(f.name); earlier >= 0) {
       throw FormatError(at, where.describe() + " NAME", "unique function names",
@@ -393,14 +418,13 @@ Container read_container(const uint8_t* data, uint64_t size) {
     f.module = in.bytes(f.module_offset, fields.module_size, "module");
 
     const Place public_place{"public metadata", int64_t(i), f.name};
-    f.public_metadata = read_metadata_group(in, c, public_md, fields.public_offset, public_place,
-                                            fields.offsets_tag_at);
-    check_public_metadata(c, f, public_place);
+    f.public_metadata = read_metadata(in, c, public_md, fields.public_offset, kPublicMetadata,
+                                      public_place, fields.offsets_tag_at);
+    f.public_offset = public_md.offset + fields.public_offset + 4;
     const Place private_place{"private metadata", int64_t(i), f.name};
-    f.private_metadata = read_metadata_group(in, c, private_md, fields.private_offset, private_place,
-                                             fields.offsets_tag_at);
-    classify(c, c.tags(f.private_metadata), kPrivateMetadata, private_place,
-             [](const Tag&, const TagSpec&) {});
+    f.private_metadata = read_metadata(in, c, private_md, fields.private_offset, kPrivateMetadata,
+                                       private_place, fields.offsets_tag_at);
+    f.private_offset = private_md.offset + fields.private_offset + 4;
 
     if (fields.has_reflection) {
       const Place reflection_place{"reflection-list group", int64_t(i), f.name};

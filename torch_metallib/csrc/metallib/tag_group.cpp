@@ -1,7 +1,5 @@
 #include "tag_group.h"
 
-#include "tags.h"
-
 namespace torch_metallib::metallib {
 
 std::string Place::describe() const {
@@ -14,50 +12,43 @@ std::string Place::describe() const {
   return text + group;
 }
 
-TagSpan read_tag_group(const ByteReader& in, uint64_t begin, uint64_t end, const Place& where,
-                       std::vector<Tag>& tags) {
-  const size_t first = tags.size();
-  uint64_t at = begin;
-  while (true) {
-    if (!range_fits(at, 4, end)) {
-      throw FormatError(at, where.describe() + " tag",
-                        "a 4-byte tag code or ENDT before the group ends at byte " +
-                            std::to_string(end),
+void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t code,
+                     uint64_t length, const Place& where) {
+  const std::string group = where.describe();
+  const std::string before_end = "before the group ends at byte " + std::to_string(end);
+  const std::string tag = group + " tag " + tag_name(code);
+  switch (problem) {
+    case GroupProblem::kNoEndTag:
+      throw FormatError(at, group + " ENDT", "a 4-byte tag code or ENDT " + before_end,
                         "the group ran out without ENDT");
-    }
-    const uint32_t code = in.read<uint32_t>(at, "tag code");
-    if (code == kEndTag) {
-      if (at + 4 != end) {
-        throw FormatError(at, where.describe() + " ENDT",
-                          "the group to end at byte " + std::to_string(end),
-                          "ENDT at byte " + std::to_string(at) + " with " +
-                              std::to_string(end - at - 4) + " bytes of the group left after it");
-      }
-      return TagSpan{uint32_t(first), uint32_t(tags.size() - first)};
-    }
-    const bool wide = has_u32_length(code);
-    const uint64_t length_size = wide ? 4 : 2;
-    if (!range_fits(at + 4, length_size, end)) {
-      throw FormatError(at + 4, where.describe() + " tag " + tag_name(code) + " length",
-                        "a length field before the group ends at byte " + std::to_string(end),
+    case GroupProblem::kBytesAfterEndTag:
+      throw FormatError(at, group + " ENDT", "ENDT as the group's last 4 bytes",
+                        std::to_string(end - at - 4) + " bytes of the group after it");
+    case GroupProblem::kNoLength:
+      throw FormatError(at + 4, tag + " length", "a length field " + before_end,
                         std::to_string(end - at - 4) + " bytes left");
+    case GroupProblem::kPayloadTooLong:
+    default: {
+      const uint64_t payload_at = at + 4 + (has_u32_length(code) ? 4 : 2);
+      throw FormatError(at, tag, "a payload that ends " + before_end,
+                        "length " + std::to_string(length) + " with " +
+                            std::to_string(end - payload_at) + " bytes left");
     }
-    const uint64_t length = wide ? in.read<uint32_t>(at + 4, "tag length")
-                                 : in.read<uint16_t>(at + 4, "tag length");
-    const uint64_t payload_at = at + 4 + length_size;
-    if (!range_fits(payload_at, length, end)) {
-      throw FormatError(at, where.describe() + " tag " + tag_name(code),
-                        "its " + std::to_string(length) +
-                            "-byte payload to end before the group ends at byte " +
-                            std::to_string(end),
-                        std::to_string(end - payload_at) + " bytes left in the group");
-    }
-    tags.push_back(Tag{code, in.bytes(payload_at, length, "tag payload"), at});
-    at = payload_at + length;
   }
 }
 
-uint64_t tag_group_size(TagRange tags) {
+std::vector<Tag> decode_tags(std::string_view group, uint64_t offset) {
+  std::vector<Tag> tags;
+  const ByteReader in(reinterpret_cast<const uint8_t*>(group.data()), group.size());
+  const Place where{"encoded group"};
+  read_tag_group(in, 0, group.size(), where, [&](Tag tag) {
+    tag.offset += offset;
+    tags.push_back(tag);
+  });
+  return tags;
+}
+
+uint64_t tag_group_size(const std::vector<Tag>& tags) {
   uint64_t size = 4;  // ENDT
   for (const Tag& tag : tags) {
     size += 4 + (has_u32_length(tag.code) ? 4 : 2) + tag.payload.size();
@@ -65,7 +56,7 @@ uint64_t tag_group_size(TagRange tags) {
   return size;
 }
 
-void write_tag_group(std::string& out, TagRange tags) {
+void write_tag_group(std::string& out, const std::vector<Tag>& tags) {
   for (const Tag& tag : tags) {
     put_le<uint32_t>(out, tag.code);
     if (has_u32_length(tag.code)) {
@@ -76,6 +67,13 @@ void write_tag_group(std::string& out, TagRange tags) {
     out.append(tag.payload);
   }
   put_le<uint32_t>(out, kEndTag);
+}
+
+std::string encode_tag_group(const std::vector<Tag>& tags) {
+  std::string out;
+  out.reserve(tag_group_size(tags));
+  write_tag_group(out, tags);
+  return out;
 }
 
 }  // namespace torch_metallib::metallib

@@ -49,11 +49,52 @@ struct TagSpec {
   const char* meaning;
 };
 
-// nullptr for a tag the table does not know.
-const TagSpec* find_tag(uint32_t code);
+// Entries in the tag table.
+constexpr size_t kTagCount = 28;
 
-// Whether a tag's payload length is a u32 (RBUF, SBUF, SARC) rather than a u16.
-bool has_u32_length(uint32_t code);
+// Sizes and meanings from DESIGN.md §4.1, checked against Apple-built files where the
+// corpus has them (NAME..RFLT, RLST, UUID, CNST, RBUF); the others are kept raw.
+inline constexpr TagSpec kTagTable[kTagCount] = {
+    {fourcc("NAME"), "NAME", kFunctionList, TagKind::kName, kVariableSize, false, "function name"},
+    {fourcc("TYPE"), "TYPE", kFunctionList, TagKind::kFunctionType, 1, false, "function type"},
+    {fourcc("HASH"), "HASH", kFunctionList, TagKind::kHash, 32, false, "SHA-256 of the module"},
+    {fourcc("OFFT"), "OFFT", kFunctionList, TagKind::kOffsets, 24, false, "section offsets"},
+    {fourcc("VERS"), "VERS", kFunctionList, TagKind::kVersions, 8, false, "AIR/MSL versions"},
+    {fourcc("MDSZ"), "MDSZ", kFunctionList, TagKind::kModuleSize, 8, false, "module size"},
+    {fourcc("SOFF"), "SOFF", kFunctionList, TagKind::kRaw, 8, false, "source offset"},
+    {fourcc("RFLT"), "RFLT", kFunctionList, TagKind::kReflectionRef, 8, false, "reflection offset"},
+    {fourcc("TESS"), "TESS", kFunctionList, TagKind::kRaw, kVariableSize, false, "tessellation info"},
+    {fourcc("LAYR"), "LAYR", kFunctionList, TagKind::kRaw, kVariableSize, false, "render target array index type"},
+    {fourcc("RLST"), "RLST", kHeaderExtension, TagKind::kSectionRef, 16, false, "reflection list section"},
+    {fourcc("HSRC"), "HSRC", kHeaderExtension, TagKind::kSectionRef, 16, false, "embedded source section"},
+    {fourcc("HSRD"), "HSRD", kHeaderExtension, TagKind::kSectionRef, 16, false, "embedded source section with working dir"},
+    {fourcc("HDYN"), "HDYN", kHeaderExtension, TagKind::kSectionRef, 16, false, "dynamic header section"},
+    {fourcc("UUID"), "UUID", kHeaderExtension, TagKind::kUuid, 16, false, "library UUID"},
+    {fourcc("SLST"), "SLST", kHeaderExtension, TagKind::kRaw, kVariableSize, false, "script list"},
+    {fourcc("VLST"), "VLST", kHeaderExtension, TagKind::kRaw, kVariableSize, false, "variable list"},
+    {fourcc("ILST"), "ILST", kHeaderExtension, TagKind::kRaw, kVariableSize, false, "imported symbol list"},
+    {fourcc("CNST"), "CNST", kPublicMetadata, TagKind::kConstants, kVariableSize, false, "function constants"},
+    {fourcc("VATT"), "VATT", kPublicMetadata, TagKind::kRaw, kVariableSize, false, "vertex attributes"},
+    {fourcc("VATY"), "VATY", kPublicMetadata, TagKind::kRaw, kVariableSize, false, "vertex attribute types"},
+    {fourcc("RETR"), "RETR", kPublicMetadata, TagKind::kRaw, kVariableSize, false, "return type"},
+    {fourcc("ARGR"), "ARGR", kPublicMetadata, TagKind::kRaw, kVariableSize, false, "argument info"},
+    {fourcc("DEBI"), "DEBI", kPrivateMetadata, TagKind::kRaw, kVariableSize, false, "debug info: u32 line + path"},
+    {fourcc("DEPF"), "DEPF", kPrivateMetadata, TagKind::kRaw, kVariableSize, false, "dependency file path"},
+    {fourcc("RBUF"), "RBUF", kReflectionList, TagKind::kRaw, kVariableSize, true, "reflection buffer"},
+    {fourcc("SBUF"), "SBUF", kReflectionList, TagKind::kRaw, kVariableSize, true, "source buffer"},
+    {fourcc("SARC"), "SARC", kReflectionList, TagKind::kRaw, kVariableSize, true, "source archive"},
+};
+
+
+
+// nullptr for a tag the table does not know. Linear, with the per-function tags first:
+// a typical lookup ends within a few comparisons.
+inline const TagSpec* find_tag(uint32_t code) {
+  for (const TagSpec& spec : kTagTable) {
+    if (spec.code == code) return &spec;
+  }
+  return nullptr;
+}
 
 // "NAME" for printable codes, else "0x4e414d45"-style hex.
 std::string tag_name(uint32_t code);
@@ -69,5 +110,20 @@ constexpr uint32_t kTagReflection = fourcc("RFLT");
 constexpr uint32_t kTagReflectionList = fourcc("RLST");
 constexpr uint32_t kTagUuid = fourcc("UUID");
 constexpr uint32_t kTagConstants = fourcc("CNST");
+
+// Whether a tag's payload length is a u32 rather than a u16.
+constexpr bool has_u32_length(uint32_t code) {
+  return code == fourcc("RBUF") || code == fourcc("SBUF") || code == fourcc("SARC");
+}
+
+// has_u32_length spells the u32-length tags out for the reader's inner loop; this check
+// keeps it in step with the table.
+constexpr bool u32_lengths_match_table() {
+  for (const TagSpec& spec : kTagTable) {
+    if (spec.u32_length != has_u32_length(spec.code)) return false;
+  }
+  return true;
+}
+static_assert(u32_lengths_match_table(), "has_u32_length disagrees with kTagTable");
 
 }  // namespace torch_metallib::metallib

@@ -36,9 +36,9 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
   for (size_t i = 0; i < n; ++i) {
     const Function& f = c.functions[i];
     layout.public_offsets.push_back(layout.public_size);
-    layout.public_size += 4 + tag_group_size(c.tags(f.public_metadata));
+    layout.public_size += 4 + f.public_metadata.size();
     layout.private_offsets.push_back(layout.private_size);
-    layout.private_size += 4 + tag_group_size(c.tags(f.private_metadata));
+    layout.private_size += 4 + f.private_metadata.size();
     layout.module_offsets.push_back(layout.module_size);
     layout.module_size += f.module.size();
     layout.reflection_offsets.push_back(reflection_at);
@@ -62,8 +62,7 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
 std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layout,
                                std::vector<std::string>& storage) {
   const Function& f = c.functions[i];
-  const TagRange range = c.tags(f.tags);
-  std::vector<Tag> tags(range.begin(), range.end());
+  std::vector<Tag> tags = decode_tags(f.tags, f.tags_offset);
   for (Tag& tag : tags) {
     const TagSpec* spec = find_tag(tag.code);
     if (spec == nullptr || (spec->places & kFunctionList) == 0) continue;
@@ -91,35 +90,15 @@ std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layou
   return tags;
 }
 
-void put_group(std::string& out, TagRange tags) {
-  put_le<uint32_t>(out, static_cast<uint32_t>(4 + tag_group_size(tags)));
-  write_tag_group(out, tags);
-}
-
-void check_lengths(const Container& c) {
-  const auto check = [](TagRange tags, const std::string& where) {
-    for (const Tag& tag : tags) {
-      const uint64_t limit = has_u32_length(tag.code) ? 0xffffffffull : 0xffffull;
-      if (tag.payload.size() > limit) {
-        throw std::length_error(where + ": tag " + tag_name(tag.code) + " payload of " +
-                                std::to_string(tag.payload.size()) +
-                                " bytes does not fit its length field (max " +
-                                std::to_string(limit) + ")");
-      }
-    }
-  };
-  for (const Function& f : c.functions) {
-    check(c.tags(f.tags), std::string(f.name));
-    check(c.tags(f.public_metadata), std::string(f.name));
-    check(c.tags(f.private_metadata), std::string(f.name));
-  }
-  check(c.extension, "header extension");
+// A metadata or function-list group: u32 size (counting itself), tags, ENDT.
+void put_group(std::string& out, std::string_view encoded) {
+  put_le<uint32_t>(out, static_cast<uint32_t>(4 + encoded.size()));
+  out.append(encoded);
 }
 
 }  // namespace
 
 std::string write_container(const Container& c) {
-  check_lengths(c);
   std::vector<std::string_view> reflections;
   const Layout layout = plan(c, reflections);
   std::vector<std::string> storage;
@@ -128,7 +107,7 @@ std::string write_container(const Container& c) {
   std::string list;
   put_le<uint32_t>(list, static_cast<uint32_t>(c.functions.size()));
   for (size_t i = 0; i < c.functions.size(); ++i) {
-    put_group(list, function_tags(c, i, layout, storage));
+    put_group(list, encode_tag_group(function_tags(c, i, layout, storage)));
   }
 
   // Sections after the modules, in their original order; the reflection list is rebuilt.
@@ -196,9 +175,9 @@ std::string write_container(const Container& c) {
   out.append(c.gaps[0]);
   out.append(list);
   if (c.has_extension) write_tag_group(out, extension);
-  for (const Function& f : c.functions) put_group(out, c.tags(f.public_metadata));
+  for (const Function& f : c.functions) put_group(out, f.public_metadata);
   out.append(c.gaps[1]);
-  for (const Function& f : c.functions) put_group(out, c.tags(f.private_metadata));
+  for (const Function& f : c.functions) put_group(out, f.private_metadata);
   out.append(c.gaps[2]);
   for (const Function& f : c.functions) out.append(f.module);
   for (size_t k = 0; k < c.trailing.size(); ++k) {
@@ -240,10 +219,7 @@ Container select_functions(const Container& source, const std::vector<size_t>& i
   out.tail = source.tail;
   out.index.reserve(indices.size());
   for (size_t i : indices) {
-    Function f = source.functions.at(i);
-    f.tags = out.add_tags(source.tags(f.tags));
-    f.public_metadata = out.add_tags(source.tags(f.public_metadata));
-    f.private_metadata = out.add_tags(source.tags(f.private_metadata));
+    const Function& f = source.functions.at(i);
     if (out.index.insert(f.name) >= 0) {
       throw std::invalid_argument("subset: function '" + std::string(f.name) + "' is listed twice");
     }

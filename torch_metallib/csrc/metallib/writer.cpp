@@ -1,6 +1,7 @@
 #include "writer.h"
 
 #include <algorithm>
+#include <deque>
 #include <stdexcept>
 
 #include "reader.h"
@@ -58,9 +59,10 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
   return layout;
 }
 
-// The function-list tags with computed payloads substituted; `storage` owns them.
+// The function-list tags with computed payloads substituted; `storage` owns them (a
+// deque: growing it never moves the strings earlier payload views point into).
 std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layout,
-                               std::vector<std::string>& storage) {
+                               std::deque<std::string>& storage) {
   const Function& f = c.functions[i];
   std::vector<Tag> tags = decode_tags(f.tags, f.tags_offset);
   for (Tag& tag : tags) {
@@ -101,8 +103,7 @@ void put_group(std::string& out, std::string_view encoded) {
 std::string write_container(const Container& c) {
   std::vector<std::string_view> reflections;
   const Layout layout = plan(c, reflections);
-  std::vector<std::string> storage;
-  storage.reserve(3 * c.functions.size());
+  std::deque<std::string> storage;
 
   std::string list;
   put_le<uint32_t>(list, static_cast<uint32_t>(c.functions.size()));

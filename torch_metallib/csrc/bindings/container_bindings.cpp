@@ -64,7 +64,7 @@ py::list tag_list(const std::vector<Tag>& tags) {
 py::list constants_list(const std::vector<FunctionConstant>& constants) {
   py::list out;
   for (const FunctionConstant& c : constants) {
-    out.append(py::make_tuple(c.name, c.type, c.index, c.required));
+    out.append(py::make_tuple(name_to_py(c.name), c.type, c.index, c.required));
   }
   return out;
 }
@@ -180,7 +180,7 @@ void bind_container(py::module_& m) {
       .def_property_readonly("unknown_tags", [](const LoadedContainer& s) {
         py::list out;
         for (const UnknownTag& tag : s.container().unknown_tags) {
-          out.append(py::make_tuple(tag.place, tag_name(tag.code), tag.offset, tag.size));
+          out.append(py::make_tuple(name_to_py(tag.place), tag_name(tag.code), tag.offset, tag.size));
         }
         return out;
       })

@@ -5,6 +5,16 @@
 namespace py = pybind11;
 
 namespace torch_metallib::bindings {
+namespace {
+
+// Messages can quote file bytes (names, tags) that are not UTF-8; never fail on them.
+py::str lenient_str(const std::string& text) {
+  PyObject* decoded = PyUnicode_DecodeUTF8(text.data(), Py_ssize_t(text.size()), "backslashreplace");
+  if (decoded == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(decoded);
+}
+
+}  // namespace
 
 void bind_errors(py::module_& m) {
   (void)m;
@@ -15,7 +25,8 @@ void bind_errors(py::module_& m) {
       // The Python class lives in torch_metallib._errors so users can import and catch it
       // without the native module; it carries the byte offset and field as attributes.
       py::object cls = py::module_::import("torch_metallib._errors").attr("MetallibFormatError");
-      py::object error = cls(e.what(), py::arg("offset") = e.offset(), py::arg("field") = e.field());
+      py::object error = cls(lenient_str(e.what()), py::arg("offset") = e.offset(),
+                             py::arg("field") = lenient_str(e.field()));
       PyErr_SetObject(cls.ptr(), error.ptr());
     }
   });

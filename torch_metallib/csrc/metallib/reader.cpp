@@ -110,8 +110,8 @@ Header read_header(const ByteReader& in) {
   }
   const uint32_t magic = in.read<uint32_t>(0, "magic");
   if (magic != kMagic) {
-    throw FormatError(0, "magic", "'MTLB'",
-                      "'" + std::string(in.bytes(0, 4, "magic")) + "' (not a .metallib)");
+    throw FormatError(0, "magic", "'MTLB' (4D 54 4C 42)",
+                      "'" + tag_name(magic) + "' (not a .metallib)");
   }
   Header header;
   const uint16_t target_and_major = in.read<uint16_t>(4, "format version");

@@ -36,8 +36,8 @@ def _map_file(path):
         size = os.fstat(file.fileno()).st_size
         if size == 0:
             raise MetallibFormatError(
-                f"metallib: file {path!r} is empty; expected at least 88 bytes (the header). "
-                "The file is truncated or not a .metallib.",
+                f"metallib: header at byte offset 0: expected at least 88 bytes, got 0 bytes "
+                f"(file {path!r} is empty). The file is truncated, corrupt or not a .metallib.",
                 offset=0,
                 field="header",
             )

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "byte_reader.h"
@@ -21,6 +22,20 @@ struct Region {
   uint64_t size = 0;
   uint64_t end() const { return offset + size; }
 };
+
+std::string byte_count(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
+
+// "4D 54 4C 42": bytes in file order, for fields such as the magic.
+std::string hex_bytes(std::string_view bytes) {
+  std::string text;
+  for (unsigned char b : bytes) {
+    char hex[4];
+    std::snprintf(hex, sizeof hex, "%02X ", b);
+    text += hex;
+  }
+  if (!text.empty()) text.pop_back();
+  return text;
+}
 
 std::string range_text(uint64_t offset, uint64_t size) {
   return "offset " + std::to_string(offset) + ", size " + std::to_string(size);
@@ -54,8 +69,7 @@ void require_after(uint64_t previous_end, const std::string& previous, const Reg
 void require_size(const Tag& tag, const TagSpec& spec, const Place& where) {
   if (spec.fixed_size != kVariableSize && int64_t(tag.payload.size()) != spec.fixed_size) {
     throw FormatError(tag.offset, where.describe() + " tag " + spec.name + " length",
-                      std::to_string(spec.fixed_size) + " bytes",
-                      std::to_string(tag.payload.size()) + " bytes");
+                      byte_count(uint64_t(spec.fixed_size)), byte_count(tag.payload.size()));
   }
 }
 
@@ -111,7 +125,7 @@ Header read_header(const ByteReader& in) {
   const uint32_t magic = in.read<uint32_t>(0, "magic");
   if (magic != kMagic) {
     throw FormatError(0, "magic", "'MTLB' (4D 54 4C 42)",
-                      "'" + tag_name(magic) + "' (not a .metallib)");
+                      hex_bytes(in.bytes(0, 4, "magic")) + " (not a .metallib)");
   }
   Header header;
   const uint16_t target_and_major = in.read<uint16_t>(4, "format version");
@@ -266,7 +280,7 @@ FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& 
   const char* missing = !has_name ? "NAME" : !has_type ? "TYPE" : f.hash.empty() ? "HASH"
                         : !has_offsets ? "OFFT" : !has_size ? "MDSZ" : nullptr;
   if (missing != nullptr) {
-    throw FormatError(group_at, where.describe(), std::string("a ") + missing + " tag",
+    throw FormatError(group_at, where.describe(), std::string("the required ") + missing + " tag",
                       "a group without one");
   }
   return fields;
@@ -343,7 +357,8 @@ void verify_container(const Container& container) {
     function_reflection(container, i);
     const std::array<uint8_t, 32> digest = sha256(f.module);
     if (f.hash.size() == 32 && std::memcmp(digest.data(), f.hash.data(), 32) != 0) {
-      throw FormatError(f.tags_offset, describe_function(container, i) + " HASH",
+      const uint64_t hash_at = uint64_t(f.hash.data() - container.source.data());
+      throw FormatError(hash_at, describe_function(container, i) + " HASH",
                         "the SHA-256 of its " + std::to_string(f.module.size()) + "-byte module",
                         "a different digest (the module or its HASH tag is corrupt)");
     }
@@ -398,6 +413,12 @@ Container read_container(const uint8_t* data, uint64_t size) {
   c.index.reserve(count);
   uint64_t at = list.offset;
   for (uint32_t i = 0; i < count; ++i) {
+    if (at == list.end()) {
+      throw FormatError(list_offset, "function count",
+                        std::to_string(i) + " (the groups the " + byte_count(list.size) +
+                            " function list holds)",
+                        std::to_string(count));
+    }
     Function& f = c.functions[i];
     Place where{"function-list group", int64_t(i)};
     const uint32_t group_size = in.read<uint32_t>(at, "function group size");

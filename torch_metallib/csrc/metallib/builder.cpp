@@ -4,6 +4,7 @@
 
 #include "byte_reader.h"
 #include "module_wrapper.h"
+#include "sha256.h"
 #include "tag_group.h"
 #include "tags.h"
 #include "writer.h"
@@ -60,14 +61,16 @@ Container build_container(const Header& header, const std::vector<FunctionSource
                                   ")");
     }
     f.module = c.own(wrap_bitcode(bitcode));
+    const std::array<uint8_t, 32> digest = sha256(f.module);
+    f.hash = c.own(std::string(digest.begin(), digest.end()));
     std::string versions;
     for (uint16_t v : source.versions) put_le<uint16_t>(versions, v);
     const std::string_view zeros8 = c.own(std::string(8, '\0'));
-    // HASH, OFFT and MDSZ are placeholders the writer fills from the layout.
+    // OFFT and MDSZ are placeholders the writer fills from the layout; HASH comes from f.hash.
     f.tags = c.own(encode_tag_group({
         {kTagName, c.own(source.name + '\0'), 0},
         {kTagType, c.own(std::string(1, char(source.type))), 0},
-        {kTagHash, c.own(std::string(32, '\0')), 0},
+        {kTagHash, f.hash, 0},
         {kTagOffsets, c.own(std::string(24, '\0')), 0},
         {kTagVersions, c.own(versions), 0},
         {kTagModuleSize, zeros8, 0},

@@ -51,7 +51,7 @@ struct Function {
   // load, so loading touches no page of the reflection list.
   std::string_view reflection;
   uint64_t reflection_offset = 0;  // absolute file offset of that group
-  std::string_view hash;        // 32 bytes when known (parsed); empty means "compute it"
+  std::string_view hash;        // 32 bytes: SHA-256 of `module` (read, or set by the builder)
   uint64_t module_offset = 0;   // absolute file offset of `module` (0 for new functions)
 };
 

@@ -24,7 +24,6 @@ std::string le_bytes(T value) {
 // Where every piece goes, computed before anything is written.
 struct Layout {
   std::vector<uint64_t> public_offsets, private_offsets, module_offsets, reflection_offsets;
-  std::vector<std::string> hashes;  // per function, 32 bytes
   uint64_t public_size = 0, private_size = 0, module_size = 0, reflection_size = 0;
   bool any_reflection = false;
 };
@@ -32,7 +31,6 @@ struct Layout {
 Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
   Layout layout;
   const size_t n = c.functions.size();
-  layout.hashes.resize(n);
   uint64_t reflection_at = 4;  // after the u32 count
   for (size_t i = 0; i < n; ++i) {
     const Function& f = c.functions[i];
@@ -47,12 +45,6 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
     if (!reflections.back().empty()) {
       reflection_at += reflections.back().size();
       layout.any_reflection = true;
-    }
-    if (f.hash.size() == 32) {
-      layout.hashes[i] = std::string(f.hash);
-    } else {
-      const std::array<uint8_t, 32> digest = sha256(f.module);
-      layout.hashes[i] = std::string(digest.begin(), digest.end());
     }
   }
   layout.reflection_size = reflection_at;
@@ -70,7 +62,7 @@ std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layou
     if (spec == nullptr || (spec->places & kFunctionList) == 0) continue;
     switch (spec->kind) {
       case TagKind::kHash:
-        tag.payload = layout.hashes[i];
+        tag.payload = f.hash;
         break;
       case TagKind::kOffsets:
         storage.push_back(le_bytes(layout.public_offsets[i]) + le_bytes(layout.private_offsets[i]) +
@@ -194,12 +186,7 @@ std::array<uint8_t, 16> content_uuid(const Container& c) {
   for (const Function& f : c.functions) {
     hasher.update(f.name);
     hasher.update(std::string_view("\0", 1));
-    if (f.hash.size() == 32) {
-      hasher.update(f.hash);
-    } else {
-      const std::array<uint8_t, 32> digest = sha256(f.module);
-      hasher.update(std::string_view(reinterpret_cast<const char*>(digest.data()), 32));
-    }
+    hasher.update(f.hash);
   }
   const std::array<uint8_t, 32> digest = hasher.finish();
   std::array<uint8_t, 16> uuid;

@@ -1,6 +1,6 @@
-// Serializes a Container. Offsets, sizes, HASH (when unknown), OFFT, MDSZ, RFLT and the
-// header-extension section references are recomputed from the layout; every other byte
-// comes from the model, so an unmodified parsed library writes back its exact input.
+// Serializes a Container. Offsets and sizes (OFFT, MDSZ, RFLT, the section table and the
+// header-extension section references) are recomputed from the layout; HASH and every
+// other byte come from the model, so an unmodified parsed library writes back its input.
 #pragma once
 
 #include <array>

@@ -141,11 +141,15 @@ def truncate(rng, data: bytearray) -> str:
     return f"truncate to {cut}"
 
 
+def random_slice(rng, data: bytearray) -> tuple:
+    """(start, length) of a slice to copy or delete, biased to the parsed fields."""
+    return position(rng, data), rng.choice((1, 2, 4, 8, 16, 64, rng.randint(1, 4096)))
+
+
 def duplicate_slice(rng, data: bytearray) -> str:
     if not data:
         return "no-op (empty)"
-    start = position(rng, data)
-    length = rng.choice((1, 2, 4, 8, 16, 64, rng.randint(1, 4096)))
+    start, length = random_slice(rng, data)
     piece = bytes(data[start : start + length])
     into = position(rng, data)
     data[into:into] = piece
@@ -155,8 +159,7 @@ def duplicate_slice(rng, data: bytearray) -> str:
 def delete_slice(rng, data: bytearray) -> str:
     if not data:
         return "no-op (empty)"
-    start = position(rng, data)
-    length = rng.choice((1, 2, 4, 8, 16, 64, rng.randint(1, 4096)))
+    start, length = random_slice(rng, data)
     del data[start : start + length]
     return f"delete [{start}:{start + length}]"
 

@@ -863,4 +863,4 @@ def test_non_utf8_names_are_readable(layouts):
     assert lib.function_names[0] == name
     assert [tag[1] for tag in lib.unknown_tags] == ["ZZZZ"]
     assert lib.unknown_tags[0][0] == f"function 0 '{name}' public metadata"
-    assert [c.name for c in lib[name].function_constants] == ["\udcffse_bias", "alpha"]
+    assert [c.name for c in lib[name].declared_constants] == ["\udcffse_bias", "alpha"]

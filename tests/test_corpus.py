@@ -65,14 +65,14 @@ def test_versions_and_constants(mlx_lib):
     versions = {(mlx_lib[n].air_version, mlx_lib[n].language_version) for n in mlx_lib}
     assert versions == {((2, 6), (3, 1))}
     gemm = mlx_lib["steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2"]
-    constants = {c.name: (c.type, c.index, c.required) for c in gemm.function_constants}
+    constants = {c.name: (c.type, c.index, c.required) for c in gemm.declared_constants}
     # Declared in MLX's steel/gemm/kernels/steel_gemm_fused.h.
     assert constants == {
         "has_batch": ("bool", 10, True), "use_out_source": ("bool", 100, True),
         "do_axpby": ("bool", 110, True), "align_M": ("bool", 200, True),
         "align_N": ("bool", 201, True), "align_K": ("bool", 202, True),
     }
-    assert mlx_lib["vv_Addfloat32"].function_constants == []
+    assert mlx_lib["vv_Addfloat32"].declared_constants == []
 
 
 def test_bitcode_is_air_that_llvm_parses(mlx_lib):

@@ -200,7 +200,7 @@ def exercise(data: bytes) -> str:
         assert name in lib, name
         function = lib[name]
         (function.name, function.type, function.hash, function.air_version,
-         function.language_version, function.function_constants, function.module_size,
+         function.language_version, function.declared_constants, function.module_size,
          function.tags, repr(function))
         try:
             bytes(function.bitcode[:4])

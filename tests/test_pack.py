@@ -26,7 +26,7 @@ def test_packed_fixtures_read_back(fixture_metallib, fixture_sources):
         assert function.type == "kernel"
         assert function.air_version == (2, 6) and function.language_version == (3, 1)
         assert bytes(function.bitcode) == raw_bitcode(source.bitcode)
-        assert tuple(function.function_constants) == FIXTURE_CONSTANTS.get(source.name, ())
+        assert tuple(function.declared_constants) == FIXTURE_CONSTANTS.get(source.name, ())
         assert hashlib.sha256(bytes(function.module)).hexdigest() == function.hash
 
 

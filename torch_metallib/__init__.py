@@ -7,10 +7,13 @@
 
 import torch  # noqa: F401  (loads libtorch, which the native module links against)
 
-from ._errors import MetallibFormatError, TorchMetallibError
-from ._function import FunctionConstant, KernelFunction
+from ._air_arguments import Argument, StructField
+from ._errors import MetallibFormatError, ReflectionError, TorchMetallibError
+from ._function import KernelFunction
+from ._function_constant import FunctionConstant
 from ._library import Library, load
 from ._pack import FunctionSource, pack
+from ._reflection import Reflection, ThreadgroupVariable
 
 __all__ = [
     "load",
@@ -19,7 +22,12 @@ __all__ = [
     "KernelFunction",
     "FunctionConstant",
     "FunctionSource",
+    "Argument",
+    "StructField",
+    "ThreadgroupVariable",
+    "Reflection",
     "MetallibFormatError",
+    "ReflectionError",
     "TorchMetallibError",
 ]
 __version__ = "0.1.0"

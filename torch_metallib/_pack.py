@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence, Tuple
 
 from . import _C
-from ._function import FunctionConstant
+from ._function_constant import FunctionConstant
 from ._tables import DATA_TYPES, FILE_TYPES, FUNCTION_TYPES, PLATFORM_64BIT_BIT, PLATFORMS, code_of
 
 __all__ = ["FunctionSource", "pack"]

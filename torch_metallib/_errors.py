@@ -1,6 +1,6 @@
 """Exception types. Kept free of native imports so they can be caught anywhere."""
 
-__all__ = ["TorchMetallibError", "MetallibFormatError"]
+__all__ = ["TorchMetallibError", "MetallibFormatError", "ReflectionError"]
 
 
 class TorchMetallibError(Exception):
@@ -19,3 +19,19 @@ class MetallibFormatError(TorchMetallibError, ValueError):
         super().__init__(message)
         self.offset = offset
         self.field = field
+
+
+class ReflectionError(TorchMetallibError, ValueError):
+    """A function's AIR bitcode cannot be reflected: llvmlite cannot parse it, or its
+    metadata is not in the shape AIR gives it. Only that function is affected.
+
+    Attributes:
+        function: name of the function.
+        node: the metadata node at fault, e.g. ``"!18"`` or ``"!air.kernel"``; None when
+            the bitcode itself could not be parsed.
+    """
+
+    def __init__(self, message: str, function: str = None, node: str = None):
+        super().__init__(message)
+        self.function = function
+        self.node = node

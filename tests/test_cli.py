@@ -36,7 +36,7 @@ def test_inspect_one_function_in_detail(fixture_file):
     result = run_cli("inspect", fixture_file, "--function", "function_constant_scale", "--json")
     assert result.returncode == 0, result.stderr
     (function,) = json.loads(result.stdout)["functions"]
-    assert function["function_constants"] == [
+    assert function["declared_constants"] == [
         {"name": "use_bias", "type": "bool", "index": 0, "required": True},
         {"name": "alpha", "type": "float", "index": 1, "required": True},
     ]

@@ -1,44 +1,41 @@
 """KernelFunction: one function of a loaded library, a thin view over the native container."""
 
-from dataclasses import dataclass
+import threading
 from typing import Optional, Tuple
 
+from ._air_arguments import Argument
+from ._function_constant import FunctionConstant
+from ._reflection import Reflection, ThreadgroupVariable, reflect
 from ._tables import DATA_TYPES, FUNCTION_TYPES, name_of
 
 __all__ = ["FunctionConstant", "KernelFunction"]
-
-
-@dataclass(frozen=True)
-class FunctionConstant:
-    """A Metal function constant declared by a function (the ``CNST`` metadata tag).
-
-    Attributes:
-        name: the constant's name in the Metal source.
-        type: its MTLDataType name, e.g. ``"bool"``, ``"int"``, ``"float"``.
-        index: the ``[[function_constant(index)]]`` it is bound to.
-        required: whether a value must be supplied when the pipeline is built.
-    """
-
-    name: str
-    type: str
-    index: int
-    required: bool = True
 
 
 class KernelFunction:
     """One function of a :class:`~torch_metallib.Library`.
 
     Obtained from ``lib["name"]`` or ``lib.name``; keeps its library (and so the file's
-    bytes) alive. Every attribute is read from the container without copying.
+    bytes) alive. Container attributes are read without copying; the reflection
+    attributes (`arguments`, `signature`, ...) parse the AIR bitcode with llvmlite on first
+    access (about 0.5 ms), once per function, also when several threads ask at once.
+
+    Example:
+        >>> k = lib.vv_Addfloat32                                        # doctest: +SKIP
+        >>> k.signature                                                  # doctest: +SKIP
+        'kernel void vv_Addfloat32(device const float* a [[buffer(0)]], ...)'
+        >>> [(a.name, a.binding, a.access) for a in k.buffers]           # doctest: +SKIP
+        [('a', 0, 'read'), ('b', 1, 'read'), ('c', 2, 'read_write'), ('size', 3, 'read')]
     """
 
-    __slots__ = ("_library", "_index", "_record", "_bitcode")
+    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock")
 
     def __init__(self, library, index: int, record: dict):
         self._library = library
         self._index = index
         self._record = record
         self._bitcode = None
+        self._reflection = None
+        self._lock = threading.Lock()
 
     @property
     def library(self):
@@ -72,8 +69,9 @@ class KernelFunction:
         return None if versions is None else tuple(versions[2:])
 
     @property
-    def function_constants(self) -> list:
-        """The function constants declared in the ``CNST`` tag, as FunctionConstant records."""
+    def declared_constants(self) -> list:
+        """The function constants the container's ``CNST`` tag lists (no bitcode parse;
+        empty without the tag). `function_constants` reads them from the bitcode."""
         return [
             FunctionConstant(name, name_of(DATA_TYPES, type_code), index, required)
             for name, type_code, index, required in self._record["constants"]
@@ -106,6 +104,85 @@ class KernelFunction:
     def tags(self) -> list:
         """Raw ``(tag, file offset, payload)`` tuples of the function-list group."""
         return list(self._record["tags"])
+
+    # --- reflection (from the AIR bitcode) ---------------------------------------------
+    @property
+    def reflection(self) -> Reflection:
+        """Everything below in one immutable record, parsed once and cached.
+
+        Raises:
+            ReflectionError: llvmlite cannot parse the bitcode, or its AIR metadata is not
+                in the expected shape (the message names the metadata node). Other
+                functions of the library are not affected.
+            MetallibFormatError: the module's wrapper is malformed.
+        """
+        reflection = self._reflection
+        if reflection is None:
+            with self._lock:
+                reflection = self._reflection
+                if reflection is None:
+                    reflection = self._reflection = reflect(self.name, self.bitcode, self.type)
+        return reflection
+
+    @property
+    def arguments(self) -> Tuple[Argument, ...]:
+        """Every parameter in IR order: buffers, threadgroup memory, textures, samplers
+        and builtins, as :class:`~torch_metallib.Argument` records."""
+        return self.reflection.arguments
+
+    @property
+    def buffers(self) -> Tuple[Argument, ...]:
+        """The bindable arguments (everything but builtins), sorted by kind and binding."""
+        return self.reflection.buffers
+
+    @property
+    def builtins(self) -> Tuple[Argument, ...]:
+        """The builtin parameters (``thread_position_in_grid``, ...), in IR order."""
+        return self.reflection.builtins
+
+    @property
+    def function_constants(self) -> Tuple[FunctionConstant, ...]:
+        """The function constants from ``!air.function_constants`` (name, type, index,
+        required). They equal `declared_constants` wherever the file has a ``CNST`` tag."""
+        return self.reflection.function_constants
+
+    @property
+    def max_total_threads_per_threadgroup(self) -> Optional[int]:
+        """The kernel's ``max_total_threads_per_threadgroup`` attribute, None if unset."""
+        return self.reflection.max_total_threads_per_threadgroup
+
+    @property
+    def threadgroup_variables(self) -> Tuple[ThreadgroupVariable, ...]:
+        """``threadgroup`` arrays declared inside the kernel, with size and alignment."""
+        return self.reflection.threadgroup_variables
+
+    @property
+    def threadgroup_memory_static(self) -> int:
+        """Bytes of threadgroup memory the kernel declares itself (its threadgroup
+        variables laid out in order with their alignment), not counting arguments."""
+        return self.reflection.threadgroup_memory_static
+
+    @property
+    def intrinsics(self) -> Tuple[str, ...]:
+        """The ``air.*`` functions the kernel calls, sorted, e.g. ``"air.wg.barrier"``."""
+        return self.reflection.intrinsics
+
+    @property
+    def uses_barriers(self) -> bool:
+        """Whether it calls ``air.wg.barrier`` or ``air.simdgroup.barrier``."""
+        return self.reflection.uses_barriers
+
+    @property
+    def uses_simdgroup_ops(self) -> bool:
+        """Whether it calls SIMD-group or quad-group intrinsics (shuffles, reductions,
+        ballots, simdgroup matrices, SIMD-group barriers)."""
+        return self.reflection.uses_simdgroup_ops
+
+    @property
+    def signature(self) -> str:
+        """A Metal-like declaration, e.g. ``kernel void f(device const float* a [[buffer(0)]],
+        uint i [[thread_position_in_grid]])``."""
+        return self.reflection.signature
 
     def __repr__(self) -> str:
         air = ".".join(map(str, self.air_version)) if self.air_version else "?"

@@ -1,7 +1,9 @@
-"""`python -m torch_metallib inspect`: a header summary and a per-function table."""
+"""`python -m torch_metallib inspect`: a header summary, a per-function table and, for
+``--function`` / ``--all``, the reflection read from the AIR bitcode."""
 
 import json
 
+from ._inspect_reflection import print_failure_summary, print_reflection, reflect_all, reflection_record
 from ._library import load
 
 __all__ = ["add_parser"]
@@ -12,8 +14,14 @@ def add_parser(subparsers) -> None:
         "inspect", help="show a .metallib's header and functions",
         description="Show a .metallib's header and a table of its functions.")
     parser.add_argument("file", help="path of the .metallib")
-    parser.add_argument("--function", metavar="NAME", help="show only this function, in detail")
-    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--function", metavar="NAME",
+                       help="show only this function, in detail: signature and argument table")
+    which.add_argument("--all", action="store_true",
+                       help="reflect every function (progress on stderr) and summarize failures; "
+                            "exit status 1 if any failed")
+    parser.add_argument("--json", action="store_true",
+                        help="print machine-readable JSON (with the reflection for --function/--all)")
     parser.add_argument("--verify", action="store_true",
                         help="also check every module wrapper and SHA-256 hash")
     parser.set_defaults(run=run)
@@ -40,7 +48,7 @@ def function_record(function, detail: bool) -> dict:
         "language_version": list(function.language_version) if function.language_version else None,
         "hash": function.hash,
         "module_size": function.module_size,
-        "function_constants": [vars(c) for c in function.function_constants],
+        "declared_constants": [vars(c) for c in function.declared_constants],
     }
     if detail:
         record["bitcode_size"] = function.bitcode.nbytes
@@ -53,13 +61,31 @@ def function_record(function, detail: bool) -> dict:
 
 def run(args) -> int:
     lib = load(args.file, verify=args.verify)
+    if args.all:
+        return _run_all(lib, args)
     names = [args.function] if args.function else lib.function_names
     functions = [function_record(lib[name], detail=bool(args.function)) for name in names]
     if args.json:
+        if args.function:
+            functions[0]["reflection"] = reflection_record(lib[args.function])
         print(json.dumps({"header": header_record(lib), "functions": functions}, indent=2))
     else:
         print_text(header_record(lib), functions)
+        if args.function:
+            print_reflection(lib[args.function])
     return 0
+
+
+def _run_all(lib, args) -> int:
+    records, failures = reflect_all(lib)
+    if args.json:
+        functions = [dict(function_record(lib[name], detail=False), reflection=records[name])
+                     for name in lib.function_names]
+        print(json.dumps({"header": header_record(lib), "functions": functions,
+                          "failures": failures}, indent=2))
+    else:
+        print_failure_summary(failures, len(lib))
+    return 1 if failures else 0
 
 
 def _version(value) -> str:
@@ -78,7 +104,7 @@ def print_text(header: dict, functions: list) -> None:
     print()
     print(f"{'name':<{width}}  {'type':<12} {'AIR':>4} {'MSL':>4}  {'hash':<12} {'module':>9}  constants")
     for f in functions:
-        constants = ", ".join(f"{c['name']}:{c['type']}@{c['index']}" for c in f["function_constants"])
+        constants = ", ".join(f"{c['name']}:{c['type']}@{c['index']}" for c in f["declared_constants"])
         print(f"{f['name']:<{width}}  {f['type']:<12} {_version(f['air_version']):>4} "
               f"{_version(f['language_version']):>4}  {f['hash'][:12]:<12} "
               f"{f['module_size']:>9,}  {constants or '-'}")

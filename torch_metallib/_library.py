@@ -156,7 +156,8 @@ class Library:
             if index < 0:
                 return None
             function = KernelFunction(self, index, self._container.function(index))
-            self._functions[name] = function
+            # setdefault: threads that race here all get the same object (and reflection)
+            function = self._functions.setdefault(name, function)
         return function
 
     def _missing_message(self, name: str) -> str:

@@ -286,12 +286,15 @@ def decode_argument(node: str, elements: list, ir_type: Optional[str], read_node
     elif kind in ("buffer", "indirect_buffer"):
         raise MalformedNode(node, f"buffer argument {name!r} has no 'air.address_space'")
     struct = keys.get("air.struct_type_info")
+    access = [_ACCESS[key] for key in keys if key in _ACCESS]
+    if len(access) > 1:
+        raise MalformedNode(node, f"argument {name!r}: expected one access key, got {access}")
     return Argument(
         kind=kind,
         binding=location[0],
         binding_count=location[1],
         address_space=address_space,
-        access=next((_ACCESS[key] for key in keys if key in _ACCESS), None),
+        access=access[0] if access else None,
         type_size=keys.get("air.arg_type_size", (None,))[0],
         type_align=keys.get("air.arg_type_align_size", (None,))[0],
         buffer_size=keys.get("air.buffer_size", (None,))[0],

@@ -96,9 +96,11 @@ def reflect(name: str, bitcode, function_type: str = "kernel") -> Reflection:
             module = llvm.parse_bitcode(bytes(bitcode), context=context)
         except RuntimeError as error:
             detail = str(error).replace("LLVM bitcode parsing error\n", "").strip()
+            llvm_version = ".".join(map(str, llvm.llvm_version_info))
             raise ReflectionError(
-                f"{name}: llvmlite cannot parse the function's bitcode: {detail}. The module is "
-                f"corrupt or was written by a newer LLVM than llvmlite {llvm.llvm_version_info}",
+                f"{name}: LLVM {llvm_version} (llvmlite) cannot parse the function's bitcode: "
+                f"{detail}. The module is corrupt (lib.verify() checks its hash) or was "
+                f"written by a newer LLVM",
                 function=name) from None
         try:
             return _reflect_module(name, function_type, module, ModuleText(str(module)))
@@ -119,9 +121,9 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
     if len(entry) < 3 or type(entry[2]) is not Ref:
         raise MalformedNode("!air.kernel", f"entry for @{name}: expected (function, outputs, "
                                            f"arguments[, attributes...]), got {entry!r}")
-    arguments = tuple(
-        _argument(text, ref, parameters) for ref in text.node(entry[2]))
-    _check_positions(name, arguments, len(parameters))
+    argument_list = str(entry[2])
+    arguments = tuple(_argument(text, argument_list, ref, parameters) for ref in text.node(entry[2]))
+    _check_positions(argument_list, name, arguments, len(parameters))
     max_threads, extra = _attributes(text, entry[3:])
     return Reflection(
         function=name,
@@ -136,8 +138,8 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
 
 
 def _kernel_entry(name: str, function_type: str, text: ModuleText) -> list:
-    kernels = text.named("air.kernel") or ()
-    for ref in kernels:
+    kernels = text.named("air.kernel")
+    for ref in kernels or ():
         entry = text.node(ref)
         if entry and isinstance(entry[0], GlobalRef) and entry[0] == name:
             return entry
@@ -145,13 +147,14 @@ def _kernel_entry(name: str, function_type: str, text: ModuleText) -> list:
         raise ReflectionError(
             f"{name}: reflection reads kernel functions; this is a {function_type} function "
             f"(no !air.kernel entry)", function=name, node="!air.kernel")
-    found = "no !air.kernel metadata" if not kernels else f"{len(kernels)} !air.kernel entries, none for @{name}"
+    found = ("no !air.kernel metadata" if kernels is None
+             else f"{len(kernels)} !air.kernel entries, none for @{name}")
     raise MalformedNode("!air.kernel", f"expected an entry for @{name}; found {found}")
 
 
-def _argument(text: ModuleText, ref, parameters: list) -> Argument:
+def _argument(text: ModuleText, argument_list: str, ref, parameters: list) -> Argument:
     if type(ref) is not Ref:
-        raise MalformedNode("!air.kernel", f"argument list: expected node references, got {ref!r}")
+        raise MalformedNode(argument_list, f"argument list: expected node references, got {ref!r}")
     body = text.body(ref)
     position = body[4:body.find(",")]  # "i32 P, ..." in every argument node
     ir_type = parameters[int(position)] if position.isdigit() and int(position) < len(parameters) else None
@@ -159,10 +162,10 @@ def _argument(text: ModuleText, ref, parameters: list) -> Argument:
             or decode_argument(str(ref), text.node(ref), ir_type, text.node))
 
 
-def _check_positions(name: str, arguments: tuple, parameter_count: int) -> None:
+def _check_positions(argument_list: str, name: str, arguments: tuple, parameter_count: int) -> None:
     positions = sorted(a.position for a in arguments)
     if positions != list(range(parameter_count)):
-        raise MalformedNode("!air.kernel", f"argument positions of @{name}: expected one node "
+        raise MalformedNode(argument_list, f"argument positions of @{name}: expected one node "
                                            f"per parameter 0..{parameter_count - 1}, got {positions}")
 
 

@@ -14,20 +14,29 @@ _BINDING_ATTRIBUTES = {"buffer": "buffer", "indirect_buffer": "buffer", "threadg
 
 def format_argument(argument: Argument) -> str:
     """One parameter as Metal source would declare it."""
+    type_name = argument.type_name or argument.ir_type or "?"  # no air.arg_type_name: say what IR says
     if argument.is_builtin:
-        declaration = f"{argument.type_name} {argument.name}"
+        declaration = f"{type_name} {argument.name}"
         attributes = [argument.builtin]
     elif argument.address_space is None:  # textures, samplers and unknown kinds: by value
-        declaration = f"{argument.type_name} {argument.name}"
+        declaration = f"{type_name} {argument.name}"
         attributes = [f"{_BINDING_ATTRIBUTES.get(argument.kind, argument.kind)}({argument.binding})"]
     else:
         const = " const" if argument.access == "read" and argument.address_space == "device" else ""
-        pointer = "&" if argument.buffer_size is not None else "*"
-        declaration = f"{argument.address_space}{const} {argument.type_name}{pointer} {argument.name}"
+        declaration = f"{argument.address_space}{const} {type_name}{_declarator(argument)}"
         attributes = [f"{_BINDING_ATTRIBUTES.get(argument.kind, argument.kind)}({argument.binding})"]
     if argument.function_constant is not None:
         attributes.append(f"function_constant({argument.function_constant})")
     return f"{declaration} [[{', '.join(attributes)}]]"
+
+
+def _declarator(argument: Argument) -> str:
+    """``* name`` for a pointer, ``& name`` for a reference (``buffer_size`` declared) and
+    ``(&name)[n]`` for a reference to an array of n elements."""
+    if argument.buffer_size is None:
+        return f"* {argument.name}"
+    count = argument.buffer_size // argument.type_size if argument.type_size else 1
+    return f"& {argument.name}" if count == 1 else f" (&{argument.name})[{count}]"
 
 
 def format_signature(name: str, arguments: Sequence[Argument]) -> str:

@@ -70,3 +70,56 @@ def test_corpus_command_prints_the_cached_path(mlx_path):
     result = run_cli("corpus")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == mlx_path
+
+
+def test_inspect_function_shows_signature_and_argument_table(fixture_file):
+    result = run_cli("inspect", fixture_file, "--function", "threadgroup_sum_float")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("kernel void threadgroup_sum_float(device const float* in [[buffer(0)]], "
+            "device float* out [[buffer(1)]], threadgroup float* scratch [[threadgroup(0)]], "
+            "uint lid [[thread_position_in_threadgroup]], uint gid [[threadgroup_position_in_grid]], "
+            "uint tpg [[threads_per_threadgroup]])") in lines
+    header = next(line for line in lines if line.split()[:3] == ["pos", "name", "kind"])
+    rows = lines[lines.index(header) + 1:lines.index(header) + 7]
+    assert [row.split()[:4] for row in rows] == [
+        ["0", "in", "buffer", "0"], ["1", "out", "buffer", "1"], ["2", "scratch", "threadgroup", "0"],
+        ["3", "lid", "builtin", "-"], ["4", "gid", "builtin", "-"], ["5", "tpg", "builtin", "-"]]
+    assert "barriers:            yes; SIMD-group ops: no" in lines
+
+
+def test_inspect_function_json_includes_the_reflection(fixture_file):
+    result = run_cli("inspect", fixture_file, "--function", "struct_arg_axpy", "--json")
+    assert result.returncode == 0, result.stderr
+    (function,) = json.loads(result.stdout)["functions"]
+    reflection = function["reflection"]
+    assert reflection["signature"].startswith("kernel void struct_arg_axpy(")
+    p = reflection["arguments"][2]
+    assert (p["name"], p["kind"], p["binding"], p["address_space"]) == ("p", "buffer", 2, "constant")
+    assert [f["name"] for f in p["struct_fields"]] == ["alpha", "n"]
+    assert reflection["threadgroup_memory_static"] == 0 and reflection["uses_barriers"] is False
+
+
+def test_inspect_all_reflects_every_function(fixture_file):
+    result = run_cli("inspect", fixture_file, "--all")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "reflected 5 of 5 functions; 0 failed"
+    assert "reflected 5/5 functions, 0 failed" in result.stderr  # progress (not a terminal)
+
+
+def test_inspect_all_summarizes_failures(fixture_sources, tmp_path):
+    import torch_metallib as tm
+
+    broken = [tm.FunctionSource(f"broken_{i}", b"BC\xc0\xde" + bytes(64)) for i in range(3)]
+    path = tmp_path / "mixed.metallib"
+    path.write_bytes(tm.pack(list(fixture_sources) + broken))
+    result = run_cli("inspect", str(path), "--all")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "reflected 5 of 8 functions; 3 failed"
+    assert lines[1].startswith("  3 x LLVM ") and "cannot parse the function's bitcode" in lines[1]
+    assert lines[2].strip() == "e.g. broken_0, broken_1, broken_2"
+    result = run_cli("inspect", str(path), "--all", "--json")
+    report = json.loads(result.stdout)
+    assert sorted(report["failures"]) == ["broken_0", "broken_1", "broken_2"]
+    assert report["functions"][0]["reflection"]["signature"].startswith("kernel void ")

@@ -6,6 +6,9 @@ import sys
 
 import pytest
 
+import torch_metallib as tm
+from torch_metallib._inspect_reflection import reflection_record
+
 
 def run_cli(*args):
     return subprocess.run([sys.executable, "-m", "torch_metallib", *args],
@@ -108,8 +111,6 @@ def test_inspect_all_reflects_every_function(fixture_file):
 
 
 def test_inspect_all_summarizes_failures(fixture_sources, tmp_path):
-    import torch_metallib as tm
-
     broken = [tm.FunctionSource(f"broken_{i}", b"BC\xc0\xde" + bytes(64)) for i in range(3)]
     path = tmp_path / "mixed.metallib"
     path.write_bytes(tm.pack(list(fixture_sources) + broken))
@@ -123,3 +124,19 @@ def test_inspect_all_summarizes_failures(fixture_sources, tmp_path):
     report = json.loads(result.stdout)
     assert sorted(report["failures"]) == ["broken_0", "broken_1", "broken_2"]
     assert report["functions"][0]["reflection"]["signature"].startswith("kernel void ")
+
+
+def test_inspect_all_in_worker_processes_matches_in_process(mlx_lib, tmp_path):
+    names = mlx_lib.function_names[::29]  # 595 kernels of every family: more than one chunk
+    path = tmp_path / "sample.metallib"
+    path.write_bytes(mlx_lib.subset(names))
+    result = run_cli("inspect", str(path), "--all", "--jobs", "2", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["failures"] == {}
+    assert [f["name"] for f in report["functions"]] == list(names)
+    sample = tm.load(str(path))
+    for function in report["functions"][::50]:
+        expected = json.loads(json.dumps(reflection_record(sample[function["name"]])))
+        assert function["reflection"] == expected
+    assert run_cli("inspect", str(path), "--all", "--jobs", "0").returncode == 2

@@ -136,6 +136,9 @@ CASES = {
     "two_access_keys": Case(
         "vector_add_float", "!19", '!"air.read",', '!"air.read", !"air.write",', ARG_B,
         ("argument 'b'", "expected one access key", "got ['read', 'write']")),
+    "repeated_key": Case(
+        "vector_add_float", "!19", '!"air.arg_name", !"b"', '!"air.arg_name", !"b", !"air.arg_name", !"c"',
+        ARG_B, ("'air.arg_name' appears twice",)),
     "location_index_not_integer": Case(
         "vector_add_float", "!19", '!"air.location_index", i32 1,', '!"air.location_index", !"one",',
         ARG_B, ("expected an integer after 'air.location_index'", 'got !"one"')),

@@ -149,6 +149,8 @@ def _read_keys(node: str, elements: list) -> dict:
         key = elements[i]
         if not _is_key(key):
             raise MalformedNode(node, f"element {i}: expected an 'air.*' key, got {_describe(key)}")
+        if key in keys:
+            raise MalformedNode(node, f"element {i}: {key!r} appears twice")
         expected = _KEY_VALUES.get(key)
         if expected is None:  # a flag key, a kind, or a key this version does not know
             end = i + 1

@@ -181,15 +181,7 @@ class ModuleText:
     def declarations(self, prefix: str = "") -> Tuple[str, ...]:
         """Names (starting with `prefix`) of the functions the module declares: the ones it
         calls but does not define."""
-        names = []
-        text, needle = self.text, f" @{prefix}"
-        at = text.find("\ndeclare ")
-        while 0 <= at < self._metadata_start:
-            end = text.find("\n", at + 1)
-            name_at = text.find(needle, at, end)
-            if name_at >= 0 or '@"' in text[at:end]:
-                names.append(_unquote(_FUNCTION_HEADER.match(text, at + 1).group(1)))
-            at = text.find("\ndeclare ", end)
+        names = (_unquote(match.group(1)) for match in self._lines_starting("declare ", f" @{prefix}"))
         return tuple(name for name in names if name.startswith(prefix))
 
     def parameter_types(self, function: str) -> Optional[List[str]]:
@@ -198,20 +190,25 @@ class ModuleText:
             if _unquote(match.group(1)) == function:
                 # The list ends at the line's last ")": what follows (linkage attributes,
                 # "#0", a section name, "{") has no parentheses.
-                close = self.text.rfind(")", match.end(), self.text.find("\n", match.end()))
+                line_end = self.text.find("\n", match.end())
+                close = self.text.rfind(")", match.end(), len(self.text) if line_end < 0 else line_end)
                 return _PARAM_TYPE.findall(", " + self.text[match.end():close])
         return None
 
-    def _lines_starting(self, keyword: str):
-        """Header matches of the `keyword` lines (``define ``/``declare ``), in text order.
-        str.find skips the function bodies far faster than a multi-line regex."""
+    def _lines_starting(self, keyword: str, containing: str = ""):
+        """Header matches of the `keyword` lines (``define ``/``declare ``) that contain
+        `containing` (or a quoted name), in text order. str.find skips the function
+        bodies far faster than a multi-line regex."""
         text, needle = self.text, "\n" + keyword
         at = text.find(needle)
         while 0 <= at < self._metadata_start:
-            match = _FUNCTION_HEADER.match(text, at + 1)
-            if match is not None:
-                yield match
-            at = text.find(needle, at + 1)
+            end = text.find("\n", at + 1)
+            end = len(text) if end < 0 else end
+            if text.find(containing, at, end) >= 0 or '@"' in text[at:end]:
+                match = _FUNCTION_HEADER.match(text, at + 1)
+                if match is not None:
+                    yield match
+            at = text.find(needle, end)
 
     def _first_function(self) -> int:
         match = re.search(r"^(?:define|declare) ", self.text, re.M)

@@ -1,6 +1,7 @@
 """`python -m torch_metallib inspect`: a header summary, a per-function table and, for
 ``--function`` / ``--all``, the reflection read from the AIR bitcode."""
 
+import argparse
 import json
 
 from ._inspect_reflection import print_failure_summary, print_reflection, reflect_all, reflection_record
@@ -20,11 +21,19 @@ def add_parser(subparsers) -> None:
     which.add_argument("--all", action="store_true",
                        help="reflect every function (progress on stderr) and summarize failures; "
                             "exit status 1 if any failed")
+    parser.add_argument("--jobs", type=_positive, default=1, metavar="N",
+                        help="with --all: reflect in N worker processes (default 1)")
     parser.add_argument("--json", action="store_true",
                         help="print machine-readable JSON (with the reflection for --function/--all)")
     parser.add_argument("--verify", action="store_true",
                         help="also check every module wrapper and SHA-256 hash")
     parser.set_defaults(run=run)
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of processes, got {text!r}")
+    return int(text)
 
 
 def header_record(lib) -> dict:
@@ -77,7 +86,7 @@ def run(args) -> int:
 
 
 def _run_all(lib, args) -> int:
-    records, failures = reflect_all(lib)
+    records, failures = reflect_all(lib, path=args.file, jobs=args.jobs)
     if args.json:
         functions = [dict(function_record(lib[name], detail=False), reflection=records[name])
                      for name in lib.function_names]

@@ -2,10 +2,12 @@
 argument table (``--function``), and every function with a progress bar (``--all``)."""
 
 import collections
+import concurrent.futures
 import sys
 import time
 
 from ._errors import ReflectionError
+from ._library import load
 
 __all__ = ["reflection_record", "print_reflection", "reflect_all", "print_failure_summary"]
 
@@ -119,17 +121,41 @@ class _Progress:
         self.last = now
 
 
-def reflect_all(lib, progress_out=sys.stderr):
-    """Reflects every function of `lib`. Returns (records by name, failures by name)."""
+_CHUNK = 256  # functions per task when reflecting in worker processes
+_worker_library = None
+
+
+def _reflect_chunk(path: str, names: list) -> list:
+    """Worker process: reflection records of `names`, loading the library once per worker."""
+    global _worker_library
+    if _worker_library is None:
+        _worker_library = load(path)
+    return [reflection_record(_worker_library[name]) for name in names]
+
+
+def reflect_all(lib, path: str = None, jobs: int = 1, progress_out=sys.stderr):
+    """Reflects every function of `lib` (loaded from `path`), in `jobs` processes.
+    Returns (records by name, failures by name), in file order."""
     names = lib.function_names
     progress = _Progress(len(names), progress_out)
+    if jobs > 1 and path is not None and len(names) > _CHUNK:
+        chunks = [names[i:i + _CHUNK] for i in range(0, len(names), _CHUNK)]
+        pool = concurrent.futures.ProcessPoolExecutor(jobs)
+        batches = pool.map(_reflect_chunk, [path] * len(chunks), chunks)
+    else:
+        pool, batches = None, ([reflection_record(lib[name])] for name in names)
     records, failures = {}, {}
-    for done, name in enumerate(names, 1):
-        record = reflection_record(lib[name])
-        records[name] = record
-        if "error" in record:
-            failures[name] = record["error"]
-        progress.update(done, len(failures))
+    try:
+        for batch in batches:
+            for record in batch:
+                name = names[len(records)]
+                records[name] = record
+                if "error" in record:
+                    failures[name] = record["error"]
+            progress.update(len(records), len(failures))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     progress.update(len(names), len(failures), final=True)
     return records, failures
 

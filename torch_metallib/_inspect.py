@@ -86,7 +86,7 @@ def run(args) -> int:
 
 
 def _run_all(lib, args) -> int:
-    records, failures = reflect_all(lib, path=args.file, jobs=args.jobs)
+    records, failures = reflect_all(lib, path=args.file, jobs=args.jobs, records=args.json)
     if args.json:
         functions = [dict(function_record(lib[name], detail=False), reflection=records[name])
                      for name in lib.function_names]

@@ -23,7 +23,7 @@ def native_sources():
     return sorted(sources)
 
 
-extra_compile_args = ["-std=c++17", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
+extra_compile_args = ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 extra_link_args = []
 if sys.platform == "darwin":
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]

@@ -8,7 +8,14 @@
 import torch  # noqa: F401  (loads libtorch, which the native module links against)
 
 from ._air_arguments import Argument, StructField
-from ._errors import MetallibFormatError, ReflectionError, TorchMetallibError
+from ._errors import (
+    DispatchError,
+    KernelArgumentError,
+    MetallibFormatError,
+    ReflectionError,
+    TorchMetallibError,
+    UnsupportedKernelError,
+)
 from ._function import KernelFunction
 from ._function_constant import FunctionConstant
 from ._library import Library, load
@@ -28,6 +35,9 @@ __all__ = [
     "Reflection",
     "MetallibFormatError",
     "ReflectionError",
+    "KernelArgumentError",
+    "DispatchError",
+    "UnsupportedKernelError",
     "TorchMetallibError",
 ]
 __version__ = "0.1.0"

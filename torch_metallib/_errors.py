@@ -1,6 +1,9 @@
 """Exception types. Kept free of native imports so they can be caught anywhere."""
 
-__all__ = ["TorchMetallibError", "MetallibFormatError", "ReflectionError"]
+__all__ = [
+    "TorchMetallibError", "MetallibFormatError", "ReflectionError", "KernelArgumentError",
+    "DispatchError", "UnsupportedKernelError",
+]
 
 
 class TorchMetallibError(Exception):
@@ -35,3 +38,20 @@ class ReflectionError(TorchMetallibError, ValueError):
         super().__init__(message)
         self.function = function
         self.node = node
+
+
+class KernelArgumentError(TorchMetallibError, TypeError):
+    """A kernel call's arguments do not match the kernel: wrong count, unknown or missing
+    names, a tensor of the wrong dtype or device, a value that cannot be packed. Nothing
+    was written."""
+
+
+class DispatchError(TorchMetallibError, ValueError):
+    """A kernel call is well-typed but cannot be dispatched: bad ``threads``/``group_size``,
+    a buffer smaller than declared, a missing or mistyped function constant. Nothing was
+    written."""
+
+
+class UnsupportedKernelError(TorchMetallibError, NotImplementedError):
+    """The kernel uses something this backend cannot run yet (e.g. threadgroup barriers
+    or SIMD-group functions on the CPU)."""

@@ -27,7 +27,7 @@ class KernelFunction:
         [('a', 0, 'read'), ('b', 1, 'read'), ('c', 2, 'read_write'), ('size', 3, 'read')]
     """
 
-    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock")
+    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock", "_spec", "_compiled")
 
     def __init__(self, library, index: int, record: dict):
         self._library = library
@@ -35,7 +35,9 @@ class KernelFunction:
         self._record = record
         self._bitcode = None
         self._reflection = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: building the spec reads .reflection
+        self._spec = None
+        self._compiled = {}
 
     @property
     def library(self):
@@ -183,6 +185,40 @@ class KernelFunction:
         """A Metal-like declaration, e.g. ``kernel void f(device const float* a [[buffer(0)]],
         uint i [[thread_position_in_grid]])``."""
         return self.reflection.signature
+
+    # --- calling ------------------------------------------------------------------------
+    def __call__(self, *args, threads=None, group_size=None, constants=None, **kwargs) -> None:
+        """Runs the kernel on the tensors given; it writes into them and returns None.
+
+        Args:
+            *args: values for the kernel's bindable arguments in binding-index order
+                (``[[buffer(0)]]``, ``[[buffer(1)]]``, ...): tensors, Python numbers or
+                sequences (packed as the argument's Metal type), 0-d tensors (by value),
+                or bytes (structs).
+            threads: grid size: an int or 1-3 ints; default: the numel of the first tensor.
+            group_size: threadgroup size: an int or 1-3 ints; default (min(threads, max
+                threads per threadgroup), 1, 1).
+            constants: function-constant values by name or index, e.g. ``{"has_batch": False}``.
+            **kwargs: arguments by their Metal name, e.g. ``out=y``.
+
+        Raises:
+            KernelArgumentError: an argument is missing, unknown, of the wrong dtype or device.
+            DispatchError: bad threads/group_size, too few bytes, missing function constants.
+            UnsupportedKernelError: the kernel needs what this backend cannot do yet.
+        """
+        from ._dispatch import call
+
+        call(self, args, kwargs, threads, group_size, constants)
+
+    def _dispatch_state(self):
+        """(native argument table, compiled kernels by constant values), built once."""
+        if self._spec is None:
+            from ._dispatch import kernel_spec
+
+            with self._lock:
+                if self._spec is None:
+                    self._spec = kernel_spec(self)
+        return self._spec, self._compiled
 
     def __repr__(self) -> str:
         air = ".".join(map(str, self.air_version)) if self.air_version else "?"

@@ -1,5 +1,5 @@
 // torch_metallib._C: the native module. Each concept binds itself from its own file.
-#include <pybind11/pybind11.h>
+#include <torch/extension.h>  // type casters for tensors; loads before pybind11
 
 #include "bindings/bindings.h"
 
@@ -7,4 +7,5 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_metallib native core";
   torch_metallib::bindings::bind_errors(m);
   torch_metallib::bindings::bind_container(m);
+  torch_metallib::bindings::bind_dispatch(m);
 }

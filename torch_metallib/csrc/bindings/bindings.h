@@ -11,4 +11,7 @@ void bind_errors(pybind11::module_& m);
 // torch_metallib._C.Container, parse() and pack().
 void bind_container(pybind11::module_& m);
 
+// torch_metallib._C.KernelSpec, Plan and launch_cpu.
+void bind_dispatch(pybind11::module_& m);
+
 }  // namespace torch_metallib::bindings

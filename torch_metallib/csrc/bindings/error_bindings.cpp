@@ -1,3 +1,4 @@
+#include "dispatch/binding_plan.h"
 #include "metallib/format_error.h"
 
 #include "bindings.h"
@@ -14,6 +15,11 @@ py::str lenient_str(const std::string& text) {
   return py::reinterpret_steal<py::str>(decoded);
 }
 
+void raise(const char* name, const std::string& message) {
+  py::object cls = py::module_::import("torch_metallib._errors").attr(name);
+  PyErr_SetObject(cls.ptr(), cls(lenient_str(message)).ptr());
+}
+
 }  // namespace
 
 void bind_errors(py::module_& m) {
@@ -28,6 +34,10 @@ void bind_errors(py::module_& m) {
       py::object error = cls(lenient_str(e.what()), py::arg("offset") = e.offset(),
                              py::arg("field") = lenient_str(e.field()));
       PyErr_SetObject(cls.ptr(), error.ptr());
+    } catch (const dispatch::ArgumentError& e) {
+      raise("KernelArgumentError", e.what());
+    } catch (const dispatch::DispatchFailure& e) {
+      raise("DispatchError", e.what());
     }
   });
 }

@@ -1,0 +1,78 @@
+// torch_metallib._C.KernelSpec / Plan / launch_cpu: the binding plan and the CPU runner.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "cpu/cpu_launch.h"
+#include "dispatch/binding_plan.h"
+
+namespace py = pybind11;
+
+namespace torch_metallib::bindings {
+
+void bind_dispatch(py::module_& m) {
+  using dispatch::ArgumentSpec;
+  using dispatch::ConstantSpec;
+  using dispatch::KernelSpec;
+  using dispatch::Plan;
+
+  py::class_<KernelSpec>(m, "KernelSpec")
+      .def(py::init([](std::string name, int parameter_count, const py::list& arguments,
+                       const py::list& constants, int64_t max_threads) {
+             std::vector<ArgumentSpec> specs;
+             for (const py::handle& item : arguments) {
+               auto a = py::reinterpret_borrow<py::dict>(item);
+               ArgumentSpec spec;
+               spec.name = a["name"].cast<std::string>();
+               spec.position = a["position"].cast<int>();
+               spec.kind = a["kind"].cast<std::string>();
+               spec.binding = a["binding"].cast<int>();
+               spec.address_space = a["address_space"].is_none() ? "" : a["address_space"].cast<std::string>();
+               spec.access = a["access"].is_none() ? "read" : a["access"].cast<std::string>();
+               spec.type_name = a["type_name"].cast<std::string>();
+               spec.type_size = a["type_size"].is_none() ? 0 : a["type_size"].cast<int64_t>();
+               spec.buffer_size = a["buffer_size"].is_none() ? -1 : a["buffer_size"].cast<int64_t>();
+               spec.guard = a["function_constant"].is_none() ? "" : a["function_constant"].cast<std::string>();
+               spec.unused = a["unused"].cast<bool>();
+               specs.push_back(std::move(spec));
+             }
+             std::vector<ConstantSpec> constant_specs;
+             for (const py::handle& item : constants) {
+               auto c = py::reinterpret_borrow<py::tuple>(item);
+               ConstantSpec spec;
+               spec.name = c[0].cast<std::string>();
+               spec.type_name = c[1].cast<std::string>();
+               spec.index = c[2].cast<int>();
+               spec.required = c[3].cast<bool>();
+               constant_specs.push_back(std::move(spec));
+             }
+             return KernelSpec(std::move(name), parameter_count, std::move(specs), std::move(constant_specs),
+                               max_threads);
+           }),
+           py::arg("name"), py::arg("parameter_count"), py::arg("arguments"), py::arg("constants"),
+           py::arg("max_threads"))
+      .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
+           py::arg("group_size"), py::arg("constants"),
+           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.");
+
+  py::class_<Plan>(m, "Plan")
+      .def_property_readonly("constants", [](const Plan& plan) {
+        // (index, value) pairs: part of the JIT cache key.
+        py::tuple out(plan.constants.size());
+        for (size_t i = 0; i < plan.constants.size(); ++i) {
+          const auto& c = plan.constants[i];
+          out[i] = py::make_tuple(c.index, c.is_float ? py::object(py::float_(c.real)) : py::object(py::int_(c.integer)));
+        }
+        return out;
+      })
+      .def_property_readonly("device", [](const Plan& plan) { return plan.device.str(); })
+      .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
+      .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; });
+
+  m.def("launch_cpu", [](const Plan& plan, uintptr_t launcher, bool serial) {
+    py::gil_scoped_release release;
+    cpu::launch(plan, launcher, serial);
+  }, py::arg("plan"), py::arg("launcher"), py::arg("serial"),
+     "Runs every threadgroup of `plan` with the compiled launcher at address `launcher`.");
+}
+
+}  // namespace torch_metallib::bindings

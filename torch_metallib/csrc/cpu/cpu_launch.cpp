@@ -1,0 +1,28 @@
+#include "cpu/cpu_launch.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+namespace torch_metallib::cpu {
+
+namespace {
+// Threads per parallel_for chunk: enough work to amortize handing out a chunk.
+constexpr int64_t kThreadsPerChunk = 1 << 15;
+}  // namespace
+
+void launch(const dispatch::Plan& plan, uintptr_t launcher, bool serial) {
+  auto run = reinterpret_cast<LaunchFunction>(launcher);
+  const int64_t groups = int64_t(plan.group_count);
+  const int64_t group_threads = int64_t(plan.dims[3]) * plan.dims[4] * plan.dims[5];
+  if (serial || groups == 1) {
+    run(plan.addresses.data(), plan.dims, 0, groups);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kThreadsPerChunk / group_threads);
+  at::parallel_for(0, groups, grain, [&](int64_t first, int64_t end) {
+    run(plan.addresses.data(), plan.dims, first, end);
+  });
+}
+
+}  // namespace torch_metallib::cpu

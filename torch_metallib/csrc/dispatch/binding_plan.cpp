@@ -1,0 +1,407 @@
+#include "dispatch/binding_plan.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace py = pybind11;
+
+namespace torch_metallib::dispatch {
+namespace {
+
+constexpr int64_t kMetalMaxThreadsPerGroup = 1024;
+constexpr int64_t kMetalMaxGroupDim[3] = {1024, 1024, 64};
+
+std::string python_type(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
+
+std::string short_repr(const py::handle& value) {
+  std::string text = py::repr(value).cast<std::string>();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+bool is_tensor(const py::handle& value) { return THPVariable_Check(value.ptr()); }
+
+bool is_sequence(const py::handle& value) {
+  return PyList_Check(value.ptr()) || PyTuple_Check(value.ptr());
+}
+
+bool is_bytes(const py::handle& value) {
+  return PyBytes_Check(value.ptr()) || PyByteArray_Check(value.ptr()) || PyMemoryView_Check(value.ptr());
+}
+
+int64_t available_bytes(const at::Tensor& tensor) {
+  return int64_t(tensor.storage().nbytes()) - tensor.storage_offset() * int64_t(tensor.element_size());
+}
+
+// 8-byte-aligned owned storage for packed values.
+std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes) {
+  return std::make_shared<std::vector<uint64_t>>((bytes + 7) / 8 + 1, 0);
+}
+
+}  // namespace
+
+std::string ArgumentSpec::describe() const {
+  std::ostringstream out;
+  out << "argument " << position << " '" << name << "' (" << (kind == "threadgroup" ? "threadgroup" : "buffer")
+      << "(" << binding << "), " << address_space << (access == "read" && address_space == "device" ? " const " : " ")
+      << type_name << (buffer_size >= 0 ? "&" : "*") << ")";
+  return out.str();
+}
+
+KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
+                       std::vector<ConstantSpec> constants, int64_t max_threads)
+    : name_(std::move(name)),
+      parameter_count_(parameter_count),
+      arguments_(std::move(arguments)),
+      constants_(std::move(constants)),
+      max_threads_(max_threads > 0 ? max_threads : kMetalMaxThreadsPerGroup) {
+  for (ArgumentSpec& argument : arguments_) argument.type = find_metal_type(argument.type_name);
+  for (ConstantSpec& constant : constants_) constant.type = find_metal_type(constant.type_name);
+  std::stable_sort(arguments_.begin(), arguments_.end(), [](const ArgumentSpec& a, const ArgumentSpec& b) {
+    return std::make_pair(a.kind != "buffer", a.binding) < std::make_pair(b.kind != "buffer", b.binding);
+  });
+}
+
+// --- values ---------------------------------------------------------------------------
+
+namespace {
+
+// Writes Python number `value` as one component of `type` at `out`. Returns "" or why not.
+std::string pack_number(const MetalType& type, const py::handle& value, uint8_t* out) {
+  PyObject* object = value.ptr();
+  bool is_bool = PyBool_Check(object), is_int = PyLong_Check(object), is_float = PyFloat_Check(object);
+  if (!is_bool && !is_int && !is_float) return "a " + python_type(value);
+  if (type.kind == ScalarKind::Float) {
+    double real = PyFloat_AsDouble(object);
+    if (type.element_bytes == 4) {
+      float v = float(real);
+      std::memcpy(out, &v, 4);
+    } else if (type.name.rfind("half", 0) == 0 || type.name == "float16_t") {
+      c10::Half v(static_cast<float>(real));
+      std::memcpy(out, &v, 2);
+    } else {
+      c10::BFloat16 v(static_cast<float>(real));
+      std::memcpy(out, &v, 2);
+    }
+    return "";
+  }
+  if (is_float) return "the float " + short_repr(value);
+  if (type.kind == ScalarKind::Bool) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
+    if (overflow || (v != 0 && v != 1)) return short_repr(value);
+    out[0] = uint8_t(v);
+    return "";
+  }
+  int bits = type.element_bytes * 8;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
+  unsigned long long u = 0;
+  if (overflow > 0 && type.kind == ScalarKind::Unsigned && bits == 64) {
+    u = PyLong_AsUnsignedLongLong(object);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return short_repr(value) + ", out of range";
+    }
+  } else if (overflow) {
+    return short_repr(value) + ", out of range";
+  } else if (type.kind == ScalarKind::Signed) {
+    if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return short_repr(value) + ", out of range";
+    u = static_cast<unsigned long long>(v);
+  } else {
+    if (v < 0 || (bits < 64 && v >= (1LL << bits))) return short_repr(value) + ", out of range";
+    u = static_cast<unsigned long long>(v);
+  }
+  std::memcpy(out, &u, type.element_bytes);  // little-endian: the low bytes
+  return "";
+}
+
+}  // namespace
+
+void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::handle& value,
+                            bool& device_seen) const {
+  const std::string where = name_ + ": " + argument.describe();
+  if (is_tensor(value)) {
+    const at::Tensor& tensor = THPVariable_Unpack(value.ptr());
+    if (device_seen && tensor.device() != plan.device) {
+      throw ArgumentError(where + ": expected a tensor on " + plan.device.str() + " like the arguments before it, got one on " +
+                          tensor.device().str() + ". Move all tensors to one device");
+    }
+    plan.device = tensor.device();
+    device_seen = true;
+    if (tensor.dim() == 0 && !argument.writable() && argument.type != nullptr &&
+        tensor.scalar_type() != argument.type->dtypes.front()) {
+      // A 0-d tensor read as a value: pass its value converted to the kernel's type.
+      bind_value(plan, argument, value.attr("item")(), device_seen);
+      return;
+    }
+    if (argument.type != nullptr) {
+      const auto& dtypes = argument.type->dtypes;
+      if (std::find(dtypes.begin(), dtypes.end(), tensor.scalar_type()) == dtypes.end()) {
+        throw ArgumentError(where + ": expected a tensor of " + dtype_names(*argument.type) + ", got " +
+                            torch_dtype_name(tensor.scalar_type()) + ". Convert it with .to(" +
+                            torch_dtype_name(dtypes.front()) + ")");
+      }
+    }
+    int64_t bytes = available_bytes(tensor);
+    int64_t needed = argument.buffer_size >= 0 ? argument.buffer_size : (argument.type ? 0 : argument.type_size);
+    if (bytes < needed) {
+      throw DispatchFailure(where + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
+                            std::to_string(bytes) + " bytes from its first element to the end of its storage");
+    }
+    plan.addresses[argument.position] = tensor.data_ptr();
+    return;
+  }
+  if (argument.writable()) {
+    throw ArgumentError(where + ": the kernel writes to it; expected a tensor, got " + short_repr(value) +
+                        " (" + python_type(value) + ")");
+  }
+  std::shared_ptr<std::vector<uint64_t>> storage;
+  int64_t bytes = 0;
+  if (is_bytes(value)) {
+    py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
+    bytes = int64_t(info.size * info.itemsize);
+    storage = allocate(size_t(bytes));
+    std::memcpy(storage->data(), info.ptr, size_t(bytes));
+  } else if (argument.type == nullptr) {
+    throw ArgumentError(where + ": '" + argument.type_name + "' is not a scalar or vector type; expected a tensor or " +
+                        "bytes of its " + std::to_string(argument.type_size) + "-byte layout, got " + short_repr(value));
+  } else {
+    const MetalType& type = *argument.type;
+    std::vector<py::handle> numbers;
+    if (is_sequence(value)) {
+      for (const py::handle& item : value) numbers.push_back(item);
+    } else {
+      numbers.push_back(value);
+    }
+    if (numbers.empty() || numbers.size() % size_t(type.components)) {
+      throw ArgumentError(where + ": expected " + (type.components > 1 ? std::to_string(type.components) +
+                          " numbers per " + type.name : std::string("a number or a sequence of numbers")) +
+                          ", got " + short_repr(value));
+    }
+    // Each element takes the type's full size: a uint3 is 16 bytes, as Metal lays it out.
+    size_t slot = size_t(std::max<int64_t>(argument.type_size, type.element_bytes * type.components));
+    size_t count = numbers.size() / size_t(type.components);
+    bytes = int64_t(slot * count);
+    storage = allocate(size_t(bytes));
+    auto* out = reinterpret_cast<uint8_t*>(storage->data());
+    for (size_t i = 0; i < numbers.size(); ++i) {
+      size_t at = (i / size_t(type.components)) * slot + (i % size_t(type.components)) * size_t(type.element_bytes);
+      std::string problem = pack_number(type, numbers[i], out + at);
+      if (!problem.empty()) {
+        throw ArgumentError(where + ": expected " + (type.kind == ScalarKind::Float ? "a number" :
+                            type.kind == ScalarKind::Bool ? "a bool" : "an integer") + " that fits " + type.name +
+                            ", got " + problem);
+      }
+    }
+  }
+  if (argument.buffer_size >= 0 && bytes < argument.buffer_size) {
+    throw DispatchFailure(where + ": expected " + std::to_string(argument.buffer_size) + " bytes, got " +
+                          std::to_string(bytes) + " from " + short_repr(value));
+  }
+  plan.addresses[argument.position] = storage->data();
+  plan.packed.push_back(std::move(storage));
+}
+
+// --- constants ----------------------------------------------------------------------------
+
+std::vector<ConstantValue> KernelSpec::bind_constants(const py::handle& values) const {
+  std::vector<ConstantValue> bound;
+  std::vector<bool> seen(constants_.size(), false);
+  if (!values.is_none()) {
+    if (!PyDict_Check(values.ptr())) {
+      throw ArgumentError(name_ + ": constants: expected a dict of name or index -> value, got " + short_repr(values));
+    }
+    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(values)) {
+      size_t i = 0;
+      for (; i < constants_.size(); ++i) {
+        const ConstantSpec& c = constants_[i];
+        if ((PyUnicode_Check(key.ptr()) && key.cast<std::string>() == c.name) ||
+            (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) && key.cast<int64_t>() == c.index)) break;
+      }
+      if (i == constants_.size()) {
+        std::string declared;
+        for (const ConstantSpec& c : constants_) declared += (declared.empty() ? "" : ", ") + c.name + " (" + std::to_string(c.index) + ")";
+        throw DispatchFailure(name_ + ": constants: no function constant " + short_repr(key) + "; expected one of: " +
+                              (declared.empty() ? "none (the kernel declares no function constants)" : declared));
+      }
+      const ConstantSpec& c = constants_[i];
+      if (seen[i]) throw DispatchFailure(name_ + ": constants: " + c.name + " is given twice (by name and by index)");
+      seen[i] = true;
+      if (c.type == nullptr || c.type->components != 1) {
+        throw DispatchFailure(name_ + ": function constant " + c.name + " has type " + c.type_name +
+                              ", which this backend cannot set");
+      }
+      uint8_t scratch[8] = {0};
+      std::string problem = pack_number(*c.type, value, scratch);
+      if (!problem.empty()) {
+        throw DispatchFailure(name_ + ": function constant " + c.name + " (" + c.type_name + ", index " +
+                              std::to_string(c.index) + "): expected " +
+                              (c.type->kind == ScalarKind::Bool ? "a bool" : c.type->kind == ScalarKind::Float ? "a number" : "an integer") +
+                              ", got " + problem);
+      }
+      ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
+      if (cv.is_float) cv.real = PyFloat_AsDouble(value.ptr());
+      else cv.integer = c.type->kind == ScalarKind::Unsigned && c.type->element_bytes == 8
+                            ? int64_t(PyLong_AsUnsignedLongLong(value.ptr())) : PyLong_AsLongLong(value.ptr());
+      bound.push_back(cv);
+    }
+  }
+  std::string missing;
+  for (size_t i = 0; i < constants_.size(); ++i) {
+    if (!seen[i] && constants_[i].required) {
+      missing += (missing.empty() ? "" : ", ") + constants_[i].name + " (" + constants_[i].type_name + ", index " +
+                 std::to_string(constants_[i].index) + ")";
+    }
+  }
+  if (!missing.empty()) {
+    throw DispatchFailure(name_ + ": missing function constants: " + missing +
+                          ". Pass them as constants={name: value, ...}");
+  }
+  std::sort(bound.begin(), bound.end(), [](const ConstantValue& a, const ConstantValue& b) { return a.index < b.index; });
+  return bound;
+}
+
+// --- grid -----------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<int64_t> read_dims(const std::string& kernel, const char* what, const py::handle& value) {
+  std::vector<py::handle> items;
+  if (PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr())) {
+    items.push_back(value);
+  } else if (is_sequence(value)) {
+    for (const py::handle& item : value) items.push_back(item);
+  }
+  bool ok = !items.empty() && items.size() <= 3;
+  std::vector<int64_t> dims;
+  for (const py::handle& item : items) {
+    int overflow = 0;
+    long long v = PyLong_Check(item.ptr()) && !PyBool_Check(item.ptr()) ? PyLong_AsLongLongAndOverflow(item.ptr(), &overflow) : 0;
+    if (overflow || v < 1 || v > int64_t(std::numeric_limits<uint32_t>::max())) ok = false;
+    dims.push_back(v);
+  }
+  if (!ok) {
+    throw DispatchFailure(kernel + ": " + what + ": expected a positive int or 1-3 positive ints below 2**32, got " + short_repr(value));
+  }
+  dims.resize(3, 1);
+  return dims;
+}
+
+}  // namespace
+
+void KernelSpec::bind_grid(Plan& plan, const py::handle& threads, const py::handle& group_size,
+                           int64_t default_threads) const {
+  std::vector<int64_t> grid;
+  if (threads.is_none()) {
+    if (default_threads < 1) {
+      throw DispatchFailure(name_ + ": threads: no tensor argument to take the thread count from" +
+                            std::string(default_threads == 0 ? " (the first tensor is empty)" : "") + "; pass threads=N");
+    }
+    if (default_threads > int64_t(std::numeric_limits<uint32_t>::max())) {
+      throw DispatchFailure(name_ + ": threads: the first tensor has " + std::to_string(default_threads) +
+                            " elements, more than 2**32 - 1 threads; pass threads=(x, y, z)");
+    }
+    grid = {default_threads, 1, 1};
+  } else {
+    grid = read_dims(name_, "threads", threads);
+  }
+  std::vector<int64_t> group = group_size.is_none()
+      ? std::vector<int64_t>{std::min(grid[0], max_threads_), 1, 1}
+      : read_dims(name_, "group_size", group_size);
+  int64_t total = group[0] * group[1] * group[2];
+  if (total > max_threads_ || group[0] > kMetalMaxGroupDim[0] || group[1] > kMetalMaxGroupDim[1] ||
+      group[2] > kMetalMaxGroupDim[2]) {
+    throw DispatchFailure(name_ + ": group_size: expected at most " + std::to_string(max_threads_) +
+                          " threads per threadgroup (at most 1024 x 1024 x 64), got " + std::to_string(group[0]) + " x " +
+                          std::to_string(group[1]) + " x " + std::to_string(group[2]));
+  }
+  uint64_t count = 1;
+  for (int axis = 0; axis < 3; ++axis) {
+    int64_t groups = (grid[axis] + group[axis] - 1) / group[axis];
+    plan.dims[axis] = uint32_t(grid[axis]);
+    plan.dims[3 + axis] = uint32_t(group[axis]);
+    plan.dims[6 + axis] = uint32_t(groups);
+    count *= uint64_t(groups);
+  }
+  if (count > std::numeric_limits<uint32_t>::max()) {
+    throw DispatchFailure(name_ + ": threads / group_size: expected fewer than 2**32 threadgroups, got " +
+                          std::to_string(count) + ". Use a larger group_size");
+  }
+  plan.group_count = count;
+}
+
+// --- the whole call ---------------------------------------------------------------------
+
+Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
+                      const py::handle& group_size, const py::handle& constants) const {
+  Plan plan;
+  plan.addresses.assign(size_t(parameter_count_), nullptr);
+  plan.constants = bind_constants(constants);
+  auto guard_on = [&](const ArgumentSpec& argument) {
+    if (argument.guard.empty()) return true;
+    for (const ConstantSpec& c : constants_) {
+      if (c.name != argument.guard) continue;
+      for (const ConstantValue& v : plan.constants) {
+        if (v.index == c.index) return v.integer != 0;
+      }
+      return false;  // an optional constant that was not set
+    }
+    return true;
+  };
+  std::vector<const ArgumentSpec*> active;
+  for (const ArgumentSpec& argument : arguments_) {
+    if (guard_on(argument)) active.push_back(&argument);
+  }
+  std::vector<py::handle> values(arguments_.size());
+  auto slot_of = [&](const ArgumentSpec* argument) { return size_t(argument - arguments_.data()); };
+  if (size_t(args.size()) > active.size()) {
+    std::string names;
+    for (const ArgumentSpec* a : active) names += (names.empty() ? "" : ", ") + a->name;
+    throw ArgumentError(name_ + ": expected at most " + std::to_string(active.size()) + " arguments (" + names +
+                        "), got " + std::to_string(args.size()));
+  }
+  for (size_t i = 0; i < size_t(args.size()); ++i) values[slot_of(active[i])] = args[i];
+  for (const auto& [key, value] : kwargs) {
+    std::string name = key.cast<std::string>();
+    auto found = std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
+    if (found == arguments_.end()) {
+      std::string names;
+      for (const ArgumentSpec& a : arguments_) names += (names.empty() ? "" : ", ") + a.name;
+      throw ArgumentError(name_ + ": no argument named '" + name + "'; expected one of: " + names);
+    }
+    size_t slot = slot_of(&*found);
+    if (values[slot]) {
+      throw ArgumentError(name_ + ": " + found->describe() + " is given twice (by position and by name)");
+    }
+    values[slot] = value;
+  }
+  bool device_seen = false;
+  int64_t default_threads = -1;
+  for (size_t slot = 0; slot < arguments_.size(); ++slot) {
+    const ArgumentSpec& argument = arguments_[slot];
+    py::handle value = values[slot];
+    bool present = value && !value.is_none();
+    if (!guard_on(argument)) {
+      if (present) {
+        throw DispatchFailure(name_ + ": " + argument.describe() + " exists only when function constant " +
+                              argument.guard + " is true; set constants={'" + argument.guard + "': True} or drop it");
+      }
+      continue;
+    }
+    if (!present) {
+      if (argument.unused) continue;  // the kernel never reads it
+      throw ArgumentError(name_ + ": missing " + argument.describe() + "; pass it by position or as " + argument.name + "=...");
+    }
+    bind_value(plan, argument, value, device_seen);
+    if (default_threads < 0 && is_tensor(value)) default_threads = THPVariable_Unpack(value.ptr()).numel();
+  }
+  bind_grid(plan, threads, group_size, default_threads);
+  return plan;
+}
+
+}  // namespace torch_metallib::dispatch

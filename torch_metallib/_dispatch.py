@@ -38,8 +38,7 @@ def cpu_support_problem(function) -> str:
 
 
 def call(function, args: tuple, kwargs: dict, threads, group_size, constants) -> None:
-    spec, compiled_by_constants = function._dispatch_state()
-    problem = cpu_support_problem(function)
+    spec, problem, compiled_by_constants = function._dispatch_state()
     if problem:
         raise UnsupportedKernelError(f"{function.name}: cannot run on the CPU: {problem}. "
                                      f"Run it on a Mac with MPS tensors")

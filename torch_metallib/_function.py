@@ -211,14 +211,15 @@ class KernelFunction:
         call(self, args, kwargs, threads, group_size, constants)
 
     def _dispatch_state(self):
-        """(native argument table, compiled kernels by constant values), built once."""
+        """(native argument table, why the CPU cannot run it or "", compiled kernels by
+        constant values), built once."""
         if self._spec is None:
-            from ._dispatch import kernel_spec
+            from ._dispatch import cpu_support_problem, kernel_spec
 
             with self._lock:
                 if self._spec is None:
-                    self._spec = kernel_spec(self)
-        return self._spec, self._compiled
+                    self._spec = (kernel_spec(self), cpu_support_problem(self), self._compiled)
+        return self._spec
 
     def __repr__(self) -> str:
         air = ".".join(map(str, self.air_version)) if self.air_version else "?"

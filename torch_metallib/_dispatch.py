@@ -24,24 +24,24 @@ def kernel_spec(function) -> "_C.KernelSpec":
 def cpu_support_problem(function) -> str:
     """Why the CPU backend cannot run `function` yet ("" if it can)."""
     if function.type != "kernel":
-        return f"it is a {function.type} function, not a kernel"
+        return f"it is a {function.type} function; only kernel functions can be called"
     reflection = function.reflection
     if reflection.uses_barriers or reflection.uses_simdgroup_ops:
         used = [name for name in reflection.intrinsics
                 if name.startswith(("air.wg.barrier", "air.simdgroup", "air.simd_", "air.quad_"))]
         return (f"its threads cooperate ({', '.join(used)}); the CPU backend runs only kernels "
-                f"without barriers and SIMD-group functions so far")
+                f"without barriers and SIMD-group functions so far. Run it on a Mac with MPS tensors")
     kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "builtin")})
     if kinds:
-        return f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet"
+        return (f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet. "
+                f"Run it on a Mac with MPS tensors")
     return ""
 
 
 def call(function, args: tuple, kwargs: dict, threads, group_size, constants) -> None:
     spec, problem, compiled_by_constants = function._dispatch_state()
     if problem:
-        raise UnsupportedKernelError(f"{function.name}: cannot run on the CPU: {problem}. "
-                                     f"Run it on a Mac with MPS tensors")
+        raise UnsupportedKernelError(f"{function.name}: cannot run on the CPU: {problem}")
     plan = spec.bind(args, kwargs, threads, group_size, constants)
     if plan.device != "cpu":
         raise UnsupportedKernelError(

@@ -218,7 +218,8 @@ class KernelFunction:
 
             with self._lock:
                 if self._spec is None:
-                    self._spec = (kernel_spec(self), cpu_support_problem(self), self._compiled)
+                    problem = cpu_support_problem(self)
+                    self._spec = (None if problem else kernel_spec(self), problem, self._compiled)
         return self._spec
 
     def __repr__(self) -> str:

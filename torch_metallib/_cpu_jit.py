@@ -3,19 +3,14 @@
 Each compiled object gets its own MCJIT engine (one shared engine resolved a second
 object's references into the first one's data). A compiled kernel is keyed by
 content (DESIGN.md §3): the function's SHA-256 ``HASH``, its function-constant values,
-the host target and the toolchain. Objects are cached in memory and on disk (under
-``~/.cache/torch_metallib/jit``, ``$TORCH_METALLIB_CACHE_DIR`` to move it,
-``TORCH_METALLIB_CACHE=0`` to turn it off). Entries are written atomically
-(temporary file + rename) and carry their own SHA-256, so a corrupt or truncated entry
-is detected, removed and rebuilt; concurrent processes at worst compile the same
-kernel twice and rename identical files over each other.
+the host target and the toolchain. Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
+concurrent processes at worst compile the same kernel twice and rename identical files
+over each other.
 """
 
 import ctypes
 import hashlib
 import os
-import struct
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Dict, Optional
@@ -23,12 +18,11 @@ from typing import Dict, Optional
 import llvmlite
 import llvmlite.binding as llvm
 
-from ._cpu_lowering import lower
+from ._disk_cache import cache_directory, read_entry, write_entry
 
-__all__ = ["CompiledKernel", "compile_kernel", "cache_directory"]
+__all__ = ["CompiledKernel", "compile_kernel"]
 
 LOWERING_VERSION = 1  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
-_ENTRY_MAGIC = b"TMJIT001"
 
 
 @dataclass(frozen=True)
@@ -68,57 +62,14 @@ def host() -> _Host:
         return _host
 
 
-def cache_directory() -> Optional[str]:
-    """Where compiled kernels are kept on disk, or None when the disk cache is off."""
-    if os.environ.get("TORCH_METALLIB_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    root = os.environ.get("TORCH_METALLIB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_metallib")
-    return os.path.join(root, "jit")
-
-
 def _cache_key(function_hash: str, constants: tuple) -> str:
     text = f"{function_hash}|{constants!r}|{host().toolchain}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _read_entry(path: str) -> Optional[bytes]:
-    """The object stored at `path`, or None if it is missing, truncated or corrupt
-    (in which case the file is removed so it is rebuilt)."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read()
-    except OSError:
-        return None
-    header = len(_ENTRY_MAGIC) + 8 + 32
-    if len(data) >= header and data.startswith(_ENTRY_MAGIC):
-        (size,) = struct.unpack_from("<Q", data, len(_ENTRY_MAGIC))
-        digest, payload = data[len(_ENTRY_MAGIC) + 8:header], data[header:]
-        if len(payload) == size and hashlib.sha256(payload).digest() == digest:
-            return payload
-    try:
-        os.remove(path)
-    except OSError:
-        pass
-    return None
-
-
-def _write_entry(path: str, payload: bytes) -> None:
-    """Atomically stores `payload` at `path`; a failure only costs the cache entry."""
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-        with os.fdopen(fd, "wb") as file:
-            file.write(_ENTRY_MAGIC + struct.pack("<Q", len(payload)) + hashlib.sha256(payload).digest() + payload)
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            os.remove(temporary)
-        except (OSError, UnboundLocalError):
-            pass
-
-
 def _build_object(function, constants: dict, symbol: str) -> bytes:
+    from ._cpu_lowering import lower  # only on a cache miss
+
     machine = host()
     context = llvm.create_context()
     module = llvm.parse_bitcode(bytes(function.bitcode), context=context)
@@ -131,8 +82,9 @@ def _build_object(function, constants: dict, symbol: str) -> bytes:
     return machine.machine.emit_object(module)
 
 
-def compile_kernel(function, constants: tuple) -> CompiledKernel:
-    """The compiled launcher of `function` with `constants` ((index, value) pairs)."""
+def compile_kernel(function, constants: tuple, serial: bool) -> CompiledKernel:
+    """The compiled launcher of `function` with `constants` ((index, value) pairs);
+    `serial`: its threadgroups must run one at a time."""
     key = _cache_key(function.hash, constants)
     compiled = _compiled.get(key)
     if compiled is not None:
@@ -143,14 +95,14 @@ def compile_kernel(function, constants: tuple) -> CompiledKernel:
             return compiled
         machine = host()
         symbol = key[:24]
-        directory = cache_directory()
+        directory = cache_directory("jit")
         path = os.path.join(directory, f"{key}.o") if directory else None
-        payload = _read_entry(path) if path else None
+        payload = read_entry(path) if path else None
         from_disk = payload is not None
         if payload is None:
             payload = _build_object(function, dict(constants), symbol)
             if path:
-                _write_entry(path, payload)
+                write_entry(path, payload)
         engine = llvm.create_mcjit_compiler(
             llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
         _engines.append(engine)
@@ -158,6 +110,6 @@ def compile_kernel(function, constants: tuple) -> CompiledKernel:
         init = engine.get_function_address(f"__tm_init_{symbol}")
         ctypes.CFUNCTYPE(None)(init)()  # the kernel's air.static_init constructors
         compiled = CompiledKernel(engine.get_function_address(f"__tm_launch_{symbol}"),
-                                  serial=bool(function.threadgroup_variables), from_disk=from_disk)
+                                  serial=serial, from_disk=from_disk)
         _compiled[key] = compiled
         return compiled

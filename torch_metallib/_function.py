@@ -4,6 +4,7 @@ import threading
 from typing import Optional, Tuple
 
 from ._air_arguments import Argument
+from ._dispatch import call, dispatch_state
 from ._function_constant import FunctionConstant
 from ._reflection import Reflection, ThreadgroupVariable, reflect
 from ._tables import DATA_TYPES, FUNCTION_TYPES, name_of
@@ -27,7 +28,7 @@ class KernelFunction:
         [('a', 0, 'read'), ('b', 1, 'read'), ('c', 2, 'read_write'), ('size', 3, 'read')]
     """
 
-    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock", "_spec", "_compiled")
+    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock", "_spec")
 
     def __init__(self, library, index: int, record: dict):
         self._library = library
@@ -37,7 +38,6 @@ class KernelFunction:
         self._reflection = None
         self._lock = threading.RLock()  # reentrant: building the spec reads .reflection
         self._spec = None
-        self._compiled = {}
 
     @property
     def library(self):
@@ -206,20 +206,14 @@ class KernelFunction:
             DispatchError: bad threads/group_size, too few bytes, missing function constants.
             UnsupportedKernelError: the kernel needs what this backend cannot do yet.
         """
-        from ._dispatch import call
-
         call(self, args, kwargs, threads, group_size, constants)
 
     def _dispatch_state(self):
-        """(native argument table, why the CPU cannot run it or "", compiled kernels by
-        constant values), built once."""
+        """What calling needs (see _dispatch.DispatchState), built once."""
         if self._spec is None:
-            from ._dispatch import cpu_support_problem, kernel_spec
-
             with self._lock:
                 if self._spec is None:
-                    problem = cpu_support_problem(self)
-                    self._spec = (None if problem else kernel_spec(self), problem, self._compiled)
+                    self._spec = dispatch_state(self)
         return self._spec
 
     def __repr__(self) -> str:

@@ -48,7 +48,15 @@ std::string ArgumentSpec::describe() const {
   std::ostringstream out;
   out << "argument " << position << " '" << name << "' (" << (kind == "threadgroup" ? "threadgroup" : "buffer")
       << "(" << binding << "), " << address_space << (access == "read" && address_space == "device" ? " const " : " ")
-      << type_name << (buffer_size >= 0 ? "&" : "*") << ")";
+      << type_name;
+  if (buffer_size < 0) {
+    out << "*";
+  } else if (type_size > 0 && buffer_size > type_size) {
+    out << " (&)[" << buffer_size / type_size << "]";
+  } else {
+    out << "&";
+  }
+  out << ")";
   return out.str();
 }
 
@@ -72,11 +80,21 @@ namespace {
 
 // Writes Python number `value` as one component of `type` at `out`. Returns "" or why not.
 std::string pack_number(const MetalType& type, const py::handle& value, uint8_t* out) {
-  PyObject* object = value.ptr();
+  // Integers of any kind (numpy's too, through __index__), Python floats and bools.
+  py::object number = py::reinterpret_borrow<py::object>(value);
+  if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr())) {
+    number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+    if (!number) throw py::error_already_set();
+  }
+  PyObject* object = number.ptr();
   bool is_bool = PyBool_Check(object), is_int = PyLong_Check(object), is_float = PyFloat_Check(object);
   if (!is_bool && !is_int && !is_float) return "a " + python_type(value);
   if (type.kind == ScalarKind::Float) {
     double real = PyFloat_AsDouble(object);
+    if (real == -1.0 && PyErr_Occurred()) {  // an int too large for a double
+      PyErr_Clear();
+      return short_repr(value) + ", out of range";
+    }
     if (type.element_bytes == 4) {
       float v = float(real);
       std::memcpy(out, &v, 4);
@@ -133,7 +151,7 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     }
     plan.device = tensor.device();
     device_seen = true;
-    if (tensor.dim() == 0 && !argument.writable() && argument.type != nullptr &&
+    if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
         tensor.scalar_type() != argument.type->dtypes.front()) {
       // A 0-d tensor read as a value: pass its value converted to the kernel's type.
       bind_value(plan, argument, value.attr("item")(), device_seen);
@@ -163,10 +181,16 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
   std::shared_ptr<std::vector<uint64_t>> storage;
   int64_t bytes = 0;
   if (is_bytes(value)) {
-    py::buffer_info info = py::reinterpret_borrow<py::buffer>(value).request();
-    bytes = int64_t(info.size * info.itemsize);
+    Py_buffer view;
+    if (PyObject_GetBuffer(value.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      PyErr_Clear();
+      throw ArgumentError(where + ": expected contiguous bytes, got a non-contiguous " + python_type(value) +
+                          ". Pass bytes(view) or view.tobytes()");
+    }
+    bytes = int64_t(view.len);
     storage = allocate(size_t(bytes));
-    std::memcpy(storage->data(), info.ptr, size_t(bytes));
+    std::memcpy(storage->data(), view.buf, size_t(bytes));
+    PyBuffer_Release(&view);
   } else if (argument.type == nullptr) {
     throw ArgumentError(where + ": '" + argument.type_name + "' is not a scalar or vector type; expected a tensor or " +
                         "bytes of its " + std::to_string(argument.type_size) + "-byte layout, got " + short_repr(value));
@@ -245,7 +269,7 @@ std::vector<ConstantValue> KernelSpec::bind_constants(const py::handle& values) 
                               ", got " + problem);
       }
       ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
-      if (cv.is_float) cv.real = PyFloat_AsDouble(value.ptr());
+      if (cv.is_float) cv.real = PyFloat_AsDouble(value.ptr());  // pack_number checked it fits
       else cv.integer = c.type->kind == ScalarKind::Unsigned && c.type->element_bytes == 8
                             ? int64_t(PyLong_AsUnsignedLongLong(value.ptr())) : PyLong_AsLongLong(value.ptr());
       bound.push_back(cv);
@@ -272,7 +296,7 @@ namespace {
 
 std::vector<int64_t> read_dims(const std::string& kernel, const char* what, const py::handle& value) {
   std::vector<py::handle> items;
-  if (PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr())) {
+  if (PyIndex_Check(value.ptr()) && !PyBool_Check(value.ptr())) {
     items.push_back(value);
   } else if (is_sequence(value)) {
     for (const py::handle& item : value) items.push_back(item);
@@ -281,7 +305,12 @@ std::vector<int64_t> read_dims(const std::string& kernel, const char* what, cons
   std::vector<int64_t> dims;
   for (const py::handle& item : items) {
     int overflow = 0;
-    long long v = PyLong_Check(item.ptr()) && !PyBool_Check(item.ptr()) ? PyLong_AsLongLongAndOverflow(item.ptr(), &overflow) : 0;
+    long long v = 0;
+    if (PyIndex_Check(item.ptr()) && !PyBool_Check(item.ptr())) {  // ints, numpy ints
+      py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+      if (!index) throw py::error_already_set();
+      v = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+    }
     if (overflow || v < 1 || v > int64_t(std::numeric_limits<uint32_t>::max())) ok = false;
     dims.push_back(v);
   }
@@ -360,10 +389,13 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   std::vector<py::handle> values(arguments_.size());
   auto slot_of = [&](const ArgumentSpec* argument) { return size_t(argument - arguments_.data()); };
   if (size_t(args.size()) > active.size()) {
-    std::string names;
+    std::string names, left_out;
     for (const ArgumentSpec* a : active) names += (names.empty() ? "" : ", ") + a->name;
+    for (const ArgumentSpec& a : arguments_) {
+      if (!guard_on(a)) left_out += "; " + a.name + " is left out because function constant " + a.guard + " is false";
+    }
     throw ArgumentError(name_ + ": expected at most " + std::to_string(active.size()) + " arguments (" + names +
-                        "), got " + std::to_string(args.size()));
+                        left_out + "), got " + std::to_string(args.size()));
   }
   for (size_t i = 0; i < size_t(args.size()); ++i) values[slot_of(active[i])] = args[i];
   for (const auto& [key, value] : kwargs) {

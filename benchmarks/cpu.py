@@ -300,8 +300,8 @@ def print_report(header: dict, rates: list, firsts: dict, calls: dict, targets: 
         print(f"{name:22} {cold['first result']:8.2f} {warm['first result']:8.2f} "
               f"{first['ratio']:9.1f}x {disk:>14} "
               f"{cold['correct'] + warm['correct']:>5}/{2 * processes}")
-    print(f"  where it goes: other processes run the first call's one-time steps ahead of it, "
-          f"ms, cold | warm")
+    print("  where it goes: other processes run the first call's one-time steps ahead of it, "
+          "ms, cold | warm")
     print(f"  {'':32}" + "".join(f" {name:>19}" for name in firsts))
     splits = [first["median_ms"]["split"] for first in firsts.values()]
     publics = [first["median_ms"]["public"] for first in firsts.values()]

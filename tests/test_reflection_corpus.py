@@ -5,7 +5,6 @@ kernels/: binary.h, softmax.h, arange.h, steel/gemm/kernels/steel_gemm_fused.h, 
 import concurrent.futures
 import random
 
-import pytest
 
 import torch_metallib as tm
 from _reflection_checks import check_kernels, decoder_problems, unused_flag_problems

@@ -24,8 +24,6 @@ from ._errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
 
-# dims array passed to the launcher (u32 each): grid xyz, threadgroup size xyz, groups xyz.
-GRID, GROUP, GROUPS = 0, 3, 6
 SIMD_WIDTH = 32
 _FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = internal unnamed_addr addrspace\(2\) '
                       r'externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$', re.M)

@@ -11,6 +11,7 @@ from ._air_arguments import Argument, StructField
 from ._errors import (
     DispatchError,
     KernelArgumentError,
+    KernelExecutionError,
     MetallibFormatError,
     ReflectionError,
     TorchMetallibError,
@@ -38,6 +39,7 @@ __all__ = [
     "KernelArgumentError",
     "DispatchError",
     "UnsupportedKernelError",
+    "KernelExecutionError",
     "TorchMetallibError",
 ]
 __version__ = "0.1.0"

@@ -18,17 +18,19 @@ from typing import Dict, Optional
 import llvmlite
 import llvmlite.binding as llvm
 
+from . import _C
 from ._disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 1  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 2  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    launcher: int       # address of __tm_launch_<symbol>
+    launcher: int       # address of __tm_launch_<symbol>, or __tm_thread_<symbol> if cooperative
     serial: bool        # threadgroup variables are shared: run groups one at a time
+    cooperative: bool   # threads meet at barriers / SIMD-group functions: run as fibers
     from_disk: bool
 
 
@@ -44,6 +46,8 @@ class _Host:
         self.machine = llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
         self.datalayout = str(self.machine.target_data)
+        for name, address in _C.runtime_symbols().items():  # what cooperative kernels call
+            llvm.add_symbol(name, address)
         self.toolchain = (f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
                           f"{self.triple} {self.cpu} {features} lowering {LOWERING_VERSION}")
 
@@ -67,14 +71,14 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _build_object(function, constants: dict, symbol: str) -> bytes:
+def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
     from ._cpu_lowering import lower  # only on a cache miss
 
     machine = host()
     context = llvm.create_context()
     module = llvm.parse_bitcode(bytes(function.bitcode), context=context)
     text = lower(str(module), function.name, function.arguments, constants, symbol,
-                 machine.triple, machine.datalayout)
+                 machine.triple, machine.datalayout, cooperative)
     module = llvm.parse_assembly(text, context=context)
     module.verify()
     builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
@@ -82,10 +86,10 @@ def _build_object(function, constants: dict, symbol: str) -> bytes:
     return machine.machine.emit_object(module)
 
 
-def compile_kernel(function, constants: tuple, serial: bool) -> CompiledKernel:
+def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool) -> CompiledKernel:
     """The compiled launcher of `function` with `constants` ((index, value) pairs);
-    `serial`: its threadgroups must run one at a time."""
-    key = _cache_key(function.hash, constants)
+    `serial`: its threadgroups must run one at a time; `cooperative`: its threads meet."""
+    key = _cache_key(function.hash, (constants, cooperative))
     compiled = _compiled.get(key)
     if compiled is not None:
         return compiled
@@ -100,7 +104,7 @@ def compile_kernel(function, constants: tuple, serial: bool) -> CompiledKernel:
         payload = read_entry(path) if path else None
         from_disk = payload is not None
         if payload is None:
-            payload = _build_object(function, dict(constants), symbol)
+            payload = _build_object(function, dict(constants), symbol, cooperative)
             if path:
                 write_entry(path, payload)
         engine = llvm.create_mcjit_compiler(
@@ -109,7 +113,8 @@ def compile_kernel(function, constants: tuple, serial: bool) -> CompiledKernel:
         engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
         init = engine.get_function_address(f"__tm_init_{symbol}")
         ctypes.CFUNCTYPE(None)(init)()  # the kernel's air.static_init constructors
-        compiled = CompiledKernel(engine.get_function_address(f"__tm_launch_{symbol}"),
-                                  serial=serial, from_disk=from_disk)
+        entry = f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}"
+        compiled = CompiledKernel(engine.get_function_address(entry), serial=serial,
+                                  cooperative=cooperative, from_disk=from_disk)
         _compiled[key] = compiled
         return compiled

@@ -19,6 +19,7 @@ import re
 import struct
 from typing import Dict, List
 
+from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
 from ._cpu_intrinsics import define_intrinsic, parse_declaration
 from ._errors import UnsupportedKernelError
 
@@ -88,7 +89,7 @@ def _define_intrinsics(text: str, kernel: str) -> str:
         parsed = parse_declaration(match.group(0))
         if parsed is None or not parsed[1].startswith("air."):
             return match.group(0)
-        made = define_intrinsic(*parsed)
+        made = define_intrinsic(*parsed) or define_collective(*parsed)
         if made is None:
             unsupported.append(parsed[1])
             return match.group(0)
@@ -100,6 +101,8 @@ def _define_intrinsics(text: str, kernel: str) -> str:
                 extra.append(line)
         return definition
     text = re.sub(r"^declare [^\n]*$", replace, text, flags=re.M)
+    if "@tm_rt_" in text:
+        extra += RUNTIME_DECLARATIONS
     if unsupported:
         raise UnsupportedKernelError(
             f"{kernel}: the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}. "
@@ -250,10 +253,53 @@ done:
 """
 
 
+def _thread_entry(symbol: str, kernel: str, arguments) -> str:
+    """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
+    cooperative kernel, run as a fiber by csrc/cpu/cooperative.cpp."""
+    entry, body, operands = [], [], []
+    for a in sorted(arguments, key=lambda a: a.position):
+        if a.is_builtin:
+            operands.append(_builtin_operand(a, body))
+        else:
+            entry += [f"%slot{a.position} = getelementptr ptr, ptr %args, i64 {a.position}",
+                      f"%raw{a.position} = load ptr, ptr %slot{a.position}",
+                      f"%arg{a.position} = addrspacecast ptr %raw{a.position} to {a.ir_type}"]
+            operands.append(f"{a.ir_type} %arg{a.position}")
+    dims = []
+    for index, name in enumerate(["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z",
+                                  "groups.x", "groups.y", "groups.z"]):
+        dims += [f"%dp{index} = getelementptr i32, ptr %dims, i64 {index}", f"%{name} = load i32, ptr %dp{index}"]
+    lines = dims + entry + [
+        "%gxy = mul i32 %groups.x, %groups.y",
+        "%gx = urem i32 %g32, %groups.x", "%gq = udiv i32 %g32, %groups.x", "%gy = urem i32 %gq, %groups.y",
+        "%gz = udiv i32 %g32, %gxy",
+        "%ox = mul i32 %gx, %group.x", "%oy = mul i32 %gy, %group.y", "%oz = mul i32 %gz, %group.z",
+        "%rx = sub i32 %grid.x, %ox", "%ry = sub i32 %grid.y, %oy", "%rz = sub i32 %grid.z, %oz",
+        "%ax = call i32 @llvm.umin.i32(i32 %group.x, i32 %rx)",
+        "%ay = call i32 @llvm.umin.i32(i32 %group.y, i32 %ry)",
+        "%az = call i32 @llvm.umin.i32(i32 %group.z, i32 %rz)",
+        "%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
+        "%dgroup.xy = mul i32 %group.x, %group.y", "%dgroup.all = mul i32 %dgroup.xy, %group.z",
+        f"%simds.n = add i32 %all, {SIMD_WIDTH - 1}", f"%simds = udiv i32 %simds.n, {SIMD_WIDTH}",
+        f"%dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}", f"%dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}",
+        "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
+        "%dquads.n = add i32 %dgroup.all, 3", "%dquads = udiv i32 %dquads.n, 4",
+        "%linear = add i32 %t32, 0",
+        "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
+        "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
+        f"%lane = urem i32 %t32, {SIMD_WIDTH}", f"%simd = udiv i32 %t32, {SIMD_WIDTH}",
+        "%quadlane = urem i32 %t32, 4", "%quad = udiv i32 %t32, 4",
+    ] + body + [f"call void @{kernel}({', '.join(operands)})", "ret void"]
+    return (f"\ndefine void @__tm_thread_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
+            + "\n  ".join(lines) + "\n}\n")
+
+
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
-          triple: str, datalayout: str) -> str:
+          triple: str, datalayout: str, cooperative: bool = False) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
-    ``__tm_launch_<symbol>`` and ``__tm_init_<symbol>``."""
+    ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
+    threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
+    thread)."""
     text = _retarget(text, triple, datalayout)
     text = _internalize(text, kernel)
     text = _specialize_constants(text, constants)
@@ -262,5 +308,6 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     init_calls = "\n".join(f"  call void @{name}()" for name in constructors)
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
-    return (text + umin + _launcher(symbol, kernel, arguments)
+    entry = _thread_entry(symbol, kernel, arguments) if cooperative else _launcher(symbol, kernel, arguments)
+    return (text + umin + entry
             + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")

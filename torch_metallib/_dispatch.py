@@ -8,6 +8,7 @@ function-constant values (once; see _cpu_jit) and runs it on torch's thread pool
 
 import json
 import os
+import platform
 
 from . import _C
 from ._cpu_jit import compile_kernel
@@ -16,19 +17,20 @@ from ._errors import UnsupportedKernelError
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
-CALL_RECORD_VERSION = 1  # bump when call_record's fields change
+CALL_RECORD_VERSION = 2  # bump when call_record's fields change
 
 
 class DispatchState:
     """What calling a function needs, built once per KernelFunction."""
 
-    __slots__ = ("spec", "problem", "serial", "compiled")
+    __slots__ = ("spec", "problem", "serial", "cooperative", "compiled")
 
-    def __init__(self, spec, problem: str, serial: bool):
-        self.spec = spec            # _C.KernelSpec, None when the function cannot run here
-        self.problem = problem      # why the CPU backend cannot run it, or ""
-        self.serial = serial        # threadgroup variables: run threadgroups one at a time
-        self.compiled = {}          # constant values -> _cpu_jit.CompiledKernel
+    def __init__(self, spec, problem: str, serial: bool, cooperative: bool):
+        self.spec = spec                # _C.KernelSpec, None when the function cannot run here
+        self.problem = problem          # why the CPU backend cannot run it, or ""
+        self.serial = serial            # threadgroup variables: run threadgroups one at a time
+        self.cooperative = cooperative  # barriers / SIMD-group functions: threads as fibers
+        self.compiled = {}              # constant values -> _cpu_jit.CompiledKernel
 
 
 def call_record(function) -> dict:
@@ -44,6 +46,7 @@ def call_record(function) -> dict:
         "max_threads": reflection.max_total_threads_per_threadgroup or 0,
         "problem": cpu_support_problem(function),
         "serial": bool(reflection.threadgroup_variables),
+        "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops,
     }
 
 
@@ -65,22 +68,20 @@ def _cached_call_record(function) -> dict:
 def dispatch_state(function) -> DispatchState:
     if function.type != "kernel":
         return DispatchState(None, f"it is a {function.type} function; only kernel functions can be "
-                                   f"called", False)
+                                   f"called", False, False)
     record = _cached_call_record(function)
     spec = None if record["problem"] else _C.KernelSpec(
         function.name, record["parameter_count"], record["arguments"],
         [tuple(c) for c in record["constants"]], record["max_threads"])
-    return DispatchState(spec, record["problem"], record["serial"])
+    return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
 
 
 def cpu_support_problem(function) -> str:
     """Why the CPU backend cannot run kernel `function` yet ("" if it can)."""
     reflection = function.reflection
-    if reflection.uses_barriers or reflection.uses_simdgroup_ops:
-        used = [name for name in reflection.intrinsics
-                if name.startswith(("air.wg.barrier", "air.simdgroup", "air.simd_", "air.quad_"))]
-        return (f"its threads cooperate ({', '.join(used)}); the CPU backend runs only kernels "
-                f"without barriers and SIMD-group functions so far. Run it on a Mac with MPS tensors")
+    if (reflection.uses_barriers or reflection.uses_simdgroup_ops) and platform.machine() not in ("x86_64", "AMD64"):
+        return (f"its threads cooperate, and the CPU backend runs cooperating threads as fibers only "
+                f"on x86-64 so far. Run it on a Mac with MPS tensors")
     kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "builtin")})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet. "
@@ -100,5 +101,8 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants) ->
     key = plan.constants
     compiled = state.compiled.get(key)
     if compiled is None:
-        compiled = state.compiled[key] = compile_kernel(function, key, state.serial)
-    _C.launch_cpu(plan, compiled.launcher, compiled.serial)
+        compiled = state.compiled[key] = compile_kernel(function, key, state.serial, state.cooperative)
+    if compiled.cooperative:
+        _C.launch_cpu_cooperative(plan, compiled.launcher, compiled.serial, function.name)
+    else:
+        _C.launch_cpu(plan, compiled.launcher, compiled.serial)

@@ -2,7 +2,7 @@
 
 __all__ = [
     "TorchMetallibError", "MetallibFormatError", "ReflectionError", "KernelArgumentError",
-    "DispatchError", "UnsupportedKernelError",
+    "DispatchError", "UnsupportedKernelError", "KernelExecutionError",
 ]
 
 
@@ -55,3 +55,8 @@ class DispatchError(TorchMetallibError, ValueError):
 class UnsupportedKernelError(TorchMetallibError, NotImplementedError):
     """The kernel uses something this backend cannot run yet (e.g. threadgroup barriers
     or SIMD-group functions on the CPU)."""
+
+
+class KernelExecutionError(TorchMetallibError, RuntimeError):
+    """A kernel failed while running: e.g. a threadgroup barrier that not every thread of
+    the group reaches (on a GPU, a hang)."""

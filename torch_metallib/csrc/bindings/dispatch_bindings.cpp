@@ -2,6 +2,7 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
+#include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
 #include "dispatch/binding_plan.h"
 
@@ -73,6 +74,20 @@ void bind_dispatch(py::module_& m) {
     cpu::launch(plan, launcher, serial);
   }, py::arg("plan"), py::arg("launcher"), py::arg("serial"),
      "Runs every threadgroup of `plan` with the compiled launcher at address `launcher`.");
+
+  m.def("launch_cpu_cooperative", [](const Plan& plan, uintptr_t thread_function, bool serial, const std::string& kernel) {
+    py::gil_scoped_release release;
+    cpu::launch_cooperative(plan, thread_function, serial, kernel);
+  }, py::arg("plan"), py::arg("thread_function"), py::arg("serial"), py::arg("kernel"),
+     "Runs every threadgroup of `plan`, each thread a fiber, with the compiled per-thread entry.");
+
+  m.def("runtime_symbols", []() {
+    // What JIT-compiled cooperative kernels call, by name -> address (for llvm.add_symbol).
+    py::dict symbols;
+    symbols["tm_rt_barrier"] = reinterpret_cast<uintptr_t>(&tm_rt_barrier);
+    symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
+    return symbols;
+  });
 }
 
 }  // namespace torch_metallib::bindings

@@ -1,3 +1,4 @@
+#include "cpu/cooperative.h"
 #include "dispatch/binding_plan.h"
 #include "metallib/format_error.h"
 
@@ -38,6 +39,8 @@ void bind_errors(py::module_& m) {
       raise("KernelArgumentError", e.what());
     } catch (const dispatch::DispatchFailure& e) {
       raise("DispatchError", e.what());
+    } catch (const cpu::ExecutionError& e) {
+      raise("KernelExecutionError", e.what());
     }
   });
 }

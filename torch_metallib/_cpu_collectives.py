@@ -1,0 +1,201 @@
+"""Host definitions of AIR's cooperative intrinsics: threadgroup and SIMD-group barriers
+and the SIMD-group functions (DESIGN.md §4.2-4.3).
+
+Each collective deposits the lane's value with the C++ runtime (``tm_rt_simd_exchange``,
+csrc/cpu/cooperative.cpp), which returns once the active lanes of the SIMD-group have
+arrived at the same call site, with every lane's value in 32 slots of 64 bytes and the
+mask of lanes that took part; the lane then computes its result from the slots here, in
+IR. Shuffles whose source lane is outside the SIMD-group or did not take part return the
+lane's own value (``simd_shuffle_up``/``down`` do not wrap).
+"""
+
+import re
+from typing import List, Optional, Tuple
+
+__all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
+
+SIMD_WIDTH = 32
+SLOT_BYTES = 64
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr)"]
+
+_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
+
+
+def _size(type_name: str) -> int:
+    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
+    if match:
+        return int(match.group(1)) * _size(match.group(2))
+    return _BYTES.get(type_name) or int(type_name[1:]) // 8
+
+
+def _is_float(type_name: str) -> bool:
+    element = re.sub(r"<\d+ x (\w+)>", r"\1", type_name)
+    return element in _BYTES
+
+
+def _suffix(type_name: str) -> str:
+    """LLVM's overload suffix: float -> f32, <2 x i32> -> v2i32."""
+    codes = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
+    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
+    if match:
+        return f"v{match.group(1)}{codes.get(match.group(2), match.group(2))}"
+    return codes.get(type_name, type_name)
+
+
+def _exchange(values: List[Tuple[str, str]]) -> List[str]:
+    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane."""
+    lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [2 x i32], align 4"]
+    offset = 0
+    for i, (type_name, operand) in enumerate(values):
+        lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
+        offset += _size(type_name)
+    lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info)",
+              "%mask = load i32, ptr %info",
+              "%lanep = getelementptr i32, ptr %info, i32 1",
+              "%lane = load i32, ptr %lanep"]
+    return lines
+
+
+def _load_lane(type_name: str, lane: str, name: str, offset: int = 0) -> List[str]:
+    return [f"%{name}.off = mul i32 {lane}, {SLOT_BYTES}",
+            f"%{name}.off2 = add i32 %{name}.off, {offset}",
+            f"%{name}.p = getelementptr i8, ptr %slots, i32 %{name}.off2",
+            f"%{name} = load {type_name}, ptr %{name}.p"]
+
+
+def _from_lane(type_name: str, source: str, own: str, offset: int = 0) -> List[str]:
+    """%r = the value at `source` lane if it is in range and took part, else `own`."""
+    return [f"%src.in = icmp ult i32 {source}, {SIMD_WIDTH}",
+            f"%src.safe = select i1 %src.in, i32 {source}, i32 0",
+            "%src.bit = shl i32 1, %src.safe",
+            "%src.set = and i32 %mask, %src.bit",
+            "%src.took = icmp ne i32 %src.set, 0",
+            "%src.ok = and i1 %src.in, %src.took"] + _load_lane(type_name, "%src.safe", "v", offset) + [
+            f"%r = select i1 %src.ok, {type_name} %v, {type_name} {own}"]
+
+
+def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) -> Tuple[List[str], List[str]]:
+    floating = _is_float(type_name)
+    suffix = _suffix(type_name)
+    if op in ("sum", "product"):
+        instruction = ("fadd" if op == "sum" else "fmul") if floating else ("add" if op == "sum" else "mul")
+        return [f"{out} = {instruction} {type_name} {a}, {b}"], []
+    if op in ("and", "or", "xor"):
+        return [f"{out} = {op} {type_name} {a}, {b}"], []
+    if floating:
+        callee = f"llvm.{'minnum' if op == 'min' else 'maxnum'}.{suffix}"
+    else:
+        callee = f"llvm.{'s' if signed else 'u'}{op}.{suffix}"
+    return [f"{out} = call {type_name} @{callee}({type_name} {a}, {type_name} {b})"], \
+        [f"declare {type_name} @{callee}({type_name}, {type_name})"]
+
+
+def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
+    if _is_float(type_name):
+        element = re.sub(r"<\d+ x (\w+)>", r"\1", type_name)
+        value = {"sum": "-0.0", "product": "1.0", "min": "0x7FF0000000000000", "max": "0xFFF0000000000000"}.get(op)
+        if value is None:
+            return None
+        if element == "half" and op in ("min", "max"):
+            value = "0xH7C00" if op == "min" else "0xHFC00"
+        if element == "bfloat":
+            value = {"sum": "0xR8000", "product": "0xR3F80", "min": "0xR7F80", "max": "0xRFF80"}[op]
+        return value if not type_name.startswith("<") else f"splat ({element} {value})"
+    bits = int(re.sub(r"<\d+ x i(\d+)>", r"\1", type_name).lstrip("i"))
+    value = {"sum": 0, "product": 1, "or": 0, "xor": 0, "and": -1,
+             "min": (1 << (bits - 1)) - 1 if signed else -1,
+             "max": -(1 << (bits - 1)) if signed else 0}[op]
+    return str(value) if not type_name.startswith("<") else f"splat (i{bits} {value})"
+
+
+def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], List[str], str]:
+    """(lines, declarations, result): `op` over the lanes j that took part and for which
+    `condition(j)` (an IR i1 instruction, or None) holds, in lane order."""
+    identity = _identity(op, signed, type_name)
+    lines, declarations, acc = [], [], identity
+    for j in range(SIMD_WIDTH):
+        lines += [f"%b{j} = and i32 %mask, {1 << j}", f"%in{j} = icmp ne i32 %b{j}, 0"]
+        keep = f"%in{j}"
+        extra = condition(j)
+        if extra:
+            lines += [f"%c{j} = {extra}", f"%k{j} = and i1 %in{j}, %c{j}"]
+            keep = f"%k{j}"
+        lines += _load_lane(type_name, str(j), f"x{j}")
+        combined, needs = _combine(op, signed, type_name, acc, f"%x{j}", f"%y{j}")
+        lines += combined
+        declarations += needs
+        lines.append(f"%acc{j} = select i1 {keep}, {type_name} %y{j}, {type_name} {acc}")
+        acc = f"%acc{j}"
+    return lines, declarations[:1], acc
+
+
+def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
+    if name in ("air.wg.barrier", "air.simdgroup.barrier") and params == ["i32", "i32"]:
+        body = ("call void @tm_rt_barrier()" if name == "air.wg.barrier"
+                else "%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null)")
+        return (f"define internal void @{name}(i32 %a0, i32 %a1) alwaysinline {{\n  {body}\n  ret void\n}}",
+                [])
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] != "air" or not parts[1].startswith("simd_"):
+        return None
+    op = parts[1][len("simd_"):]
+    signed = len(parts) > 2 and parts[2] == "s"
+    if not params:
+        return None
+    value_type = params[0]
+    lines: List[str] = []
+    declarations: List[str] = []
+    if op in ("sum", "product", "min", "max", "and", "or", "xor") and len(params) == 1:
+        lines = _exchange([(value_type, "%a0")])
+        folded, declarations, result = _fold(op, signed, value_type, lambda j: None)
+        lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+    elif op.startswith("prefix_") and len(params) == 1:
+        _, kind, reduction = op.split("_")
+        compare = "ule" if kind == "inclusive" else "ult"
+        lines = _exchange([(value_type, "%a0")])
+        folded, declarations, result = _fold(reduction, signed, value_type,
+                                             lambda j: f"icmp {compare} i32 {j}, %lane")
+        lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+    elif op in ("shuffle", "broadcast", "shuffle_xor", "shuffle_up", "shuffle_down") and len(params) == 2:
+        lines = _exchange([(value_type, "%a0")]) + [f"%d = zext {params[1]} %a1 to i32"]
+        source = {"shuffle": "%d", "broadcast": "%d"}.get(op)
+        if op == "shuffle_xor":
+            lines.append("%s.x = xor i32 %lane, %d")
+            source = "%s.x"
+        elif op == "shuffle_up":
+            lines.append("%s.x = sub i32 %lane, %d")  # wraps to a huge index: out of range
+            source = "%s.x"
+        elif op == "shuffle_down":
+            lines.append("%s.x = add i32 %lane, %d")
+            source = "%s.x"
+        lines += _from_lane(value_type, source, "%a0")
+    elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) == 4:
+        size = _size(value_type)
+        lines = _exchange([(value_type, "%a0"), (value_type, "%a1")]) + [
+            f"%d = zext {params[2]} %a2 to i32", f"%m = zext {params[3]} %a3 to i32",
+            "%i = urem i32 %lane, %m", "%base = sub i32 %lane, %i"]
+        if op == "shuffle_and_fill_up":  # i >= d: data[l - d]; else filling[base + m - d + i]
+            lines += ["%fromdata = icmp uge i32 %i, %d", "%s.d = sub i32 %lane, %d",
+                      "%s.f0 = add i32 %base, %m", "%s.f1 = sub i32 %s.f0, %d", "%s.f = add i32 %s.f1, %i"]
+        else:  # i + d < m: data[l + d]; else filling[base + i + d - m]
+            lines += ["%id = add i32 %i, %d", "%fromdata = icmp ult i32 %id, %m", "%s.d = add i32 %lane, %d",
+                      "%s.f0 = add i32 %base, %id", "%s.f = sub i32 %s.f0, %m"]
+        lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f",
+                  f"%off = select i1 %fromdata, i32 0, i32 {size}"]
+        lines += [f"%v.off = mul i32 %src, {SLOT_BYTES}", "%v.off2 = add i32 %v.off, %off",
+                  "%v.p = getelementptr i8, ptr %slots, i32 %v.off2", f"%r = load {value_type}, ptr %v.p"]
+    elif op == "broadcast_first" and len(params) == 1:
+        lines = _exchange([(value_type, "%a0")]) + [
+            "%first = call i32 @llvm.cttz.i32(i32 %mask, i1 true)"] + _load_lane(value_type, "%first", "r0") + [
+            f"%r = bitcast {value_type} %r0 to {value_type}"]
+        declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"]
+    elif op in ("all", "any") and params == ["i1"] and ret == "i1":
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")])
+        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", lambda j: None)
+        lines += folded + [f"%r = icmp ne i8 {result}, 0"]
+    else:
+        return None
+    signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
+    body = "\n  ".join(lines + [f"ret {ret} %r"])
+    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}", declarations

@@ -1,0 +1,36 @@
+// Running kernels whose threads cooperate (threadgroup barriers, SIMD-group functions):
+// every thread of a threadgroup is a fiber on one OS thread; a thread that reaches a
+// barrier or a SIMD-group collective yields until its partners arrive (DESIGN.md §4.3).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "dispatch/binding_plan.h"
+
+namespace torch_metallib::cpu {
+
+// Raised as torch_metallib.KernelExecutionError: a barrier not every thread reaches.
+struct ExecutionError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The per-thread entry cooperative kernels export (see _cpu_lowering.py): runs thread
+// `thread` (linear index in its threadgroup) of threadgroup `group` (linear index).
+using ThreadFunction = void (*)(void* const* addresses, const uint32_t* dims, uint32_t group, uint32_t thread);
+
+// Runs every threadgroup of `plan` with fibers; groups run in parallel unless `serial`.
+// `kernel` names the kernel in errors. Call without the GIL.
+void launch_cooperative(const dispatch::Plan& plan, uintptr_t thread_function, bool serial, const std::string& kernel);
+
+}  // namespace torch_metallib::cpu
+
+// Called from JIT-compiled kernels (registered with LLVM by address):
+extern "C" {
+// air.wg.barrier: waits for every thread of the threadgroup.
+void tm_rt_barrier();
+// A SIMD-group exchange: deposits `bytes` (<= 64) of this lane's value, waits for the
+// active lanes of its SIMD-group at this call site, and returns their 32 x 64-byte slots;
+// info[0] = mask of lanes that took part, info[1] = this lane.
+const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info);
+}

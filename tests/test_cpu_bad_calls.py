@@ -349,13 +349,28 @@ case("guarded_argument_positional_guard_false", "fixtures", FCS, KAE,
      lambda: ((inp(4), out(4), inp(4)), {"constants": {"use_bias": False, "alpha": 2.0}}))
 
 # --- kernels the CPU backend cannot run
-case("threadgroup_barrier_fixture", "fixtures", "threadgroup_sum_float", UKE,
-     ["cannot run on the CPU", "its threads cooperate", "air.wg.barrier", "Run it on a Mac with MPS tensors"],
+# --- threadgroup memory arguments
+case("threadgroup_memory_size_missing", "fixtures", "threadgroup_sum_float", DE,
+     ["argument 2 'scratch' (threadgroup(0), threadgroup float*)", "needs its size",
+      "threadgroup_memory={0: nbytes}"],
      lambda: ((inp(8), out(2)), {"threads": 8, "group_size": 4}))
+case("threadgroup_memory_not_multiple_of_16", "fixtures", "threadgroup_sum_float", DE,
+     ["threadgroup_memory[0] (scratch)", "expected a positive multiple of 16 bytes", "got 20"],
+     lambda: ((inp(8), out(2)), {"threads": 8, "group_size": 4, "threadgroup_memory": {0: 20}}))
+case("threadgroup_memory_unknown_index", "fixtures", "threadgroup_sum_float", DE,
+     ["threadgroup_memory: no threadgroup argument at index 1", "expected 0 (scratch)"],
+     lambda: ((inp(8), out(2)), {"threads": 8, "group_size": 4, "threadgroup_memory": {0: 16, 1: 16}}))
+case("threadgroup_memory_too_large", "fixtures", "threadgroup_sum_float", DE,
+     ["expected at most 32768 bytes per threadgroup", "got 65536"],
+     lambda: ((inp(8), out(2)), {"threads": 8, "group_size": 4, "threadgroup_memory": {0: 65536}}))
+case("threadgroup_argument_given_a_value", "fixtures", "threadgroup_sum_float", KAE,
+     ["argument 2 'scratch'", "is threadgroup memory, not a value", "threadgroup_memory={0: nbytes}"],
+     lambda: ((inp(8), out(2)), {"scratch": inp(4), "threads": 8, "group_size": 4}))
 GEMM = "steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2"
-case("steel_gemm_barriers_and_simdgroup", "mlx", GEMM, UKE,
-     ["cannot run on the CPU", "air.wg.barrier", "air.simdgroup", "MPS"],
-     lambda: ((inp(64), inp(64), out(64)), {"constants": {"has_batch": False, "use_out_source": False,
+case("steel_gemm_simdgroup_matrix", "mlx", GEMM, UKE,
+     ["the CPU backend has no implementation of air.simdgroup_matrix_8x8_multiply_accumulate",
+      "Run it on a Mac with MPS tensors"],
+     lambda: ((inp(64), inp(64), out(64)), {"params": bytes(72), "constants": {"has_batch": False, "use_out_source": False,
                                                           "do_axpby": False, "align_M": True,
                                                           "align_N": True, "align_K": True}}))
 case("vertex_function", "vertex", "vector_add_float", UKE,

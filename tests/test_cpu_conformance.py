@@ -12,8 +12,8 @@ _mlx_families.py.
 
 Left out on purpose (one line each):
 * complex64 kernels: MLX's complex conventions (ordering in Maximum, branch cuts) need their own references.
-* kernels with threadgroup barriers or SIMD-group functions: the CPU backend refuses them by design
-  (UnsupportedKernelError; test_cooperative_kernels_are_refused checks that).
+* kernels with threadgroup barriers or SIMD-group functions: test_cpu_cooperative.py covers
+  those; simdgroup matrices are refused (test_simdgroup_matrix_kernels_are_refused).
 """
 
 import math
@@ -184,16 +184,15 @@ def test_parametrized_kernels_exist_and_run_on_cpu(mlx_lib):
     assert not cooperative
 
 
-def test_cooperative_kernels_are_refused(mlx_lib, fixture_metallib):
-    """The documented exclusion: barriers / SIMD-group kernels raise UnsupportedKernelError."""
-    lib = tm.load(fixture_metallib)
+def test_simdgroup_matrix_kernels_are_refused(mlx_lib):
+    """The documented exclusion: simdgroup matrices (steel GEMM) raise UnsupportedKernelError
+    before anything runs; cooperative kernels are tested in test_cpu_cooperative.py."""
+    gemm = mlx_lib.steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2
     x = torch.ones(64)
-    with pytest.raises(tm.UnsupportedKernelError, match="air.wg.barrier"):
-        lib.threadgroup_sum_float(x, torch.zeros(1), threads=64, group_size=64)
-    simd = next(name for name in mlx_lib.function_names
-                if name.startswith("row_reduce") and mlx_lib[name].uses_simdgroup_ops)
-    with pytest.raises(tm.UnsupportedKernelError):
-        mlx_lib[simd](x, x, threads=1)
+    with pytest.raises(tm.UnsupportedKernelError, match="air.simdgroup_matrix_8x8_multiply_accumulate"):
+        gemm(x, x, x, params=bytes(72), constants={"has_batch": False, "use_out_source": False,
+                                                   "do_axpby": False, "align_M": True, "align_N": True,
+                                                   "align_K": True})
 
 
 # --- strided layouts and launches ------------------------------------------------------------

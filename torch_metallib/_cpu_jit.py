@@ -75,15 +75,25 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
     from ._cpu_lowering import lower  # only on a cache miss
 
     machine = host()
+    # Modules are closed before their context, explicitly: if lowering raises, the
+    # traceback would otherwise keep them for the cyclic collector, which may free the
+    # context first (and LLVM then crashes freeing the module).
     context = llvm.create_context()
-    module = llvm.parse_bitcode(bytes(function.bitcode), context=context)
-    text = lower(str(module), function.name, function.arguments, constants, symbol,
-                 machine.triple, machine.datalayout, cooperative)
-    module = llvm.parse_assembly(text, context=context)
-    module.verify()
-    builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    builder.getModulePassManager().run(module, builder)
-    return machine.machine.emit_object(module)
+    modules = []
+    try:
+        modules.append(llvm.parse_bitcode(bytes(function.bitcode), context=context))
+        text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
+                     machine.triple, machine.datalayout, cooperative)
+        modules.append(llvm.parse_assembly(text, context=context))
+        module = modules[-1]
+        module.verify()
+        builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(module, builder)
+        return machine.machine.emit_object(module)
+    finally:
+        for module in modules:
+            module.close()
+        context.close()
 
 
 def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool) -> CompiledKernel:

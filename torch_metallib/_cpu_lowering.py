@@ -106,7 +106,7 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     if unsupported:
         raise UnsupportedKernelError(
             f"{kernel}: the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}. "
-            f"Run it on a Mac (device='mps'), or report the intrinsic")
+            f"Run it on a Mac with MPS tensors, or report the intrinsic")
     return text + "\n" + "\n".join(extra) + "\n"
 
 

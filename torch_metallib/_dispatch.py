@@ -17,7 +17,7 @@ from ._errors import UnsupportedKernelError
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
-CALL_RECORD_VERSION = 2  # bump when call_record's fields change
+CALL_RECORD_VERSION = 3  # bump when call_record's fields change
 
 
 class DispatchState:
@@ -44,9 +44,12 @@ def call_record(function) -> dict:
         "arguments": [{f: getattr(a, f) for f in fields} for a in reflection.arguments if not a.is_builtin],
         "constants": [[c.name, c.type, c.index, c.required] for c in reflection.function_constants],
         "max_threads": reflection.max_total_threads_per_threadgroup or 0,
+        "static_threadgroup_bytes": reflection.threadgroup_memory_static,
         "problem": cpu_support_problem(function),
         "serial": bool(reflection.threadgroup_variables),
-        "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops,
+        # Threadgroup-memory arguments need a buffer per threadgroup: the fiber runner's.
+        "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops
+        or any(a.kind == "threadgroup" for a in reflection.arguments),
     }
 
 
@@ -72,7 +75,7 @@ def dispatch_state(function) -> DispatchState:
     record = _cached_call_record(function)
     spec = None if record["problem"] else _C.KernelSpec(
         function.name, record["parameter_count"], record["arguments"],
-        [tuple(c) for c in record["constants"]], record["max_threads"])
+        [tuple(c) for c in record["constants"]], record["max_threads"], record["static_threadgroup_bytes"])
     return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
 
 
@@ -82,18 +85,18 @@ def cpu_support_problem(function) -> str:
     if (reflection.uses_barriers or reflection.uses_simdgroup_ops) and platform.machine() not in ("x86_64", "AMD64"):
         return (f"its threads cooperate, and the CPU backend runs cooperating threads as fibers only "
                 f"on x86-64 so far. Run it on a Mac with MPS tensors")
-    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "builtin")})
+    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "threadgroup", "builtin")})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet. "
                 f"Run it on a Mac with MPS tensors")
     return ""
 
 
-def call(function, args: tuple, kwargs: dict, threads, group_size, constants) -> None:
+def call(function, args: tuple, kwargs: dict, threads, group_size, constants, threadgroup_memory) -> None:
     state = function._dispatch_state()
     if state.problem:
         raise UnsupportedKernelError(f"{function.name}: cannot run on the CPU: {state.problem}")
-    plan = state.spec.bind(args, kwargs, threads, group_size, constants)
+    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory)
     if plan.device != "cpu":
         raise UnsupportedKernelError(
             f"{function.name}: tensors are on {plan.device}; this build runs kernels on the CPU only "

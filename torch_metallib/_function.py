@@ -187,7 +187,8 @@ class KernelFunction:
         return self.reflection.signature
 
     # --- calling ------------------------------------------------------------------------
-    def __call__(self, *args, threads=None, group_size=None, constants=None, **kwargs) -> None:
+    def __call__(self, *args, threads=None, group_size=None, constants=None, threadgroup_memory=None,
+                 **kwargs) -> None:
         """Runs the kernel on the tensors given; it writes into them and returns None.
 
         Args:
@@ -199,14 +200,17 @@ class KernelFunction:
             group_size: threadgroup size: an int or 1-3 ints; default (min(threads, max
                 threads per threadgroup), 1, 1).
             constants: function-constant values by name or index, e.g. ``{"has_batch": False}``.
+            threadgroup_memory: bytes of each ``[[threadgroup(i)]]`` argument, ``{i: nbytes}``
+                (a multiple of 16); each threadgroup gets its own, uninitialized.
             **kwargs: arguments by their Metal name, e.g. ``out=y``.
 
         Raises:
             KernelArgumentError: an argument is missing, unknown, of the wrong dtype or device.
+            KernelExecutionError: a threadgroup barrier not every thread reaches (deadlock).
             DispatchError: bad threads/group_size, too few bytes, missing function constants.
             UnsupportedKernelError: the kernel needs what this backend cannot do yet.
         """
-        call(self, args, kwargs, threads, group_size, constants)
+        call(self, args, kwargs, threads, group_size, constants, threadgroup_memory)
 
     def _dispatch_state(self):
         """What calling needs (see _dispatch.DispatchState), built once."""

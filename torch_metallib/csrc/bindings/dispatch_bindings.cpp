@@ -18,7 +18,7 @@ void bind_dispatch(py::module_& m) {
 
   py::class_<KernelSpec>(m, "KernelSpec")
       .def(py::init([](std::string name, int parameter_count, const py::list& arguments,
-                       const py::list& constants, int64_t max_threads) {
+                       const py::list& constants, int64_t max_threads, int64_t static_threadgroup_bytes) {
              std::vector<ArgumentSpec> specs;
              for (const py::handle& item : arguments) {
                auto a = py::reinterpret_borrow<py::dict>(item);
@@ -47,12 +47,12 @@ void bind_dispatch(py::module_& m) {
                constant_specs.push_back(std::move(spec));
              }
              return KernelSpec(std::move(name), parameter_count, std::move(specs), std::move(constant_specs),
-                               max_threads);
+                               max_threads, static_threadgroup_bytes);
            }),
            py::arg("name"), py::arg("parameter_count"), py::arg("arguments"), py::arg("constants"),
-           py::arg("max_threads"))
+           py::arg("max_threads"), py::arg("static_threadgroup_bytes"))
       .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
-           py::arg("group_size"), py::arg("constants"),
+           py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
            "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.");
 
   py::class_<Plan>(m, "Plan")

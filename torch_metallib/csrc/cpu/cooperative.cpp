@@ -104,6 +104,25 @@ std::string group_name(const uint32_t* dims, uint32_t group) {
   return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
 }
 
+// Per-OS-thread copy of the plan's addresses with this thread's threadgroup-memory
+// buffers in place: threadgroups running at the same time each get their own.
+struct ThreadgroupMemory {
+  std::vector<void*> addresses;
+  std::vector<std::vector<uint64_t>> buffers;
+  void* const* prepare(const dispatch::Plan& plan) {
+    if (plan.threadgroup_buffers.empty()) return plan.addresses.data();
+    addresses = plan.addresses;
+    buffers.resize(plan.threadgroup_buffers.size());
+    for (size_t i = 0; i < plan.threadgroup_buffers.size(); ++i) {
+      const auto& [position, bytes] = plan.threadgroup_buffers[i];
+      buffers[i].assign(size_t(bytes + 7) / 8, 0);
+      addresses[size_t(position)] = buffers[i].data();
+    }
+    return addresses.data();
+  }
+};
+thread_local ThreadgroupMemory threadgroup_memory;
+
 void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t group, const std::string& kernel) {
   const uint32_t* dims = plan.dims;
   uint32_t actual[3];
@@ -112,7 +131,7 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
     actual[axis] = std::min(dims[3 + axis], dims[axis] - origin);
   }
   uint32_t threads = actual[0] * actual[1] * actual[2];
-  GroupRun run{function, plan.addresses.data(), dims, group, std::vector<Fiber>(threads),
+  GroupRun run{function, threadgroup_memory.prepare(plan), dims, group, std::vector<Fiber>(threads),
                std::vector<SimdGroup>((threads + kSimdWidth - 1) / kSimdWidth)};
   for (uint32_t t = 0; t < threads; ++t) {
     Fiber& f = run.fibers[t];

@@ -14,6 +14,7 @@ namespace torch_metallib::dispatch {
 namespace {
 
 constexpr int64_t kMetalMaxThreadsPerGroup = 1024;
+constexpr int64_t kMetalMaxThreadgroupBytes = 32768;  // Apple GPUs' threadgroup memory
 constexpr int64_t kMetalMaxGroupDim[3] = {1024, 1024, 64};
 
 std::string python_type(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
@@ -61,12 +62,13 @@ std::string ArgumentSpec::describe() const {
 }
 
 KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
-                       std::vector<ConstantSpec> constants, int64_t max_threads)
+                       std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes)
     : name_(std::move(name)),
       parameter_count_(parameter_count),
       arguments_(std::move(arguments)),
       constants_(std::move(constants)),
-      max_threads_(max_threads > 0 ? max_threads : kMetalMaxThreadsPerGroup) {
+      max_threads_(max_threads > 0 ? max_threads : kMetalMaxThreadsPerGroup),
+      static_threadgroup_bytes_(static_threadgroup_bytes) {
   for (ArgumentSpec& argument : arguments_) argument.type = find_metal_type(argument.type_name);
   for (ConstantSpec& constant : constants_) constant.type = find_metal_type(constant.type_name);
   std::stable_sort(arguments_.begin(), arguments_.end(), [](const ArgumentSpec& a, const ArgumentSpec& b) {
@@ -367,7 +369,8 @@ void KernelSpec::bind_grid(Plan& plan, const py::handle& threads, const py::hand
 // --- the whole call ---------------------------------------------------------------------
 
 Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
-                      const py::handle& group_size, const py::handle& constants) const {
+                      const py::handle& group_size, const py::handle& constants,
+                      const py::handle& threadgroup_memory) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.constants = bind_constants(constants);
@@ -384,7 +387,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   };
   std::vector<const ArgumentSpec*> active;
   for (const ArgumentSpec& argument : arguments_) {
-    if (guard_on(argument)) active.push_back(&argument);
+    if (guard_on(argument) && argument.kind != "threadgroup") active.push_back(&argument);
   }
   std::vector<py::handle> values(arguments_.size());
   auto slot_of = [&](const ArgumentSpec* argument) { return size_t(argument - arguments_.data()); };
@@ -406,6 +409,10 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
       for (const ArgumentSpec& a : arguments_) names += (names.empty() ? "" : ", ") + a.name;
       throw ArgumentError(name_ + ": no argument named '" + name + "'; expected one of: " + names);
     }
+    if (found->kind == "threadgroup") {
+      throw ArgumentError(name_ + ": " + found->describe() + " is threadgroup memory, not a value; set its size with "
+                          "threadgroup_memory={" + std::to_string(found->binding) + ": nbytes}");
+    }
     size_t slot = slot_of(&*found);
     if (values[slot]) {
       throw ArgumentError(name_ + ": " + found->describe() + " is given twice (by position and by name)");
@@ -416,6 +423,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   int64_t default_threads = -1;
   for (size_t slot = 0; slot < arguments_.size(); ++slot) {
     const ArgumentSpec& argument = arguments_[slot];
+    if (argument.kind == "threadgroup") continue;  // see bind_threadgroup_memory
     py::handle value = values[slot];
     bool present = value && !value.is_none();
     if (!guard_on(argument)) {
@@ -432,8 +440,54 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
     bind_value(plan, argument, value, device_seen);
     if (default_threads < 0 && is_tensor(value)) default_threads = THPVariable_Unpack(value.ptr()).numel();
   }
+  bind_threadgroup_memory(plan, threadgroup_memory);
   bind_grid(plan, threads, group_size, default_threads);
   return plan;
+}
+
+void KernelSpec::bind_threadgroup_memory(Plan& plan, const py::handle& sizes) const {
+  std::vector<const ArgumentSpec*> wanted;
+  for (const ArgumentSpec& argument : arguments_) {
+    if (argument.kind == "threadgroup") wanted.push_back(&argument);
+  }
+  if (!sizes.is_none() && !PyDict_Check(sizes.ptr())) {
+    throw ArgumentError(name_ + ": threadgroup_memory: expected a dict of threadgroup index -> bytes, got " +
+                        short_repr(sizes));
+  }
+  py::dict given = sizes.is_none() ? py::dict() : py::reinterpret_borrow<py::dict>(sizes);
+  for (const auto& [key, value] : given) {
+    bool known = PyLong_Check(key.ptr()) && std::any_of(wanted.begin(), wanted.end(), [&](const ArgumentSpec* a) {
+      return a->binding == key.cast<int64_t>();
+    });
+    if (!known) {
+      std::string slots;
+      for (const ArgumentSpec* a : wanted) slots += (slots.empty() ? "" : ", ") + std::to_string(a->binding) + " (" + a->name + ")";
+      throw DispatchFailure(name_ + ": threadgroup_memory: no threadgroup argument at index " + short_repr(key) +
+                            "; expected " + (slots.empty() ? "none (the kernel takes no threadgroup memory)" : slots));
+    }
+  }
+  int64_t total = static_threadgroup_bytes_;
+  for (const ArgumentSpec* a : wanted) {
+    py::object key = py::int_(a->binding);
+    if (!given.contains(key)) {
+      throw DispatchFailure(name_ + ": " + a->describe() + " needs its size: pass threadgroup_memory={" +
+                            std::to_string(a->binding) + ": nbytes}");
+    }
+    py::handle value = given[key];
+    int overflow = 0;
+    long long bytes = PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr()) ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow) : -1;
+    if (overflow || bytes <= 0 || bytes % 16) {
+      throw DispatchFailure(name_ + ": threadgroup_memory[" + std::to_string(a->binding) + "] (" + a->name +
+                            "): expected a positive multiple of 16 bytes, as Metal requires, got " + short_repr(value));
+    }
+    total += bytes;
+    plan.threadgroup_buffers.emplace_back(a->position, bytes);
+  }
+  if (total > kMetalMaxThreadgroupBytes) {
+    throw DispatchFailure(name_ + ": threadgroup memory: expected at most " + std::to_string(kMetalMaxThreadgroupBytes) +
+                          " bytes per threadgroup (Apple GPUs), got " + std::to_string(total) + " (" +
+                          std::to_string(static_threadgroup_bytes_) + " declared by the kernel)");
+  }
 }
 
 }  // namespace torch_metallib::dispatch

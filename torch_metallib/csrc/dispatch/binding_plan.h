@@ -67,17 +67,20 @@ struct Plan {
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
   std::vector<ConstantValue> constants;     // by index, every declared constant that is set
+  // Threadgroup-memory arguments: (IR parameter, bytes), allocated per threadgroup by the backend.
+  std::vector<std::pair<int, int64_t>> threadgroup_buffers;
   c10::Device device = c10::Device(c10::kCPU);
 };
 
 class KernelSpec {
  public:
   KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
-             std::vector<ConstantSpec> constants, int64_t max_threads);
+             std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes);
 
   // Validates a call and builds its plan. Raises ArgumentError / DispatchFailure.
   Plan bind(const pybind11::tuple& args, const pybind11::dict& kwargs, const pybind11::handle& threads,
-            const pybind11::handle& group_size, const pybind11::handle& constants) const;
+            const pybind11::handle& group_size, const pybind11::handle& constants,
+            const pybind11::handle& threadgroup_memory) const;
 
   const std::string& name() const { return name_; }
 
@@ -85,6 +88,7 @@ class KernelSpec {
   std::vector<ConstantValue> bind_constants(const pybind11::handle& values) const;
   void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                   bool& device_seen) const;
+  void bind_threadgroup_memory(Plan& plan, const pybind11::handle& sizes) const;
   void bind_grid(Plan& plan, const pybind11::handle& threads, const pybind11::handle& group_size,
                  int64_t default_threads) const;
 
@@ -93,6 +97,7 @@ class KernelSpec {
   std::vector<ArgumentSpec> arguments_;  // sorted by (kind, binding)
   std::vector<ConstantSpec> constants_;
   int64_t max_threads_;
+  int64_t static_threadgroup_bytes_;  // threadgroup variables the kernel declares itself
 };
 
 }  // namespace torch_metallib::dispatch

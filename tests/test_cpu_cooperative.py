@@ -1,0 +1,109 @@
+"""Cooperative kernels on the CPU: threadgroup barriers, SIMD-group functions and threadgroup
+memory, run as fibers (csrc/cpu/cooperative.cpp), against torch."""
+
+import pytest
+import torch
+
+import torch_metallib as tm
+from conftest import fixture_bitcode
+
+# float32 kernels accumulate in float32 in an order of their own; float16 and bfloat16
+# kernels round their inputs and outputs: bounds relative to each type's precision.
+ATOL = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.fixture(scope="module")
+def fixtures(fixture_metallib):
+    return tm.load(fixture_metallib)
+
+
+# --- the project's fixtures ----------------------------------------------------------------
+
+@pytest.mark.parametrize("group", [32, 64, 128, 256])
+def test_threadgroup_sum_with_threadgroup_memory(fixtures, group):
+    """Each threadgroup gets its own `scratch` (threadgroups run in parallel) and the tree
+    reduction needs every barrier."""
+    groups = 37
+    x = torch.randint(-1000, 1000, (groups * group,), generator=_generator(group)).float()
+    out = torch.full((groups + 1,), -7.0)
+    fixtures.threadgroup_sum_float(x, out, threads=groups * group, group_size=group,
+                                   threadgroup_memory={0: group * 4})
+    assert torch.equal(out[:groups], x.view(groups, group).sum(1))  # small integers: exact
+    assert out[groups] == -7.0
+
+
+def test_divergent_barrier_is_a_deadlock_not_a_hang():
+    # Kept apart from the packed fixture set (tests/fixtures/cooperative/): it is wrong on purpose.
+    fixtures = tm.load(tm.pack([tm.FunctionSource(
+        "divergent_barrier", fixture_bitcode("cooperative/divergent_barrier"))]))
+    out = torch.zeros(64)
+    fixtures.divergent_barrier(out, 64, threads=64, group_size=64)  # all reach it: fine
+    assert torch.equal(out, torch.arange(64.0))
+    with pytest.raises(tm.KernelExecutionError) as error:
+        fixtures.divergent_barrier(out, 10, threads=64, group_size=64)
+    message = str(error.value)
+    assert message.startswith("divergent_barrier: deadlock in threadgroup (0, 0, 0): ")
+    assert "10 of 64 threads wait at a threadgroup barrier that 54 threads finished" in message
+    assert isinstance(error.value, RuntimeError) and isinstance(error.value, tm.TorchMetallibError)
+
+
+# --- MLX kernels ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", ["block", "looped"])
+def test_softmax(mlx_lib, variant, dtype):
+    """softmax.h: block_ (one row of up to 4096 per threadgroup, 4 per thread) and looped_
+    (any length): simd_max / simd_sum across SIMD-groups, threadgroup variables, barriers."""
+    rows, size = 6, (4096 if variant == "block" else 5000)
+    x = (torch.randn(rows, size, generator=_generator(1)) * 3).to(DTYPES[dtype])
+    out = torch.empty_like(x)
+    group = 1024 if variant == "block" else 256
+    mlx_lib[f"{variant}_softmax_{dtype}"](x, out, size, threads=rows * group, group_size=group)
+    expected = torch.softmax(x.double(), -1)
+    assert (out.double() - expected).abs().max() <= ATOL[DTYPES[dtype]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("variant", ["block", "looped"])
+def test_logsumexp(mlx_lib, variant, dtype):
+    rows, size = 5, (4096 if variant == "block" else 6000)
+    x = torch.randn(rows, size, generator=_generator(2)).to(DTYPES[dtype])
+    out = torch.empty(rows, dtype=x.dtype)
+    group = 1024 if variant == "block" else 256
+    mlx_lib[f"{variant}_logsumexp_{dtype}"](x, out, size, threads=rows * group, group_size=group)
+    expected = torch.logsumexp(x.double(), -1)
+    assert ((out.double() - expected).abs() / expected.abs()).max() <= 4 * ATOL[DTYPES[dtype]]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("looped", [False, True])
+def test_rms_norm(mlx_lib, looped, dtype):
+    rows, size = 7, 4096
+    g = _generator(3)
+    x = torch.randn(rows, size, generator=g).to(DTYPES[dtype])
+    w = torch.randn(size, generator=g).to(DTYPES[dtype])
+    out = torch.empty_like(x)
+    group = 256 if looped else size // 4
+    name = f"rms_looped{dtype}" if looped else f"rms{dtype}"
+    mlx_lib[name](x, w, out, 1e-5, size, 1, threads=rows * group, group_size=group)
+    xd = x.double()
+    expected = (xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype).double() * w.double()
+    assert (out.double() - expected).abs().max() <= 8 * ATOL[DTYPES[dtype]] * expected.abs().max()
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_layer_norm(mlx_lib, looped):
+    rows, size = 5, 4096
+    g = _generator(4)
+    x, w, b = torch.randn(rows, size, generator=g), torch.randn(size, generator=g), torch.randn(size, generator=g)
+    out = torch.empty_like(x)
+    group = 256 if looped else size // 4
+    name = "layer_norm_loopedfloat32" if looped else "layer_normfloat32"
+    mlx_lib[name](x, w, b, out, 1e-5, size, 1, 1, threads=rows * group, group_size=group)
+    expected = torch.nn.functional.layer_norm(x.double(), (size,), w.double(), b.double(), 1e-5)
+    assert (out.double() - expected).abs().max() <= 2e-5

@@ -25,6 +25,11 @@ def native_sources():
 
 extra_compile_args = ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 extra_link_args = []
+if sys.platform.startswith("linux"):
+    # at::parallel_for is inlined from torch's headers as an OpenMP region: without
+    # -fopenmp it silently runs on one thread.
+    extra_compile_args.append("-fopenmp")
+    extra_link_args.append("-fopenmp")
 if sys.platform == "darwin":
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]
 

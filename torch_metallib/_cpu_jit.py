@@ -13,7 +13,7 @@ import hashlib
 import os
 import threading
 from dataclasses import dataclass
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -28,8 +28,11 @@ LOWERING_VERSION = 2  # bump when _cpu_lowering or _cpu_intrinsics change what t
 
 @dataclass(frozen=True)
 class CompiledKernel:
-    launcher: int       # address of __tm_launch_<symbol>, or __tm_thread_<symbol> if cooperative
-    serial: bool        # threadgroup variables are shared: run groups one at a time
+    # Address of __tm_launch_<symbol> (or __tm_thread_<symbol> if cooperative), one per
+    # loaded copy of the object. A kernel with threadgroup variables gets a copy per worker
+    # thread, so threadgroups running at the same time each have their own variables.
+    launchers: Tuple[int, ...]
+    serial: bool        # it has threadgroup variables
     cooperative: bool   # threads meet at barriers / SIMD-group functions: run as fibers
     from_disk: bool
 
@@ -54,6 +57,7 @@ class _Host:
 
 _host: Optional[_Host] = None
 _compiled: Dict[str, CompiledKernel] = {}
+_payloads: Dict[str, bytes] = {}  # object bytes of kernels that may need more copies
 _engines = []  # every engine lives as long as the process: launchers point into them
 _lock = threading.RLock()  # one compile at a time; llvmlite serializes LLVM calls anyway
 
@@ -96,35 +100,44 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
         context.close()
 
 
-def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool) -> CompiledKernel:
-    """The compiled launcher of `function` with `constants` ((index, value) pairs);
-    `serial`: its threadgroups must run one at a time; `cooperative`: its threads meet."""
+def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:
+    """Loads one copy of the object in its own engine; runs its constructors; returns its
+    entry point. Engines live as long as the process: launchers point into them."""
+    machine = host()
+    engine = llvm.create_mcjit_compiler(
+        llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
+    _engines.append(engine)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
+    ctypes.CFUNCTYPE(None)(engine.get_function_address(f"__tm_init_{symbol}"))()  # air.static_init
+    return engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
+
+
+def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1) -> CompiledKernel:
+    """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
+    least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
+    threads meet."""
     key = _cache_key(function.hash, (constants, cooperative))
     compiled = _compiled.get(key)
-    if compiled is not None:
+    if compiled is not None and len(compiled.launchers) >= copies:
         return compiled
     with _lock:
         compiled = _compiled.get(key)
-        if compiled is not None:
-            return compiled
-        machine = host()
         symbol = key[:24]
-        directory = cache_directory("jit")
-        path = os.path.join(directory, f"{key}.o") if directory else None
-        payload = read_entry(path) if path else None
-        from_disk = payload is not None
-        if payload is None:
-            payload = _build_object(function, dict(constants), symbol, cooperative)
-            if path:
-                write_entry(path, payload)
-        engine = llvm.create_mcjit_compiler(
-            llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
-        _engines.append(engine)
-        engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
-        init = engine.get_function_address(f"__tm_init_{symbol}")
-        ctypes.CFUNCTYPE(None)(init)()  # the kernel's air.static_init constructors
-        entry = f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}"
-        compiled = CompiledKernel(engine.get_function_address(entry), serial=serial,
-                                  cooperative=cooperative, from_disk=from_disk)
-        _compiled[key] = compiled
+        if compiled is None:
+            directory = cache_directory("jit")
+            path = os.path.join(directory, f"{key}.o") if directory else None
+            payload = read_entry(path) if path else None
+            from_disk = payload is not None
+            if payload is None:
+                payload = _build_object(function, dict(constants), symbol, cooperative)
+                if path:
+                    write_entry(path, payload)
+            launchers = ()
+        else:
+            payload, from_disk, launchers = _payloads[key], compiled.from_disk, compiled.launchers
+        while len(launchers) < copies:
+            launchers += (_load_copy(payload, symbol, cooperative),)
+        if serial:
+            _payloads[key] = payload
+        compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk)
         return compiled

@@ -1,14 +1,17 @@
 """Calling a kernel: reflection -> binding plan (C++) -> backend.
 
 ``KernelFunction.__call__`` lands here. What a call needs from reflection is kept as
-plain data in memory and on disk (``<cache>/calls``), keyed by the function's HASH. The plan (``_C.KernelSpec.bind``) validates the
-whole call before anything runs; the CPU backend then compiles the kernel for the call's
-function-constant values (once; see _cpu_jit) and runs it on torch's thread pool.
+plain data in memory and on disk (``<cache>/calls``), keyed by the function's HASH. The
+plan (``_C.KernelSpec.bind``) validates the whole call before anything runs; the CPU
+backend then compiles the kernel for the call's function-constant values (once; see
+_cpu_jit) and runs it on torch's thread pool.
 """
 
 import json
 import os
 import platform
+
+import torch
 
 from . import _C
 from ._cpu_jit import compile_kernel
@@ -28,7 +31,7 @@ class DispatchState:
     def __init__(self, spec, problem: str, serial: bool, cooperative: bool):
         self.spec = spec                # _C.KernelSpec, None when the function cannot run here
         self.problem = problem          # why the CPU backend cannot run it, or ""
-        self.serial = serial            # threadgroup variables: run threadgroups one at a time
+        self.serial = serial            # threadgroup variables: a compiled copy per worker
         self.cooperative = cooperative  # barriers / SIMD-group functions: threads as fibers
         self.compiled = {}              # constant values -> _cpu_jit.CompiledKernel
 
@@ -103,9 +106,10 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
             f"(the MPS backend needs macOS). Pass CPU tensors")
     key = plan.constants
     compiled = state.compiled.get(key)
-    if compiled is None:
-        compiled = state.compiled[key] = compile_kernel(function, key, state.serial, state.cooperative)
+    copies = torch.get_num_threads() if state.serial else 1
+    if compiled is None or len(compiled.launchers) < copies:
+        compiled = state.compiled[key] = compile_kernel(function, key, state.serial, state.cooperative, copies)
     if compiled.cooperative:
-        _C.launch_cpu_cooperative(plan, compiled.launcher, compiled.serial, function.name)
+        _C.launch_cpu_cooperative(plan, compiled.launchers, compiled.serial, function.name)
     else:
-        _C.launch_cpu(plan, compiled.launcher, compiled.serial)
+        _C.launch_cpu(plan, compiled.launchers, compiled.serial)

@@ -69,16 +69,17 @@ void bind_dispatch(py::module_& m) {
       .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
       .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; });
 
-  m.def("launch_cpu", [](const Plan& plan, uintptr_t launcher, bool serial) {
+  m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies) {
     py::gil_scoped_release release;
-    cpu::launch(plan, launcher, serial);
-  }, py::arg("plan"), py::arg("launcher"), py::arg("serial"),
-     "Runs every threadgroup of `plan` with the compiled launcher at address `launcher`.");
+    cpu::launch(plan, launchers, private_copies);
+  }, py::arg("plan"), py::arg("launchers"), py::arg("private_copies"),
+     "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy).");
 
-  m.def("launch_cpu_cooperative", [](const Plan& plan, uintptr_t thread_function, bool serial, const std::string& kernel) {
+  m.def("launch_cpu_cooperative", [](const Plan& plan, const std::vector<uintptr_t>& thread_functions,
+                                     bool private_copies, const std::string& kernel) {
     py::gil_scoped_release release;
-    cpu::launch_cooperative(plan, thread_function, serial, kernel);
-  }, py::arg("plan"), py::arg("thread_function"), py::arg("serial"), py::arg("kernel"),
+    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel);
+  }, py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
      "Runs every threadgroup of `plan`, each thread a fiber, with the compiled per-thread entry.");
 
   m.def("runtime_symbols", []() {

@@ -174,17 +174,21 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
 
 }  // namespace
 
-void launch_cooperative(const dispatch::Plan& plan, uintptr_t thread_function, bool serial, const std::string& kernel) {
+void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
+                        bool private_copies, const std::string& kernel) {
   if (!fibers_supported()) {
     throw ExecutionError(kernel + ": cooperative kernels need fibers, which this CPU architecture lacks");
   }
-  auto function = reinterpret_cast<ThreadFunction>(thread_function);
   const int64_t groups = int64_t(plan.group_count);
-  if (serial || groups == 1) {
+  bool parallel = groups > 1 && (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
+  if (!parallel) {
+    auto function = reinterpret_cast<ThreadFunction>(thread_functions.at(0));
     for (int64_t g = 0; g < groups; ++g) run_group(function, plan, uint32_t(g), kernel);
     return;
   }
   at::parallel_for(0, groups, 1, [&](int64_t first, int64_t end) {
+    auto function = reinterpret_cast<ThreadFunction>(
+        thread_functions.at(size_t(private_copies ? at::get_thread_num() : 0)));
     for (int64_t g = first; g < end; ++g) run_group(function, plan, uint32_t(g), kernel);
   });
 }

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "dispatch/binding_plan.h"
 
@@ -19,9 +21,11 @@ struct ExecutionError : std::runtime_error {
 // `thread` (linear index in its threadgroup) of threadgroup `group` (linear index).
 using ThreadFunction = void (*)(void* const* addresses, const uint32_t* dims, uint32_t group, uint32_t thread);
 
-// Runs every threadgroup of `plan` with fibers; groups run in parallel unless `serial`.
-// `kernel` names the kernel in errors. Call without the GIL.
-void launch_cooperative(const dispatch::Plan& plan, uintptr_t thread_function, bool serial, const std::string& kernel);
+// Runs every threadgroup of `plan` with fibers, groups in parallel; `thread_functions`
+// and `private_copies` as for cpu::launch. `kernel` names the kernel in errors. Call
+// without the GIL.
+void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
+                        bool private_copies, const std::string& kernel);
 
 }  // namespace torch_metallib::cpu
 

@@ -11,16 +11,17 @@ namespace {
 constexpr int64_t kThreadsPerChunk = 1 << 15;
 }  // namespace
 
-void launch(const dispatch::Plan& plan, uintptr_t launcher, bool serial) {
-  auto run = reinterpret_cast<LaunchFunction>(launcher);
+void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies) {
   const int64_t groups = int64_t(plan.group_count);
   const int64_t group_threads = int64_t(plan.dims[3]) * plan.dims[4] * plan.dims[5];
-  if (serial || groups == 1) {
-    run(plan.addresses.data(), plan.dims, 0, groups);
+  bool parallel = groups > 1 && (!private_copies || launchers.size() >= size_t(at::get_num_threads()));
+  if (!parallel) {
+    reinterpret_cast<LaunchFunction>(launchers.at(0))(plan.addresses.data(), plan.dims, 0, groups);
     return;
   }
   const int64_t grain = std::max<int64_t>(1, kThreadsPerChunk / group_threads);
   at::parallel_for(0, groups, grain, [&](int64_t first, int64_t end) {
+    auto run = reinterpret_cast<LaunchFunction>(launchers.at(size_t(private_copies ? at::get_thread_num() : 0)));
     run(plan.addresses.data(), plan.dims, first, end);
   });
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dispatch/binding_plan.h"
 
@@ -11,9 +12,10 @@ namespace torch_metallib::cpu {
 // [first, end) of the grid described by dims (grid xyz, group xyz, groups xyz).
 using LaunchFunction = void (*)(void* const* addresses, const uint32_t* dims, int64_t first, int64_t end);
 
-// Runs every threadgroup of `plan`; in one thread when `serial` (kernels whose
-// threadgroup variables are shared by all groups), else spread with at::parallel_for,
-// which honours torch.set_num_threads. Call without the GIL.
-void launch(const dispatch::Plan& plan, uintptr_t launcher, bool serial);
+// Runs every threadgroup of `plan`, spread with at::parallel_for (which honours
+// torch.set_num_threads). `launchers` holds one entry point per loaded copy of the
+// kernel; with `private_copies` (threadgroup variables) worker i uses copy i, and with
+// fewer copies than workers the groups run one at a time. Call without the GIL.
+void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies);
 
 }  // namespace torch_metallib::cpu

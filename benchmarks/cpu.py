@@ -143,8 +143,8 @@ if mode == "split":
     jit = step("import the JIT modules", import_jit)
     state = step("call record (reflection or disk) + argument table", function._dispatch_state)
     step("host target machine", jit.host)
-    constants = state.spec.bind(args, {}, threads, None, None).constants
-    step("compile or cache read + engine", lambda: jit.compile_kernel(function, constants, state.serial))
+    constants = state.spec.bind(args, {}, threads, None, None, None).constants
+    step("compile or cache read + engine", lambda: jit.compile_kernel(function, constants, state.serial, state.cooperative))
     step("call (bind + launch)", lambda: function(*args, threads=threads))
 else:
     step("first call", lambda: function(*args, threads=threads))

@@ -122,6 +122,8 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
         return compiled
     with _lock:
         compiled = _compiled.get(key)
+        if compiled is not None and len(compiled.launchers) >= copies:
+            return compiled  # another thread compiled it while this one waited
         symbol = key[:24]
         if compiled is None:
             directory = cache_directory("jit")

@@ -161,24 +161,31 @@ def _builtin_operand(argument, lines: List[str]) -> str:
     return f"{vector} {previous}"
 
 
-def _launcher(symbol: str, kernel: str, arguments) -> str:
+def _operands(arguments):
+    """(entry lines, per-thread lines, call operands): the entry lines load the dims
+    (grid, group, groups) and each buffer's address from args[position]; the per-thread
+    lines build the builtins."""
     entry, body, operands = [], [], []
+    for index, name in enumerate(["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z",
+                                  "groups.x", "groups.y", "groups.z"]):
+        entry += [f"%dp{index} = getelementptr i32, ptr %dims, i64 {index}", f"%{name} = load i32, ptr %dp{index}"]
     for a in sorted(arguments, key=lambda a: a.position):
         if a.is_builtin:
             operands.append(_builtin_operand(a, body))
-        else:  # args[position] holds the buffer's address
+        else:
             entry += [f"%slot{a.position} = getelementptr ptr, ptr %args, i64 {a.position}",
                       f"%raw{a.position} = load ptr, ptr %slot{a.position}",
                       f"%arg{a.position} = addrspacecast ptr %raw{a.position} to {a.ir_type}"]
             operands.append(f"{a.ir_type} %arg{a.position}")
-    dims = []
-    for index, name in enumerate(["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z",
-                                  "groups.x", "groups.y", "groups.z"]):
-        dims += [f"%dp{index} = getelementptr i32, ptr %dims, i64 {index}", f"%{name} = load i32, ptr %dp{index}"]
+    return entry, body, operands
+
+
+def _launcher(symbol: str, kernel: str, arguments) -> str:
+    entry, body, operands = _operands(arguments)
     return f"""
 define void @__tm_launch_{symbol}(ptr %args, ptr %dims, i64 %first, i64 %end) {{
 entry:
-  {chr(10).join("  " + l for l in dims + entry).strip()}
+  {chr(10).join("  " + l for l in entry).strip()}
   %gxy = mul i32 %groups.x, %groups.y
   %dgroup.xy = mul i32 %group.x, %group.y
   %dgroup.all = mul i32 %dgroup.xy, %group.z
@@ -256,20 +263,8 @@ done:
 def _thread_entry(symbol: str, kernel: str, arguments) -> str:
     """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
     cooperative kernel, run as a fiber by csrc/cpu/cooperative.cpp."""
-    entry, body, operands = [], [], []
-    for a in sorted(arguments, key=lambda a: a.position):
-        if a.is_builtin:
-            operands.append(_builtin_operand(a, body))
-        else:
-            entry += [f"%slot{a.position} = getelementptr ptr, ptr %args, i64 {a.position}",
-                      f"%raw{a.position} = load ptr, ptr %slot{a.position}",
-                      f"%arg{a.position} = addrspacecast ptr %raw{a.position} to {a.ir_type}"]
-            operands.append(f"{a.ir_type} %arg{a.position}")
-    dims = []
-    for index, name in enumerate(["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z",
-                                  "groups.x", "groups.y", "groups.z"]):
-        dims += [f"%dp{index} = getelementptr i32, ptr %dims, i64 {index}", f"%{name} = load i32, ptr %dp{index}"]
-    lines = dims + entry + [
+    entry, body, operands = _operands(arguments)
+    lines = entry + [
         "%gxy = mul i32 %groups.x, %groups.y",
         "%gx = urem i32 %g32, %groups.x", "%gq = udiv i32 %g32, %groups.x", "%gy = urem i32 %gq, %groups.y",
         "%gz = udiv i32 %g32, %gxy",

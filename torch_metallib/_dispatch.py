@@ -86,8 +86,8 @@ def cpu_support_problem(function) -> str:
     """Why the CPU backend cannot run kernel `function` yet ("" if it can)."""
     reflection = function.reflection
     if (reflection.uses_barriers or reflection.uses_simdgroup_ops) and platform.machine() not in ("x86_64", "AMD64"):
-        return (f"its threads cooperate, and the CPU backend runs cooperating threads as fibers only "
-                f"on x86-64 so far. Run it on a Mac with MPS tensors")
+        return ("its threads cooperate, and the CPU backend runs cooperating threads as fibers only "
+                "on x86-64 so far. Run it on a Mac with MPS tensors")
     kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "threadgroup", "builtin")})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet. "

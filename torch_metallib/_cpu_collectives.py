@@ -9,8 +9,9 @@ IR. Shuffles whose source lane is outside the SIMD-group or did not take part re
 lane's own value (``simd_shuffle_up``/``down`` do not wrap).
 """
 
-import re
 from typing import List, Optional, Tuple
+
+from ._cpu_intrinsics import element_type, is_float_type, overload_suffix, type_bytes
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
@@ -18,37 +19,13 @@ SIMD_WIDTH = 32
 SLOT_BYTES = 64
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr)"]
 
-_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
-
-
-def _size(type_name: str) -> int:
-    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
-    if match:
-        return int(match.group(1)) * _size(match.group(2))
-    return _BYTES.get(type_name) or int(type_name[1:]) // 8
-
-
-def _is_float(type_name: str) -> bool:
-    element = re.sub(r"<\d+ x (\w+)>", r"\1", type_name)
-    return element in _BYTES
-
-
-def _suffix(type_name: str) -> str:
-    """LLVM's overload suffix: float -> f32, <2 x i32> -> v2i32."""
-    codes = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
-    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
-    if match:
-        return f"v{match.group(1)}{codes.get(match.group(2), match.group(2))}"
-    return codes.get(type_name, type_name)
-
-
 def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane."""
     lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [2 x i32], align 4"]
     offset = 0
     for i, (type_name, operand) in enumerate(values):
         lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
-        offset += _size(type_name)
+        offset += type_bytes(type_name)
     lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info)",
               "%mask = load i32, ptr %info",
               "%lanep = getelementptr i32, ptr %info, i32 1",
@@ -75,8 +52,8 @@ def _from_lane(type_name: str, source: str, own: str, offset: int = 0) -> List[s
 
 
 def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) -> Tuple[List[str], List[str]]:
-    floating = _is_float(type_name)
-    suffix = _suffix(type_name)
+    floating = is_float_type(type_name)
+    suffix = overload_suffix(type_name)
     if op in ("sum", "product"):
         instruction = ("fadd" if op == "sum" else "fmul") if floating else ("add" if op == "sum" else "mul")
         return [f"{out} = {instruction} {type_name} {a}, {b}"], []
@@ -91,8 +68,8 @@ def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) ->
 
 
 def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
-    if _is_float(type_name):
-        element = re.sub(r"<\d+ x (\w+)>", r"\1", type_name)
+    if is_float_type(type_name):
+        element = element_type(type_name)
         value = {"sum": "-0.0", "product": "1.0", "min": "0x7FF0000000000000", "max": "0xFFF0000000000000"}.get(op)
         if value is None:
             return None
@@ -101,7 +78,7 @@ def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
         if element == "bfloat":
             value = {"sum": "0xR8000", "product": "0xR3F80", "min": "0xR7F80", "max": "0xRFF80"}[op]
         return value if not type_name.startswith("<") else f"splat ({element} {value})"
-    bits = int(re.sub(r"<\d+ x i(\d+)>", r"\1", type_name).lstrip("i"))
+    bits = int(element_type(type_name)[1:])
     value = {"sum": 0, "product": 1, "or": 0, "xor": 0, "and": -1,
              "min": (1 << (bits - 1)) - 1 if signed else -1,
              "max": -(1 << (bits - 1)) if signed else 0}[op]
@@ -171,7 +148,7 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
             source = "%s.x"
         lines += _from_lane(value_type, source, "%a0")
     elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) == 4:
-        size = _size(value_type)
+        size = type_bytes(value_type)
         lines = _exchange([(value_type, "%a0"), (value_type, "%a1")]) + [
             f"%d = zext {params[2]} %a2 to i32", f"%m = zext {params[3]} %a3 to i32",
             "%i = urem i32 %lane, %m", "%base = sub i32 %lane, %i"]

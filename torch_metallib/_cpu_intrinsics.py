@@ -11,7 +11,10 @@ SIMD-group, barrier and atomic intrinsics are not per-lane and are not defined h
 import re
 from typing import List, Optional, Tuple
 
-__all__ = ["define_intrinsic", "parse_declaration"]
+__all__ = [
+    "define_intrinsic", "parse_declaration", "element_type", "overload_suffix", "with_element",
+    "is_float_type", "type_bytes",
+]
 
 # air.<op>.<type> -> llvm.<op>.<type>, unary on floats (also fast_<op>).
 _FLOAT_UNARY = {
@@ -28,6 +31,7 @@ _LIBM_UNARY = {"asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "erf": "
                "expm1": "expm1f", "log1p": "log1pf"}
 _INT_BINARY = {("max", "s"): "smax", ("max", "u"): "umax", ("min", "s"): "smin", ("min", "u"): "umin"}
 _FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
+_FLOAT_CODES = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 
 _DECLARATION = re.compile(r"^declare (?:[\w ]+ )?(\S+|<[^>]+>) @([\w.]+)\(([^)]*)\)")
 
@@ -42,22 +46,35 @@ def parse_declaration(line: str) -> Optional[Tuple[str, str, List[str]]]:
     return match.group(1), match.group(2), params
 
 
-def _element(type_name: str) -> str:
+def element_type(type_name: str) -> str:
+    """The element type of an LLVM vector type (``<4 x half>`` -> ``half``), else the type."""
     match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
     return match.group(2) if match else type_name
 
 
-def _suffix(type_name: str) -> str:
+def overload_suffix(type_name: str) -> str:
     """LLVM's overload suffix: float -> f32, <4 x half> -> v4f16, i32 -> i32."""
     match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
-    element = match.group(2) if match else type_name
-    code = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}.get(element, element)
+    code = _FLOAT_CODES.get(element_type(type_name), element_type(type_name))
     return f"v{match.group(1)}{code}" if match else code
 
 
-def _with_element(type_name: str, element: str) -> str:
+def with_element(type_name: str, element: str) -> str:
+    """`type_name` with its element type replaced (<4 x half>, float -> <4 x float>)."""
     match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
     return f"<{match.group(1)} x {element}>" if match else element
+
+
+def is_float_type(type_name: str) -> bool:
+    return element_type(type_name) in _FLOAT_BITS
+
+
+def type_bytes(type_name: str) -> int:
+    """Bytes of a scalar or vector LLVM type's elements (no padding)."""
+    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
+    count = int(match.group(1)) if match else 1
+    element = element_type(type_name)
+    return count * (_FLOAT_BITS.get(element) or int(element[1:])) // 8
 
 
 def _call(ret: str, callee: str, args: List[Tuple[str, str]]) -> str:
@@ -66,10 +83,10 @@ def _call(ret: str, callee: str, args: List[Tuple[str, str]]) -> str:
 
 def _convert(ret: str, param: str, dst_kind: str, src_kind: str) -> Tuple[List[str], List[str]]:
     """Lines and extra declarations converting %a0 (param) to ret."""
-    src, dst = _element(param), _element(ret)
+    src, dst = element_type(param), element_type(ret)
     if src_kind == "f" and dst_kind == "f":
         if _FLOAT_BITS[src] == _FLOAT_BITS[dst] and src != dst:  # half <-> bfloat: via float
-            mid = _with_element(param, "float")
+            mid = with_element(param, "float")
             return [f"%m = fpext {param} %a0 to {mid}", f"%r = fptrunc {mid} %m to {ret}"], []
         op = "fpext" if _FLOAT_BITS[dst] > _FLOAT_BITS[src] else "fptrunc"
         if src == dst:
@@ -78,18 +95,18 @@ def _convert(ret: str, param: str, dst_kind: str, src_kind: str) -> Tuple[List[s
     if dst_kind == "f":  # integer -> float; i1 is always unsigned
         op = "sitofp" if src_kind == "s" and src != "i1" else "uitofp"
         if dst == "bfloat":  # via float: the host lowers i -> bf16 only through a libcall
-            mid = _with_element(ret, "float")
+            mid = with_element(ret, "float")
             return [f"%m = {op} {param} %a0 to {mid}", f"%r = fptrunc {mid} %m to {ret}"], []
         return [f"%r = {op} {param} %a0 to {ret}"], []
     if src_kind == "f":  # float -> integer
         lines, value, wide = [], "%a0", param
         if src in ("half", "bfloat"):
-            wide = _with_element(param, "float")
+            wide = with_element(param, "float")
             lines.append(f"%w = fpext {param} %a0 to {wide}")
             value = "%w"
         if dst == "i1":
             return lines + [f"%r = fcmp une {wide} {value}, zeroinitializer"], []
-        name = f"llvm.fpto{'s' if dst_kind == 's' else 'u'}i.sat.{_suffix(ret)}.{_suffix(wide)}"
+        name = f"llvm.fpto{'s' if dst_kind == 's' else 'u'}i.sat.{overload_suffix(ret)}.{overload_suffix(wide)}"
         return lines + [f"%r = {_call(ret, name, [(wide, value)])}"], [f"declare {ret} @{name}({wide})"]
     # integer -> integer
     src_bits, dst_bits = int(src[1:]), int(dst[1:])
@@ -118,23 +135,23 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
     elif op == "normalize_function_constant_predicate" and params == ["i8"]:
         lines = ["%c = icmp ne i8 %a0, 0", "%r = zext i1 %c to i8"]
     elif op in _FLOAT_UNARY and len(params) == 1:
-        callee = f"llvm.{_FLOAT_UNARY[op]}.{_suffix(ret)}"
+        callee = f"llvm.{_FLOAT_UNARY[op]}.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret})"]
     elif op in _FLOAT_BINARY and len(params) == 2:
-        callee = f"llvm.{_FLOAT_BINARY[op]}.{_suffix(ret)}"
+        callee = f"llvm.{_FLOAT_BINARY[op]}.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret})"]
     elif op == "fma" and len(params) == 3:
-        callee = f"llvm.fma.{_suffix(ret)}"
+        callee = f"llvm.fma.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret}, {ret})"]
     elif op == "fmod" and len(params) == 2:
         lines = [f"%r = frem {ret} %a0, %a1"]
     elif op == "rsqrt" and len(params) == 1:
-        callee = f"llvm.sqrt.{_suffix(ret)}"
-        one = "1.0" if not ret.startswith("<") else f"splat ({_element(ret)} 1.0)"
+        callee = f"llvm.sqrt.{overload_suffix(ret)}"
+        one = "1.0" if not ret.startswith("<") else f"splat ({element_type(ret)} 1.0)"
         lines = [f"%s = {_call(ret, callee, args)}", f"%r = fdiv {ret} {one}, %s"]
         declarations = [f"declare {ret} @{callee}({ret})"]
     elif op == "ldexp" and len(params) == 2:
-        callee = f"llvm.ldexp.{_suffix(ret)}.{_suffix(params[1])}"
+        callee = f"llvm.ldexp.{overload_suffix(ret)}.{overload_suffix(params[1])}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {params[1]})"]
     elif op in _LIBM_UNARY and len(params) == 1 and not ret.startswith("<"):
         libm = _LIBM_UNARY[op]
@@ -145,13 +162,13 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
                      f"%r = fptrunc float %v to {ret}"]
         declarations = [f"declare float @{libm}(float)"]
     elif (op, parts[2]) in _INT_BINARY and len(params) == 2:
-        callee = f"llvm.{_INT_BINARY[(op, parts[2])]}.{_suffix(ret)}"
+        callee = f"llvm.{_INT_BINARY[(op, parts[2])]}.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret})"]
     elif op == "abs" and parts[2] in ("s", "u") and len(params) == 1:
         if parts[2] == "u":
             lines = [f"%r = add {ret} %a0, zeroinitializer"]
         else:
-            callee = f"llvm.abs.{_suffix(ret)}"
+            callee = f"llvm.abs.{overload_suffix(ret)}"
             lines = [f"%r = {_call(ret, callee, args + [('i1', 'false')])}"]
             declarations = [f"declare {ret} @{callee}({ret}, i1)"]
     else:

@@ -19,13 +19,12 @@ import re
 import struct
 from typing import Dict, List
 
-from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
+from ._cpu_collectives import RUNTIME_DECLARATIONS, SIMD_WIDTH, define_collective
 from ._cpu_intrinsics import define_intrinsic, parse_declaration
 from ._errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
 
-SIMD_WIDTH = 32
 _FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = internal unnamed_addr addrspace\(2\) '
                       r'externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$', re.M)
 _CTORS = re.compile(r"^@llvm\.global_ctors = appending global \[\d+ x [^\]]*\] (.*)$", re.M)
@@ -112,9 +111,9 @@ def _define_intrinsics(text: str, kernel: str) -> str:
 
 # --- the launcher --------------------------------------------------------------------
 
-def _builtin_values() -> Dict[str, List[str]]:
-    """IR value names (x, y, z) of each builtin inside the launcher's thread loop."""
-    return {
+# IR value names (x, y, z) of each builtin where the kernel is called (values computed by
+# _DISPATCH_LINES, _GROUP_LINES, _LANE_LINES and the thread loop / thread entry).
+_BUILTIN_VALUES = {
         "thread_position_in_grid": ["%px", "%py", "%pz"],
         "threads_per_grid": ["%grid.x", "%grid.y", "%grid.z"],
         "grid_size": ["%grid.x", "%grid.y", "%grid.z"],
@@ -135,11 +134,11 @@ def _builtin_values() -> Dict[str, List[str]]:
         "quadgroup_index_in_threadgroup": ["%quad"] * 3,
         "quadgroups_per_threadgroup": ["%quads"] * 3,
         "dispatch_quadgroups_per_threadgroup": ["%dquads"] * 3,
-    }
+}
 
 
 def _builtin_operand(argument, lines: List[str]) -> str:
-    values = _builtin_values().get(argument.builtin)
+    values = _BUILTIN_VALUES.get(argument.builtin)
     if values is None or argument.components is None:
         raise UnsupportedKernelError(f"builtin [[{argument.builtin}]] of type {argument.ir_type} "
                                      f"(argument {argument.position} {argument.name!r}) is not supported on the CPU")
@@ -159,6 +158,38 @@ def _builtin_operand(argument, lines: List[str]) -> str:
         lines.append(f"{name} = insertelement {vector} {previous}, {element} {value}, i32 {axis}")
         previous = name
     return f"{vector} {previous}"
+
+
+# Per launch, from the dims: what dispatch_* builtins need.
+_DISPATCH_LINES = [
+    "%gxy = mul i32 %groups.x, %groups.y",
+    "%dgroup.xy = mul i32 %group.x, %group.y", "%dgroup.all = mul i32 %dgroup.xy, %group.z",
+    f"%dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}", f"%dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}",
+    "%dquads.n = add i32 %dgroup.all, 3", "%dquads = udiv i32 %dquads.n, 4",
+]
+# Per threadgroup, from its linear index %g32: its position, origin and actual size (cut
+# short at the grid edge, as dispatchThreads does), and its SIMD- and quad-group counts.
+_GROUP_LINES = [
+    "%gx = urem i32 %g32, %groups.x", "%gq = udiv i32 %g32, %groups.x", "%gy = urem i32 %gq, %groups.y",
+    "%gz = udiv i32 %g32, %gxy",
+    "%ox = mul i32 %gx, %group.x", "%oy = mul i32 %gy, %group.y", "%oz = mul i32 %gz, %group.z",
+    "%rx = sub i32 %grid.x, %ox", "%ry = sub i32 %grid.y, %oy", "%rz = sub i32 %grid.z, %oz",
+    "%ax = call i32 @llvm.umin.i32(i32 %group.x, i32 %rx)",
+    "%ay = call i32 @llvm.umin.i32(i32 %group.y, i32 %ry)",
+    "%az = call i32 @llvm.umin.i32(i32 %group.z, i32 %rz)",
+    "%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
+    f"%simds.n = add i32 %all, {SIMD_WIDTH - 1}", f"%simds = udiv i32 %simds.n, {SIMD_WIDTH}",
+    "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
+]
+# Per thread, from its linear index in the threadgroup %linear.
+_LANE_LINES = [
+    f"%lane = urem i32 %linear, {SIMD_WIDTH}", f"%simd = udiv i32 %linear, {SIMD_WIDTH}",
+    "%quadlane = urem i32 %linear, 4", "%quad = udiv i32 %linear, 4",
+]
+
+
+def _lines(lines) -> str:
+    return "\n  ".join(lines)
 
 
 def _operands(arguments):
@@ -185,38 +216,13 @@ def _launcher(symbol: str, kernel: str, arguments) -> str:
     return f"""
 define void @__tm_launch_{symbol}(ptr %args, ptr %dims, i64 %first, i64 %end) {{
 entry:
-  {chr(10).join("  " + l for l in entry).strip()}
-  %gxy = mul i32 %groups.x, %groups.y
-  %dgroup.xy = mul i32 %group.x, %group.y
-  %dgroup.all = mul i32 %dgroup.xy, %group.z
-  %dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}
-  %dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}
-  %dquads.n = add i32 %dgroup.all, 3
-  %dquads = udiv i32 %dquads.n, 4
+  {_lines(entry + _DISPATCH_LINES)}
   %any = icmp ult i64 %first, %end
   br i1 %any, label %group, label %done
 group:
   %g = phi i64 [ %first, %entry ], [ %g.next, %group.end ]
   %g32 = trunc i64 %g to i32
-  %gx = urem i32 %g32, %groups.x
-  %gq = udiv i32 %g32, %groups.x
-  %gy = urem i32 %gq, %groups.y
-  %gz = udiv i32 %g32, %gxy
-  %ox = mul i32 %gx, %group.x
-  %oy = mul i32 %gy, %group.y
-  %oz = mul i32 %gz, %group.z
-  %rx = sub i32 %grid.x, %ox
-  %ry = sub i32 %grid.y, %oy
-  %rz = sub i32 %grid.z, %oz
-  %ax = call i32 @llvm.umin.i32(i32 %group.x, i32 %rx)
-  %ay = call i32 @llvm.umin.i32(i32 %group.y, i32 %ry)
-  %az = call i32 @llvm.umin.i32(i32 %group.z, i32 %rz)
-  %axy = mul i32 %ax, %ay
-  %all = mul i32 %axy, %az
-  %simds.n = add i32 %all, {SIMD_WIDTH - 1}
-  %simds = udiv i32 %simds.n, {SIMD_WIDTH}
-  %quads.n = add i32 %all, 3
-  %quads = udiv i32 %quads.n, 4
+  {_lines(_GROUP_LINES)}
   br label %zloop
 zloop:
   %tz = phi i32 [ 0, %group ], [ %tz.next, %zloop.end ]
@@ -233,11 +239,7 @@ xloop:
   %tx = phi i32 [ 0, %yloop ], [ %tx.next, %xloop ]
   %px = add i32 %ox, %tx
   %linear = add i32 %rowbase, %tx
-  %lane = urem i32 %linear, {SIMD_WIDTH}
-  %simd = udiv i32 %linear, {SIMD_WIDTH}
-  %quadlane = urem i32 %linear, 4
-  %quad = udiv i32 %linear, 4
-  {chr(10).join("  " + l for l in body).strip()}
+  {_lines(_LANE_LINES + body)}
   call void @{kernel}({", ".join(operands)})
   %tx.next = add i32 %tx, 1
   %x.more = icmp ult i32 %tx.next, %ax
@@ -264,29 +266,13 @@ def _thread_entry(symbol: str, kernel: str, arguments) -> str:
     """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
     cooperative kernel, run as a fiber by csrc/cpu/cooperative.cpp."""
     entry, body, operands = _operands(arguments)
-    lines = entry + [
-        "%gxy = mul i32 %groups.x, %groups.y",
-        "%gx = urem i32 %g32, %groups.x", "%gq = udiv i32 %g32, %groups.x", "%gy = urem i32 %gq, %groups.y",
-        "%gz = udiv i32 %g32, %gxy",
-        "%ox = mul i32 %gx, %group.x", "%oy = mul i32 %gy, %group.y", "%oz = mul i32 %gz, %group.z",
-        "%rx = sub i32 %grid.x, %ox", "%ry = sub i32 %grid.y, %oy", "%rz = sub i32 %grid.z, %oz",
-        "%ax = call i32 @llvm.umin.i32(i32 %group.x, i32 %rx)",
-        "%ay = call i32 @llvm.umin.i32(i32 %group.y, i32 %ry)",
-        "%az = call i32 @llvm.umin.i32(i32 %group.z, i32 %rz)",
-        "%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
-        "%dgroup.xy = mul i32 %group.x, %group.y", "%dgroup.all = mul i32 %dgroup.xy, %group.z",
-        f"%simds.n = add i32 %all, {SIMD_WIDTH - 1}", f"%simds = udiv i32 %simds.n, {SIMD_WIDTH}",
-        f"%dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}", f"%dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}",
-        "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
-        "%dquads.n = add i32 %dgroup.all, 3", "%dquads = udiv i32 %dquads.n, 4",
+    lines = entry + _DISPATCH_LINES + _GROUP_LINES + [
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
         "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
-        f"%lane = urem i32 %t32, {SIMD_WIDTH}", f"%simd = udiv i32 %t32, {SIMD_WIDTH}",
-        "%quadlane = urem i32 %t32, 4", "%quad = udiv i32 %t32, 4",
-    ] + body + [f"call void @{kernel}({', '.join(operands)})", "ret void"]
+    ] + _LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})", "ret void"]
     return (f"\ndefine void @__tm_thread_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
-            + "\n  ".join(lines) + "\n}\n")
+            + _lines(lines) + "\n}\n")
 
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,

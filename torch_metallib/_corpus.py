@@ -11,6 +11,8 @@ import sys
 import tempfile
 import zipfile
 
+from ._disk_cache import user_cache_root
+
 __all__ = ["MLX_METAL_VERSION", "mlx_metallib_path", "corpus_dir"]
 
 MLX_METAL_VERSION = "0.32.4"
@@ -24,8 +26,7 @@ def corpus_dir() -> str:
     explicit = os.environ.get("TORCH_METALLIB_CORPUS_DIR")
     if explicit:
         return explicit
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "torch_metallib", "corpus")
+    return os.path.join(user_cache_root(), "corpus")
 
 
 def mlx_metallib_path(download: bool = True) -> str:

@@ -13,19 +13,23 @@ import os
 import struct
 from typing import Optional
 
-__all__ = ["cache_directory", "read_entry", "write_entry"]
+__all__ = ["user_cache_root", "cache_directory", "read_entry", "write_entry"]
 
 _MAGIC = b"TMCACHE1"
 _HEADER = len(_MAGIC) + 8 + 32
+
+
+def user_cache_root() -> str:
+    """``$XDG_CACHE_HOME/torch_metallib``, else ``~/.cache/torch_metallib``."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                        "torch_metallib")
 
 
 def cache_directory(kind: str) -> Optional[str]:
     """The directory for `kind` ("jit", "calls"), or None when the disk cache is off."""
     if os.environ.get("TORCH_METALLIB_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    root = os.environ.get("TORCH_METALLIB_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch_metallib")
-    return os.path.join(root, kind)
+    return os.path.join(os.environ.get("TORCH_METALLIB_CACHE_DIR") or user_cache_root(), kind)
 
 
 def read_entry(path: str) -> Optional[bytes]:

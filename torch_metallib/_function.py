@@ -28,7 +28,7 @@ class KernelFunction:
         [('a', 0, 'read'), ('b', 1, 'read'), ('c', 2, 'read_write'), ('size', 3, 'read')]
     """
 
-    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock", "_spec")
+    __slots__ = ("_library", "_index", "_record", "_bitcode", "_reflection", "_lock", "_call_state")
 
     def __init__(self, library, index: int, record: dict):
         self._library = library
@@ -37,7 +37,7 @@ class KernelFunction:
         self._bitcode = None
         self._reflection = None
         self._lock = threading.RLock()  # reentrant: building the spec reads .reflection
-        self._spec = None
+        self._call_state = None
 
     @property
     def library(self):
@@ -214,11 +214,11 @@ class KernelFunction:
 
     def _dispatch_state(self):
         """What calling needs (see _dispatch.DispatchState), built once."""
-        if self._spec is None:
+        if self._call_state is None:
             with self._lock:
-                if self._spec is None:
-                    self._spec = dispatch_state(self)
-        return self._spec
+                if self._call_state is None:
+                    self._call_state = dispatch_state(self)
+        return self._call_state
 
     def __repr__(self) -> str:
         air = ".".join(map(str, self.air_version)) if self.air_version else "?"

@@ -57,23 +57,89 @@ struct StackPool {
   }
 };
 
+// One threadgroup's run. One per OS thread, reused: its vectors keep their memory (for
+// 1,024 threads the SIMD-groups' slots alone are 130 KiB, which malloc would map and unmap
+// for every group).
 struct GroupRun {
-  ThreadFunction function;
-  void* const* addresses;
-  const uint32_t* dims;
-  uint32_t group;
+  ThreadFunction function = nullptr;
+  void* const* addresses = nullptr;
+  const uint32_t* dims = nullptr;
+  uint32_t group = 0;
+  const Schedule* schedule = nullptr;
   std::vector<Fiber> fibers;
   std::vector<SimdGroup> simds;
+  std::vector<uint32_t> order;     // the order threads resume in, within a barrier interval
+  std::vector<uint32_t> position;  // thread -> its index in `order`
+  uint64_t intervals = 0;          // barrier intervals so far (seeds the permutations)
   void* scheduler = nullptr;
   Fiber* current = nullptr;
+  uint32_t runnable = 0;           // fibers in State::Ready, the running one included
   uint32_t at_barrier = 0;
   uint32_t done = 0;
 };
 
-thread_local GroupRun* current_run = nullptr;
+// Read on every barrier and collective: initial-exec skips __tls_get_addr (the extension
+// is dlopen'ed), using glibc's static TLS reserve for one pointer.
+__attribute__((tls_model("initial-exec"))) thread_local GroupRun* current_run = nullptr;
+thread_local GroupRun group_run;
 thread_local StackPool stack_pool;
 
-void yield_to_scheduler(GroupRun& run) { tm_fiber_switch(&run.current->sp, run.scheduler); }
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A fresh resume order for the next barrier interval: thread order, or in permuted mode a
+// shuffle that depends only on (seed, group, interval), so a failing order can be replayed.
+void plan_interval(GroupRun& run) {
+  if (run.schedule->permute) {
+    uint64_t state = run.schedule->seed ^ (uint64_t(run.group) << 32) ^ run.intervals;
+    for (size_t i = run.order.size(); i > 1; --i) std::swap(run.order[i - 1], run.order[splitmix64(state) % i]);
+    for (uint32_t i = 0; i < run.order.size(); ++i) run.position[run.order[i]] = i;
+  }
+  run.intervals++;
+}
+
+void make_ready(GroupRun& run, Fiber& f) {
+  f.state = State::Ready;
+  run.runnable++;
+}
+
+// The next fiber to run after `after` in resume order (wrapping), or nullptr.
+Fiber* next_ready(GroupRun& run, uint32_t after) {
+  if (run.runnable == 0) return nullptr;
+  const uint32_t n = uint32_t(run.order.size());
+  uint32_t at = run.position[after];
+  for (uint32_t step = 0; step < n; ++step) {
+    if (++at == n) at = 0;
+    Fiber& f = run.fibers[run.order[at]];
+    if (f.state == State::Ready) return &f;
+  }
+  return nullptr;
+}
+
+// The running fiber stops (its state is already set): hand over straight to the next
+// ready fiber, or to the scheduler when none is ready. `from_start`: resume in order
+// from the first thread of a new barrier interval.
+void hand_over(GroupRun& run, bool from_start = false) {
+  Fiber& self = *run.current;
+  Fiber* next = from_start ? next_ready(run, run.order.back()) : next_ready(run, self.thread);
+  if (next == &self) return;
+  if (next == nullptr) {
+    tm_fiber_switch(&self.sp, run.scheduler);
+    return;
+  }
+  run.current = next;
+  tm_fiber_switch(&self.sp, next->sp);
+}
+
+void block(GroupRun& run, State state) {
+  run.current->state = state;
+  run.runnable--;
+  hand_over(run);
+}
 
 void complete_exchange(GroupRun& run, uint32_t simd) {
   SimdGroup& s = run.simds[simd];
@@ -82,8 +148,10 @@ void complete_exchange(GroupRun& run, uint32_t simd) {
   s.deposited[p ^ 1] = 0;
   s.arrived = 0;
   s.phase++;
-  for (Fiber& f : run.fibers) {
-    if (f.simd == simd && (f.state == State::InExchange || f.state == State::WaitingToExchange)) f.state = State::Ready;
+  size_t end = std::min<size_t>(run.fibers.size(), size_t(simd + 1) * kSimdWidth);
+  for (size_t t = size_t(simd) * kSimdWidth; t < end; ++t) {
+    Fiber& f = run.fibers[t];
+    if (f.state == State::InExchange || f.state == State::WaitingToExchange) make_ready(run, f);
   }
 }
 
@@ -91,12 +159,11 @@ void fiber_main(void* argument) {
   auto* fiber = static_cast<Fiber*>(argument);
   GroupRun& run = *current_run;
   run.function(run.addresses, run.dims, run.group, fiber->thread);
-  fiber->state = State::Done;
   run.done++;
   SimdGroup& s = run.simds[fiber->simd];
   s.live--;
   if (s.arrived > 0 && s.arrived == s.live) complete_exchange(run, fiber->simd);
-  tm_fiber_switch(&fiber->sp, run.scheduler);  // never resumed
+  block(run, State::Done);  // never resumed
 }
 
 std::string group_name(const uint32_t* dims, uint32_t group) {
@@ -123,7 +190,8 @@ struct ThreadgroupMemory {
 };
 thread_local ThreadgroupMemory threadgroup_memory;
 
-void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t group, const std::string& kernel) {
+void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t group, const std::string& kernel,
+               const Schedule& schedule) {
   const uint32_t* dims = plan.dims;
   uint32_t actual[3];
   for (int axis = 0; axis < 3; ++axis) {
@@ -131,29 +199,43 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
     actual[axis] = std::min(dims[3 + axis], dims[axis] - origin);
   }
   uint32_t threads = actual[0] * actual[1] * actual[2];
-  GroupRun run{function, threadgroup_memory.prepare(plan), dims, group, std::vector<Fiber>(threads),
-               std::vector<SimdGroup>((threads + kSimdWidth - 1) / kSimdWidth)};
+  GroupRun& run = group_run;
+  run.function = function;
+  run.addresses = threadgroup_memory.prepare(plan);
+  run.dims = dims;
+  run.group = group;
+  run.schedule = &schedule;
+  run.fibers.assign(threads, Fiber{});
+  run.simds.resize((threads + kSimdWidth - 1) / kSimdWidth);
+  for (SimdGroup& s : run.simds) s.live = s.arrived = s.phase = s.deposited[0] = s.deposited[1] = 0;
+  run.order.resize(threads);
+  run.position.resize(threads);
+  run.intervals = 0;
+  run.at_barrier = run.done = 0;
   for (uint32_t t = 0; t < threads; ++t) {
     Fiber& f = run.fibers[t];
     f.thread = t;
     f.simd = t / kSimdWidth;
     f.lane = t % kSimdWidth;
     run.simds[f.simd].live++;
-    f.sp = fiber_prepare(stack_pool.get(t), kStackBytes, &fiber_main, &f);
+    run.order[t] = run.position[t] = t;
+    // Stack tops at different offsets modulo 64 KiB: stacks are 256 KiB-aligned, so at one
+    // offset the hot top lines of all stacks would compete for the same L1 and L2 sets.
+    size_t colour = (t % 1024) * 64;
+    f.sp = fiber_prepare(stack_pool.get(t), kStackBytes - colour, &fiber_main, &f);
   }
-  GroupRun* outer = current_run;
+  run.runnable = threads;
+  plan_interval(run);
   current_run = &run;
   while (run.done < threads) {
-    bool progress = false;
-    for (Fiber& f : run.fibers) {
-      if (f.state != State::Ready) continue;
-      run.current = &f;
-      tm_fiber_switch(&run.scheduler, f.sp);
-      progress = true;
+    if (Fiber* next = next_ready(run, run.order.back())) {
+      run.current = next;
+      tm_fiber_switch(&run.scheduler, next->sp);
+      continue;
     }
-    if (progress) continue;
     // Everyone waits: the lanes gathered at a collective are its active lanes (the others
     // are in divergent code or at a barrier), so finish those exchanges with them.
+    bool progress = false;
     for (uint32_t simd = 0; simd < run.simds.size(); ++simd) {
       if (run.simds[simd].arrived > 0) {
         complete_exchange(run, simd);
@@ -161,7 +243,7 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
       }
     }
     if (!progress) {
-      current_run = outer;
+      current_run = nullptr;
       throw ExecutionError(kernel + ": deadlock in threadgroup " + group_name(dims, group) + ": " +
                            std::to_string(run.at_barrier) + " of " + std::to_string(threads) +
                            " threads wait at a threadgroup barrier that " + std::to_string(run.done) +
@@ -169,27 +251,34 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
                            "each threadgroup_barrier");
     }
   }
-  current_run = outer;
+  current_run = nullptr;
 }
 
 }  // namespace
 
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel) {
+                        bool private_copies, const std::string& kernel, const Schedule& schedule) {
   if (!fibers_supported()) {
     throw ExecutionError(kernel + ": cooperative kernels need fibers, which this CPU architecture lacks");
   }
   const int64_t groups = int64_t(plan.group_count);
-  bool parallel = groups > 1 && (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
+  bool parallel = schedule.parallel && groups > 1 &&
+                  (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
     auto function = reinterpret_cast<ThreadFunction>(thread_functions.at(0));
-    for (int64_t g = 0; g < groups; ++g) run_group(function, plan, uint32_t(g), kernel);
+    std::vector<uint32_t> order(static_cast<size_t>(groups));
+    for (uint32_t g = 0; g < order.size(); ++g) order[g] = g;
+    if (schedule.permute) {
+      uint64_t state = schedule.seed;
+      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(state) % i]);
+    }
+    for (uint32_t g : order) run_group(function, plan, g, kernel, schedule);
     return;
   }
   at::parallel_for(0, groups, 1, [&](int64_t first, int64_t end) {
     auto function = reinterpret_cast<ThreadFunction>(
         thread_functions.at(size_t(private_copies ? at::get_thread_num() : 0)));
-    for (int64_t g = first; g < end; ++g) run_group(function, plan, uint32_t(g), kernel);
+    for (int64_t g = first; g < end; ++g) run_group(function, plan, uint32_t(g), kernel, schedule);
   });
 }
 
@@ -197,19 +286,24 @@ void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>
 
 using torch_metallib::cpu::current_run;
 using torch_metallib::cpu::State;
+using torch_metallib::cpu::block;
+using torch_metallib::cpu::hand_over;
+using torch_metallib::cpu::make_ready;
+using torch_metallib::cpu::plan_interval;
 
 extern "C" void tm_rt_barrier() {
   auto& run = *current_run;
-  auto& fiber = *run.current;
-  fiber.state = State::AtBarrier;
-  if (++run.at_barrier == run.fibers.size()) {  // the last to arrive releases everyone
-    run.at_barrier = 0;
-    for (auto& f : run.fibers) {
-      if (f.state == State::AtBarrier) f.state = State::Ready;
-    }
+  if (++run.at_barrier < run.fibers.size()) {
+    block(run, State::AtBarrier);
     return;
   }
-  torch_metallib::cpu::yield_to_scheduler(run);
+  // The last to arrive releases everyone, and the next interval starts from its first thread.
+  run.at_barrier = 0;
+  for (auto& f : run.fibers) {
+    if (f.state == State::AtBarrier) make_ready(run, f);
+  }
+  plan_interval(run);
+  hand_over(run, /*from_start=*/true);
 }
 
 extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info) {
@@ -217,10 +311,7 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ui
   auto& fiber = *run.current;
   auto& s = run.simds[fiber.simd];
   auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  while (s.arrived > 0 && s.site != site) {  // another collective is gathering: wait for it
-    fiber.state = State::WaitingToExchange;
-    torch_metallib::cpu::yield_to_scheduler(run);
-  }
+  while (s.arrived > 0 && s.site != site) block(run, State::WaitingToExchange);  // another collective is gathering
   uint32_t phase = s.phase;
   uint32_t p = phase & 1;
   s.site = site;
@@ -229,8 +320,7 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ui
   if (++s.arrived == s.live) {
     torch_metallib::cpu::complete_exchange(run, fiber.simd);
   } else {
-    fiber.state = State::InExchange;
-    while (s.phase == phase) torch_metallib::cpu::yield_to_scheduler(run);
+    while (s.phase == phase) block(run, State::InExchange);
   }
   if (info != nullptr) {
     info[0] = s.completed[p];

@@ -21,11 +21,18 @@ struct ExecutionError : std::runtime_error {
 // `thread` (linear index in its threadgroup) of threadgroup `group` (linear index).
 using ThreadFunction = void (*)(void* const* addresses, const uint32_t* dims, uint32_t group, uint32_t thread);
 
-// Runs every threadgroup of `plan` with fibers, groups in parallel; `thread_functions`
-// and `private_copies` as for cpu::launch. `kernel` names the kernel in errors. Call
-// without the GIL.
+// How threads and threadgroups are ordered (torch_metallib.cpu_schedule). Within a barrier
+// interval, threads run one after another up to their next barrier or collective.
+struct Schedule {
+  bool parallel = true;   // threadgroups spread over torch's threads; else one by one, in order
+  bool permute = false;   // shuffle the group order, and the thread order in every barrier interval
+  uint64_t seed = 0;      // of the shuffles: same seed, same orders
+};
+
+// Runs every threadgroup of `plan` with fibers; `thread_functions` and `private_copies`
+// as for cpu::launch. `kernel` names the kernel in errors. Call without the GIL.
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel);
+                        bool private_copies, const std::string& kernel, const Schedule& schedule);
 
 }  // namespace torch_metallib::cpu
 

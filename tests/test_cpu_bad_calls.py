@@ -19,11 +19,12 @@ import dataclasses
 import struct
 from typing import Callable, Dict, List, Tuple
 
+import llvmlite.binding as llvm
 import pytest
 import torch
 
 import torch_metallib as tm
-from conftest import fixture_bitcode
+from conftest import FIXTURES, fixture_bitcode
 
 KAE = tm.KernelArgumentError
 DE = tm.DispatchError
@@ -84,7 +85,7 @@ def storage_bytes(tensor: torch.Tensor) -> torch.Tensor:
 @dataclasses.dataclass(frozen=True)
 class Case:
     id: str
-    library: str           # "mlx", "fixtures" or "vertex"
+    library: str           # "mlx", "fixtures", "vertex" or "unknown_intrinsic"
     kernel: str
     build: Callable[[], Tuple[tuple, dict]]   # -> (positional args, keyword args)
     error: type
@@ -366,13 +367,10 @@ case("threadgroup_memory_too_large", "fixtures", "threadgroup_sum_float", DE,
 case("threadgroup_argument_given_a_value", "fixtures", "threadgroup_sum_float", KAE,
      ["argument 2 'scratch'", "is threadgroup memory, not a value", "threadgroup_memory={0: nbytes}"],
      lambda: ((inp(8), out(2)), {"scratch": inp(4), "threads": 8, "group_size": 4}))
-GEMM = "steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2"
-case("steel_gemm_simdgroup_matrix", "mlx", GEMM, UKE,
-     ["the CPU backend has no implementation of air.simdgroup_matrix_8x8_multiply_accumulate",
-      "Run it on a Mac with MPS tensors"],
-     lambda: ((inp(64), inp(64), out(64)), {"params": bytes(72), "constants": {"has_batch": False, "use_out_source": False,
-                                                          "do_axpby": False, "align_M": True,
-                                                          "align_N": True, "align_K": True}}))
+case("unknown_intrinsic", "unknown_intrinsic", "vector_add_float", UKE,
+     ["vector_add_float: the CPU backend has no implementation of air.made_up_op.f32",
+      "Run it on a Mac with MPS tensors, or report the intrinsic"],
+     lambda: ((inp(4), inp(4), out(4)), {}))
 case("vertex_function", "vertex", "vector_add_float", UKE,
      ["cannot run on the CPU", "vertex function", "only kernel functions"],
      lambda: ((inp(4), inp(4), out(4)), {}))
@@ -397,9 +395,16 @@ def libraries(request) -> Dict[str, Callable[[], tm.Library]]:
                 cache[name] = request.getfixturevalue("mlx_lib")
             elif name == "fixtures":
                 cache[name] = tm.load(request.getfixturevalue("fixture_metallib"))
-            else:
+            elif name == "vertex":
                 cache[name] = tm.load(tm.pack([tm.FunctionSource(
                     "vector_add_float", fixture_bitcode("vector_add_float"), type="vertex")]))
+            else:  # "unknown_intrinsic": the sum goes through an intrinsic no backend knows
+                text = (FIXTURES / "vector_add_float.ll").read_text().replace(
+                    "%10 = fadd float %7, %9",
+                    "%10 = tail call float @air.made_up_op.f32(float %7, float %9)") + \
+                    "declare float @air.made_up_op.f32(float, float)\n"
+                module = llvm.parse_assembly(text, context=llvm.create_context())
+                cache[name] = tm.load(tm.pack([tm.FunctionSource("vector_add_float", module.as_bitcode())]))
         return cache[name]
 
     return get

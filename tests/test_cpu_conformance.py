@@ -184,17 +184,6 @@ def test_parametrized_kernels_exist_and_run_on_cpu(mlx_lib):
     assert not cooperative
 
 
-def test_simdgroup_matrix_kernels_are_refused(mlx_lib):
-    """The documented exclusion: simdgroup matrices (steel GEMM) raise UnsupportedKernelError
-    before anything runs; cooperative kernels are tested in test_cpu_cooperative.py."""
-    gemm = mlx_lib.steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2
-    x = torch.ones(64)
-    with pytest.raises(tm.UnsupportedKernelError, match="air.simdgroup_matrix_8x8_multiply_accumulate"):
-        gemm(x, x, x, params=bytes(72), constants={"has_batch": False, "use_out_source": False,
-                                                   "do_axpby": False, "align_M": True, "align_N": True,
-                                                   "align_K": True})
-
-
 # --- strided layouts and launches ------------------------------------------------------------
 
 def _permuted(values: torch.Tensor, shape) -> torch.Tensor:

@@ -11,11 +11,10 @@ lane's own value (``simd_shuffle_up``/``down`` do not wrap).
 
 from typing import List, Optional, Tuple
 
-from ._cpu_intrinsics import element_type, is_float_type, overload_suffix, type_bytes
+from ._cpu_intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
-SIMD_WIDTH = 32
 SLOT_BYTES = 64
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr)"]
 
@@ -106,6 +105,50 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
     return lines, declarations[:1], acc
 
 
+def _quad_source(op: str, lines: List[str]) -> str:
+    """Appends lines computing the source lane of quad shuffle `op` from %lane and %d (32:
+    outside the quad, so the lane keeps its own value); returns its operand."""
+    if op in ("shuffle", "broadcast"):
+        lines += ["%q.base = and i32 %lane, -4", "%q.at = add i32 %q.base, %d", "%q.ok = icmp ult i32 %d, 4"]
+    elif op == "shuffle_xor":
+        lines += ["%q.at = xor i32 %lane, %d", "%q.hi = lshr i32 %q.at, 2", "%q.ok = icmp eq i32 %q.hi, %quad"]
+    elif op == "shuffle_up":
+        lines += ["%q.at = sub i32 %lane, %d", "%q.ok = icmp uge i32 %quadlane, %d"]
+    else:  # shuffle_down
+        lines += ["%q.at = add i32 %lane, %d", "%q.end = add i32 %quadlane, %d", "%q.ok = icmp ult i32 %q.end, 4"]
+    lines.append("%q.src = select i1 %q.ok, i32 %q.at, i32 32")
+    return "%q.src"
+
+
+def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
+    """ballot / active_threads_mask / is_first: lines leaving %r."""
+    if op == "ballot":
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + ["%acc.init = and i32 %mask, 0"]
+        acc = "%acc.init"
+        for j in range(SIMD_WIDTH):
+            lines += _load_lane("i8", str(j), f"x{j}") + [
+                f"%t{j} = icmp ne i8 %x{j}, 0", f"%bit{j} = and i32 %mask, {1 << j}",
+                f"%on{j} = select i1 %t{j}, i32 %bit{j}, i32 0", f"%acc{j} = or i32 {acc}, %on{j}"]
+            acc = f"%acc{j}"
+        lines.append(f"%votes = or i32 {acc}, 0")
+    elif op in ("active_threads_mask", "is_first"):
+        lines = _exchange([]) + ["%votes = or i32 %mask, 0"]
+    else:
+        return None
+    if quad:  # the quad's 4 bits, from bit 0 [ASSUMED layout of quad_vote]
+        lines += ["%q.shift = and i32 %lane, -4", "%q.bits = lshr i32 %votes, %q.shift", "%own = and i32 %q.bits, 15"]
+    else:
+        lines.append("%own = or i32 %votes, 0")
+    if op == "is_first":
+        lines += ["%first = call i32 @llvm.cttz.i32(i32 %own, i1 true)",
+                  "%mine = and i32 %lane, " + ("3" if quad else "31"), "%r = icmp eq i32 %first, %mine"]
+    elif ret == "i32":
+        lines.append("%r = or i32 %own, 0")
+    else:
+        lines.append(f"%r = zext i32 %own to {ret}")
+    return lines
+
+
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
     if name in ("air.wg.barrier", "air.simdgroup.barrier") and params == ["i32", "i32"]:
@@ -114,43 +157,76 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         return (f"define internal void @{name}(i32 %a0, i32 %a1) alwaysinline {{\n  {body}\n  ret void\n}}",
                 [])
     parts = name.split(".")
-    if len(parts) < 2 or parts[0] != "air" or not parts[1].startswith("simd_"):
+    if len(parts) < 2 or parts[0] != "air":
         return None
-    op = parts[1][len("simd_"):]
+    lines: List[str] = []
+    declarations: List[str] = []
+    if parts[1] == "is_uniform" and len(params) == 1 and ret == "i1" and params[0].startswith("i"):
+        # True when every active lane holds the same value.
+        value_type = params[0]
+        lines = _exchange([(value_type, "%a0")]) + ["%diff.init = icmp ne i32 %mask, %mask"]
+        differs = "%diff.init"
+        for j in range(SIMD_WIDTH):
+            lines += _load_lane(value_type, str(j), f"x{j}") + [
+                f"%ne{j} = icmp ne {value_type} %x{j}, %a0", f"%b{j} = and i32 %mask, {1 << j}",
+                f"%in{j} = icmp ne i32 %b{j}, 0", f"%d{j} = and i1 %ne{j}, %in{j}", f"%any{j} = or i1 {differs}, %d{j}"]
+            differs = f"%any{j}"
+        lines.append(f"%r = xor i1 {differs}, true")
+        return _definition(ret, name, params, lines), declarations
+    scope, _, op = parts[1].partition("_")
+    if scope not in ("simd", "quad") or not op:
+        return None
+    quad = scope == "quad"
     signed = len(parts) > 2 and parts[2] == "s"
+    # Lanes of this lane's quad (for quad_*), as an extra fold condition.
+    quad_lines = ["%quad = lshr i32 %lane, 2", "%quadlane = and i32 %lane, 3"] if quad else []
+    in_quad = (lambda j: f"icmp eq i32 %quad, {j >> 2}") if quad else (lambda j: None)
+    if op in ("ballot", "active_threads_mask", "is_first"):
+        lines = _vote(op, ret, quad)
+        declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"] if op == "is_first" else []
+        if lines is None or (op == "ballot" and params != ["i1"]) or (op != "ballot" and params):
+            return None
+        return _definition(ret, name, params, lines), declarations
     if not params:
         return None
     value_type = params[0]
-    lines: List[str] = []
-    declarations: List[str] = []
     if op in ("sum", "product", "min", "max", "and", "or", "xor") and len(params) == 1:
-        lines = _exchange([(value_type, "%a0")])
-        folded, declarations, result = _fold(op, signed, value_type, lambda j: None)
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        folded, declarations, result = _fold(op, signed, value_type, in_quad)
         lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
     elif op.startswith("prefix_") and len(params) == 1:
         _, kind, reduction = op.split("_")
         compare = "ule" if kind == "inclusive" else "ult"
-        lines = _exchange([(value_type, "%a0")])
-        folded, declarations, result = _fold(reduction, signed, value_type,
-                                             lambda j: f"icmp {compare} i32 {j}, %lane")
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        def before(j):
+            if not quad:
+                return f"icmp {compare} i32 {j}, %lane"
+            lines.extend([f"%qs{j} = icmp eq i32 %quad, {j >> 2}", f"%qp{j} = icmp {compare} i32 {j}, %lane"])
+            return f"and i1 %qs{j}, %qp{j}"
+        folded, declarations, result = _fold(reduction, signed, value_type, before)
         lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
     elif op in ("shuffle", "broadcast", "shuffle_xor", "shuffle_up", "shuffle_down") and len(params) == 2:
-        lines = _exchange([(value_type, "%a0")]) + [f"%d = zext {params[1]} %a1 to i32"]
-        source = {"shuffle": "%d", "broadcast": "%d"}.get(op)
-        if op == "shuffle_xor":
-            lines.append("%s.x = xor i32 %lane, %d")
-            source = "%s.x"
-        elif op == "shuffle_up":
-            lines.append("%s.x = sub i32 %lane, %d")  # wraps to a huge index: out of range
-            source = "%s.x"
-        elif op == "shuffle_down":
-            lines.append("%s.x = add i32 %lane, %d")
-            source = "%s.x"
+        lines = _exchange([(value_type, "%a0")]) + quad_lines + [f"%d = zext {params[1]} %a1 to i32"]
+        if quad:
+            source = _quad_source(op, lines)
+        else:
+            source = {"shuffle": "%d", "broadcast": "%d"}.get(op)
+            if op == "shuffle_xor":
+                lines.append("%s.x = xor i32 %lane, %d")
+                source = "%s.x"
+            elif op == "shuffle_up":
+                lines.append("%s.x = sub i32 %lane, %d")  # wraps to a huge index: out of range
+                source = "%s.x"
+            elif op == "shuffle_down":
+                lines.append("%s.x = add i32 %lane, %d")
+                source = "%s.x"
         lines += _from_lane(value_type, source, "%a0")
-    elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) == 4:
+    elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) in (3, 4):
         size = type_bytes(value_type)
+        width = "%a3" if len(params) == 4 else str(4 if quad else SIMD_WIDTH)  # modulo: the group by default
         lines = _exchange([(value_type, "%a0"), (value_type, "%a1")]) + [
-            f"%d = zext {params[2]} %a2 to i32", f"%m = zext {params[3]} %a3 to i32",
+            f"%d = zext {params[2]} %a2 to i32",
+            f"%m = zext {params[3]} %a3 to i32" if len(params) == 4 else f"%m = add i32 0, {width}",
             "%i = urem i32 %lane, %m", "%base = sub i32 %lane, %i"]
         if op == "shuffle_and_fill_up":  # i >= d: data[l - d]; else filling[base + m - d + i]
             lines += ["%fromdata = icmp uge i32 %i, %d", "%s.d = sub i32 %lane, %d",
@@ -163,16 +239,25 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         lines += [f"%v.off = mul i32 %src, {SLOT_BYTES}", "%v.off2 = add i32 %v.off, %off",
                   "%v.p = getelementptr i8, ptr %slots, i32 %v.off2", f"%r = load {value_type}, ptr %v.p"]
     elif op == "broadcast_first" and len(params) == 1:
-        lines = _exchange([(value_type, "%a0")]) + [
-            "%first = call i32 @llvm.cttz.i32(i32 %mask, i1 true)"] + _load_lane(value_type, "%first", "r0") + [
-            f"%r = bitcast {value_type} %r0 to {value_type}"]
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        own = "%mask"
+        if quad:
+            lines += ["%q.shift = and i32 %lane, -4", "%q.bits = lshr i32 %mask, %q.shift", "%q.own = and i32 %q.bits, 15"]
+            own = "%q.own"
+        lines += [f"%first0 = call i32 @llvm.cttz.i32(i32 {own}, i1 true)"]
+        lines += ["%first = add i32 %first0, %q.shift"] if quad else ["%first = or i32 %first0, 0"]
+        lines += _load_lane(value_type, "%first", "r0") + [f"%r = bitcast {value_type} %r0 to {value_type}"]
         declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"]
     elif op in ("all", "any") and params == ["i1"] and ret == "i1":
-        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")])
-        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", lambda j: None)
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + quad_lines
+        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", in_quad)
         lines += folded + [f"%r = icmp ne i8 {result}, 0"]
     else:
         return None
+    return _definition(ret, name, params, lines), declarations
+
+
+def _definition(ret: str, name: str, params: List[str], lines: List[str]) -> str:
     signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
     body = "\n  ".join(lines + [f"ret {ret} %r"])
-    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}", declarations
+    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}"

@@ -13,7 +13,7 @@ from typing import List, Optional, Tuple
 
 __all__ = [
     "define_intrinsic", "parse_declaration", "element_type", "overload_suffix", "with_element",
-    "is_float_type", "type_bytes",
+    "is_float_type", "type_bytes", "SIMD_WIDTH",
 ]
 
 # air.<op>.<type> -> llvm.<op>.<type>, unary on floats (also fast_<op>).
@@ -30,20 +30,34 @@ _FLOAT_BINARY = {"pow": "pow", "powr": "pow", "atan2": "atan2", "fmin": "minnum"
 _LIBM_UNARY = {"asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "erf": "erff",
                "expm1": "expm1f", "log1p": "log1pf"}
 _INT_BINARY = {("max", "s"): "smax", ("max", "u"): "umax", ("min", "s"): "smin", ("min", "u"): "umin"}
+SIMD_WIDTH = 32  # threads per SIMD-group on Apple GPUs
 _FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
 _FLOAT_CODES = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 
-_DECLARATION = re.compile(r"^declare (?:[\w ]+ )?(\S+|<[^>]+>) @([\w.]+)\(([^)]*)\)")
+_DECLARATION = re.compile(r"^declare (?:[\w ]+ )?(\S+|<[^>]+>) @([\w.]+)\(")
+_PARAMETER_TYPE = re.compile(r"ptr(?: addrspace\(\d+\))?|<\d+ x \w+>|\S+")
 
 
 def parse_declaration(line: str) -> Optional[Tuple[str, str, List[str]]]:
-    """(return type, name, parameter types) of a ``declare`` line, None if unreadable."""
+    """(return type, name, parameter types without attributes) of a ``declare`` line,
+    None if unreadable."""
     match = _DECLARATION.match(line)
     if match is None:
         return None
-    params = [p.strip() for p in re.split(r",(?![^<]*>)", match.group(3)) if p.strip()]
-    params = [re.sub(r" (noundef|signext|zeroext|nocapture|readonly)\b", "", p) for p in params]
-    return match.group(1), match.group(2), params
+    params, depth, start = [], 0, match.end()
+    for i in range(match.end(), len(line)):  # up to the matching ')': attributes nest
+        character = line[i]
+        if character in "(<":
+            depth += 1
+        elif character in ">)" and depth > 0:
+            depth -= 1
+        elif character in ",)" and depth == 0:
+            if line[start:i].strip():
+                params.append(_PARAMETER_TYPE.match(line[start:i].strip()).group(0))
+            start = i + 1
+            if character == ")":
+                return match.group(1), match.group(2), params
+    return None
 
 
 def element_type(type_name: str) -> str:
@@ -164,6 +178,23 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
     elif (op, parts[2]) in _INT_BINARY and len(params) == 2:
         callee = f"llvm.{_INT_BINARY[(op, parts[2])]}.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret})"]
+    elif op == "clamp" and len(params) == 3 and all(t == ret for t in params):
+        if is_float_type(ret):  # Metal: fmin(fmax(x, lo), hi)
+            low, high = f"llvm.maxnum.{overload_suffix(ret)}", f"llvm.minnum.{overload_suffix(ret)}"
+        elif parts[2] in ("s", "u"):
+            low, high = (f"llvm.{parts[2]}{m}.{overload_suffix(ret)}" for m in ("max", "min"))
+        else:
+            return None
+        lines = [f"%m = {_call(ret, low, args[:2])}", f"%r = {_call(ret, high, [(ret, '%m'), args[2]])}"]
+        declarations = [f"declare {ret} @{low}({ret}, {ret})", f"declare {ret} @{high}({ret}, {ret})"]
+    elif op == "dot" and len(params) == 2 and params[0] == params[1] and is_float_type(ret) \
+            and element_type(params[0]) == ret:
+        # In element order, without reassociation: the sum Metal's dot spells out.
+        callee = f"llvm.vector.reduce.fadd.{overload_suffix(params[0])}"
+        lines = [f"%m = fmul {params[0]} %a0, %a1", f"%r = call {ret} @{callee}({ret} -0.0, {params[0]} %m)"]
+        declarations = [f"declare {ret} @{callee}({ret}, {params[0]})"]
+    elif op == "get_simdgroup_size" and not params and ret in ("i16", "i32"):
+        lines = [f"%r = add {ret} 0, {SIMD_WIDTH}"]
     elif op == "abs" and parts[2] in ("s", "u") and len(params) == 1:
         if parts[2] == "u":
             lines = [f"%r = add {ret} %a0, zeroinitializer"]

@@ -19,8 +19,10 @@ import re
 import struct
 from typing import Dict, List
 
-from ._cpu_collectives import RUNTIME_DECLARATIONS, SIMD_WIDTH, define_collective
-from ._cpu_intrinsics import define_intrinsic, parse_declaration
+from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
+from ._cpu_atomics import define_atomic
+from ._cpu_intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
+from ._cpu_simdgroup_matrix import define_matrix
 from ._errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
@@ -88,7 +90,8 @@ def _define_intrinsics(text: str, kernel: str) -> str:
         parsed = parse_declaration(match.group(0))
         if parsed is None or not parsed[1].startswith("air."):
             return match.group(0)
-        made = define_intrinsic(*parsed) or define_collective(*parsed)
+        made = (define_intrinsic(*parsed) or define_atomic(*parsed) or define_matrix(*parsed)
+                or define_collective(*parsed))
         if made is None:
             unsupported.append(parsed[1])
             return match.group(0)

@@ -22,10 +22,12 @@ from ._function_constant import FunctionConstant
 from ._library import Library, load
 from ._pack import FunctionSource, pack
 from ._reflection import Reflection, ThreadgroupVariable
+from ._schedule import cpu_schedule
 
 __all__ = [
     "load",
     "pack",
+    "cpu_schedule",
     "Library",
     "KernelFunction",
     "FunctionConstant",

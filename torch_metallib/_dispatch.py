@@ -17,10 +17,11 @@ from . import _C
 from ._cpu_jit import compile_kernel
 from ._disk_cache import cache_directory, read_entry, write_entry
 from ._errors import UnsupportedKernelError
+from ._schedule import current_schedule
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
-CALL_RECORD_VERSION = 3  # bump when call_record's fields change
+CALL_RECORD_VERSION = 4  # bump when call_record's fields change
 
 
 class DispatchState:
@@ -33,7 +34,7 @@ class DispatchState:
         self.problem = problem          # why the CPU backend cannot run it, or ""
         self.serial = serial            # threadgroup variables: a compiled copy per worker
         self.cooperative = cooperative  # barriers / SIMD-group functions: threads as fibers
-        self.compiled = {}              # constant values -> _cpu_jit.CompiledKernel
+        self.compiled = {}              # (constant values, as fibers) -> _cpu_jit.CompiledKernel
 
 
 def call_record(function) -> dict:
@@ -104,12 +105,17 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
         raise UnsupportedKernelError(
             f"{function.name}: tensors are on {plan.device}; this build runs kernels on the CPU only "
             f"(the MPS backend needs macOS). Pass CPU tensors")
-    key = plan.constants
+    mode, seed = current_schedule()
+    parallel = mode == "parallel"
+    # Permuted runs need every thread as a fiber, whatever the kernel does.
+    cooperative = state.cooperative or mode == "permuted"
+    key = (plan.constants, cooperative)
     compiled = state.compiled.get(key)
-    copies = torch.get_num_threads() if state.serial else 1
+    copies = torch.get_num_threads() if state.serial and parallel else 1
     if compiled is None or len(compiled.launchers) < copies:
-        compiled = state.compiled[key] = compile_kernel(function, key, state.serial, state.cooperative, copies)
-    if compiled.cooperative:
-        _C.launch_cpu_cooperative(plan, compiled.launchers, compiled.serial, function.name)
+        compiled = state.compiled[key] = compile_kernel(function, plan.constants, state.serial, cooperative, copies)
+    if cooperative:
+        _C.launch_cpu_cooperative(plan, compiled.launchers, compiled.serial, function.name,
+                                  parallel, mode == "permuted", seed)
     else:
-        _C.launch_cpu(plan, compiled.launchers, compiled.serial)
+        _C.launch_cpu(plan, compiled.launchers, compiled.serial, parallel)

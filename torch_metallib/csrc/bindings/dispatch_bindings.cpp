@@ -69,11 +69,13 @@ void bind_dispatch(py::module_& m) {
       .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
       .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; });
 
-  m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies) {
+  m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
+                         bool parallel) {
     py::gil_scoped_release release;
-    cpu::launch(plan, launchers, private_copies);
-  }, py::arg("plan"), py::arg("launchers"), py::arg("private_copies"),
-     "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy).");
+    cpu::launch(plan, launchers, private_copies, parallel);
+  }, py::arg("plan"), py::arg("launchers"), py::arg("private_copies"), py::arg("parallel") = true,
+     "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy); "
+     "`parallel`: groups on torch's threads, else one by one in order.");
 
   m.def("launch_cpu_cooperative", [](const Plan& plan, const std::vector<uintptr_t>& thread_functions,
                                      bool private_copies, const std::string& kernel, bool parallel,

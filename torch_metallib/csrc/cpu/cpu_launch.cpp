@@ -11,10 +11,11 @@ namespace {
 constexpr int64_t kThreadsPerChunk = 1 << 15;
 }  // namespace
 
-void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies) {
+void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
+            bool parallel) {
   const int64_t groups = int64_t(plan.group_count);
   const int64_t group_threads = int64_t(plan.dims[3]) * plan.dims[4] * plan.dims[5];
-  bool parallel = groups > 1 && (!private_copies || launchers.size() >= size_t(at::get_num_threads()));
+  parallel = parallel && groups > 1 && (!private_copies || launchers.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
     reinterpret_cast<LaunchFunction>(launchers.at(0))(plan.addresses.data(), plan.dims, 0, groups);
     return;

@@ -81,11 +81,12 @@ void bind_dispatch(py::module_& m) {
                                      bool private_copies, const std::string& kernel, bool parallel,
                                      bool permute, uint64_t seed) {
     py::gil_scoped_release release;
-    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel, cpu::Schedule{parallel, permute, seed});
+    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel, cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel});
   }, py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
      py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0,
      "Runs every threadgroup of `plan`, each thread a fiber, with the compiled per-thread entry; "
-     "`parallel`: groups on torch's threads, else one by one; `permute`: shuffled orders from `seed`.");
+     "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
+     "`permute`: shuffled orders from `seed`.");
 
   m.def("runtime_symbols", []() {
     // What JIT-compiled cooperative kernels call, by name -> address (for llvm.add_symbol).

@@ -135,10 +135,25 @@ void hand_over(GroupRun& run, bool from_start = false) {
   tm_fiber_switch(&self.sp, next->sp);
 }
 
-void block(GroupRun& run, State state) {
+void block(GroupRun& run, State state, bool from_start = false) {
   run.current->state = state;
   run.runnable--;
-  hand_over(run);
+  hand_over(run, from_start);
+}
+
+// Threads a barrier waits for. Apple GPUs let threads that finished pass (MLX's gemv
+// kernels rely on it); Metal leaves it undefined, so the debug schedules wait for all.
+uint32_t barrier_quorum(const GroupRun& run) {
+  return uint32_t(run.fibers.size()) - (run.schedule->strict_barriers ? 0 : run.done);
+}
+
+// Everyone at the barrier goes on; the next interval starts from its first thread.
+void release_barrier(GroupRun& run) {
+  run.at_barrier = 0;
+  for (auto& f : run.fibers) {
+    if (f.state == State::AtBarrier) make_ready(run, f);
+  }
+  plan_interval(run);
 }
 
 // Copies a lane's value in 4-byte pieces: the kernel has just stored it in pieces of at
@@ -178,7 +193,9 @@ void fiber_main(void* argument) {
   SimdGroup& s = run.simds[fiber->simd];
   s.live--;
   if (s.arrived > 0 && s.arrived == s.live) complete_exchange(run, fiber->simd);
-  block(run, State::Done);  // never resumed
+  bool released = run.at_barrier > 0 && run.at_barrier == barrier_quorum(run);
+  if (released) release_barrier(run);
+  block(run, State::Done, released);  // never resumed
 }
 
 std::string group_name(const uint32_t* dims, uint32_t group) {
@@ -262,8 +279,10 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
       throw ExecutionError(kernel + ": deadlock in threadgroup " + group_name(dims, group) + ": " +
                            std::to_string(run.at_barrier) + " of " + std::to_string(threads) +
                            " threads wait at a threadgroup barrier that " + std::to_string(run.done) +
-                           " threads finished without reaching. Every thread of a threadgroup must reach "
-                           "each threadgroup_barrier");
+                           " threads finished without reaching. In the sequential and permuted schedules "
+                           "every thread of a threadgroup must reach each threadgroup_barrier (Metal leaves "
+                           "it undefined otherwise; Apple GPUs and the parallel schedule let finished "
+                           "threads pass)");
     }
   }
   current_run = nullptr;
@@ -305,21 +324,16 @@ using torch_metallib::cpu::block;
 using torch_metallib::cpu::deposit;
 using torch_metallib::cpu::kSlotBytes;
 using torch_metallib::cpu::hand_over;
-using torch_metallib::cpu::make_ready;
-using torch_metallib::cpu::plan_interval;
+using torch_metallib::cpu::barrier_quorum;
+using torch_metallib::cpu::release_barrier;
 
 extern "C" void tm_rt_barrier() {
   auto& run = *current_run;
-  if (++run.at_barrier < run.fibers.size()) {
+  if (++run.at_barrier < barrier_quorum(run)) {
     block(run, State::AtBarrier);
     return;
   }
-  // The last to arrive releases everyone, and the next interval starts from its first thread.
-  run.at_barrier = 0;
-  for (auto& f : run.fibers) {
-    if (f.state == State::AtBarrier) make_ready(run, f);
-  }
-  plan_interval(run);
+  release_barrier(run);  // the last to arrive releases everyone
   hand_over(run, /*from_start=*/true);
 }
 

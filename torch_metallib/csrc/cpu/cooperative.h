@@ -12,7 +12,7 @@
 
 namespace torch_metallib::cpu {
 
-// Raised as torch_metallib.KernelExecutionError: a barrier not every thread reaches.
+// Raised as torch_metallib.KernelExecutionError: a barrier that can never complete.
 struct ExecutionError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -27,6 +27,9 @@ struct Schedule {
   bool parallel = true;   // threadgroups spread over torch's threads; else one by one, in order
   bool permute = false;   // shuffle the group order, and the thread order in every barrier interval
   uint64_t seed = 0;      // of the shuffles: same seed, same orders
+  // A barrier waits for every thread, also those that finished without reaching it (a
+  // deadlock error); otherwise, as on Apple GPUs, only for the threads still running.
+  bool strict_barriers = false;
 };
 
 // Runs every threadgroup of `plan` with fibers; `thread_functions` and `private_copies`

@@ -15,16 +15,9 @@ from ._cpu_intrinsics import is_float_type, type_bytes
 
 __all__ = ["define_atomic"]
 
-# air op -> atomicrmw operation, by signedness ("" for floats and sign-less ops)
-_RMW = {
-    ("add", ""): "add", ("add", "s"): "add", ("add", "u"): "add",
-    ("sub", ""): "sub", ("sub", "s"): "sub", ("sub", "u"): "sub",
-    ("and", ""): "and", ("and", "s"): "and", ("and", "u"): "and",
-    ("or", ""): "or", ("or", "s"): "or", ("or", "u"): "or",
-    ("xor", ""): "xor", ("xor", "s"): "xor", ("xor", "u"): "xor",
-    ("min", "s"): "min", ("min", "u"): "umin", ("max", "s"): "max", ("max", "u"): "umax",
-    ("xchg", ""): "xchg", ("xchg", "s"): "xchg", ("xchg", "u"): "xchg",
-}
+# air op -> atomicrmw operation: the same for either signedness, except min and max.
+_RMW = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor", "xchg": "xchg"}
+_ORDERED_RMW = {("min", "s"): "min", ("min", "u"): "umin", ("max", "s"): "max", ("max", "u"): "umax"}
 _FLOAT_RMW = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax", "xchg": "xchg"}
 
 
@@ -51,7 +44,7 @@ def define_atomic(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
     elif op == "store" and ret == "void" and len(params) == 5:
         lines = [f"store atomic {params[1]} %a1, {params[0]} %a0 monotonic, align {type_bytes(params[1])}"]
     elif len(params) == 5 and params[1] == ret:
-        operation = _FLOAT_RMW.get(op) if is_float_type(ret) else _RMW.get((op, sign))
+        operation = _FLOAT_RMW.get(op) if is_float_type(ret) else (_RMW.get(op) or _ORDERED_RMW.get((op, sign)))
         if operation is None:
             return None
         lines = [f"%r = atomicrmw {operation} {params[0]} %a0, {ret} %a1 monotonic, align {type_bytes(ret)}"]

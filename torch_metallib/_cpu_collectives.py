@@ -198,11 +198,12 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         _, kind, reduction = op.split("_")
         compare = "ule" if kind == "inclusive" else "ult"
         lines = _exchange([(value_type, "%a0")]) + quad_lines
-        def before(j):
-            if not quad:
-                return f"icmp {compare} i32 {j}, %lane"
-            lines.extend([f"%qs{j} = icmp eq i32 %quad, {j >> 2}", f"%qp{j} = icmp {compare} i32 {j}, %lane"])
-            return f"and i1 %qs{j}, %qp{j}"
+        if quad:  # lane j counts if it is in this lane's quad and before it
+            for j in range(SIMD_WIDTH):
+                lines += [f"%qs{j} = icmp eq i32 %quad, {j >> 2}", f"%qp{j} = icmp {compare} i32 {j}, %lane"]
+            before = lambda j: f"and i1 %qs{j}, %qp{j}"  # noqa: E731
+        else:
+            before = lambda j: f"icmp {compare} i32 {j}, %lane"  # noqa: E731
         folded, declarations, result = _fold(reduction, signed, value_type, before)
         lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
     elif op in ("shuffle", "broadcast", "shuffle_xor", "shuffle_up", "shuffle_down") and len(params) == 2:

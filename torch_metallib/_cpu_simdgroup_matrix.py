@@ -61,13 +61,7 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
                 or memory[1:] != ["i64", "<2 x i64>", "i1"]:
             return None
         element = element_type(matrix)
-        if op == "store":  # same operand names as load: %a0 pointer ... %a3 transpose
-            renamed = [f"%a{i} = bitcast {t} %s{i + 1} to {t}" if not t.startswith("ptr")
-                       else f"%a{i} = getelementptr i8, {t} %s{i + 1}, i64 0" for i, t in enumerate(memory)]
-            lines = renamed
-        else:
-            lines = []
-        lines += _exchange([]) + _lane_position() + [
+        lines = _exchange([]) + _lane_position() + [
             "%ox = extractelement <2 x i64> %a2, i32 0", "%oy = extractelement <2 x i64> %a2, i32 1"]
         for k in (0, 1):
             lines += [line.replace("%elem", element) for line in _memory_element_lines(memory, k)]
@@ -76,9 +70,10 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
                       f"%r0 = insertelement {matrix} poison, {element} %v0, i32 0",
                       f"%r = insertelement {matrix} %r0, {element} %v1, i32 1"]
             return _definition(ret, name, params, lines), []
-        lines += [f"%v0 = extractelement {matrix} %s0, i32 0", f"%v1 = extractelement {matrix} %s0, i32 1",
+        lines += [f"%v0 = extractelement {matrix} %m, i32 0", f"%v1 = extractelement {matrix} %m, i32 1",
                   f"store {element} %v0, {memory[0]} %p0", f"store {element} %v1, {memory[0]} %p1"]
-        signature = ", ".join(f"{t} %s{i}" for i, t in enumerate(params))
+        # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
+        signature = ", ".join([f"{matrix} %m"] + [f"{t} %a{i}" for i, t in enumerate(memory)])
         body = "\n  ".join(lines + ["ret void"])
         return f"define internal void @{name}({signature}) alwaysinline {{\n  {body}\n}}", []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):

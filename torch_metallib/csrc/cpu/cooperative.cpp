@@ -91,12 +91,16 @@ uint64_t splitmix64(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// Fisher-Yates shuffle driven by splitmix64 from `state`.
+void shuffle(std::vector<uint32_t>& order, uint64_t state) {
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(state) % i]);
+}
+
 // A fresh resume order for the next barrier interval: thread order, or in permuted mode a
 // shuffle that depends only on (seed, group, interval), so a failing order can be replayed.
 void plan_interval(GroupRun& run) {
   if (run.schedule->permute) {
-    uint64_t state = run.schedule->seed ^ (uint64_t(run.group) << 32) ^ run.intervals;
-    for (size_t i = run.order.size(); i > 1; --i) std::swap(run.order[i - 1], run.order[splitmix64(state) % i]);
+    shuffle(run.order, run.schedule->seed ^ (uint64_t(run.group) << 32) ^ run.intervals);
     for (uint32_t i = 0; i < run.order.size(); ++i) run.position[run.order[i]] = i;
   }
   run.intervals++;
@@ -302,10 +306,7 @@ void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>
     auto function = reinterpret_cast<ThreadFunction>(thread_functions.at(0));
     std::vector<uint32_t> order(static_cast<size_t>(groups));
     for (uint32_t g = 0; g < order.size(); ++g) order[g] = g;
-    if (schedule.permute) {
-      uint64_t state = schedule.seed;
-      for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(state) % i]);
-    }
+    if (schedule.permute) shuffle(order, schedule.seed);
     for (uint32_t g : order) run_group(function, plan, g, kernel, schedule);
     return;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <sstream>
 
@@ -78,25 +79,12 @@ KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<Argume
 
 // --- values ---------------------------------------------------------------------------
 
-namespace {
-
-// Writes Python number `value` as one component of `type` at `out`. Returns "" or why not.
-std::string pack_number(const MetalType& type, const py::handle& value, uint8_t* out) {
-  // Integers of any kind (numpy's too, through __index__), Python floats and bools.
-  py::object number = py::reinterpret_borrow<py::object>(value);
-  if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr())) {
-    number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-    if (!number) throw py::error_already_set();
-  }
-  PyObject* object = number.ptr();
-  bool is_bool = PyBool_Check(object), is_int = PyLong_Check(object), is_float = PyFloat_Check(object);
-  if (!is_bool && !is_int && !is_float) return "a " + python_type(value);
+PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out) {
+  using Kind = Number::Kind;
   if (type.kind == ScalarKind::Float) {
-    double real = PyFloat_AsDouble(object);
-    if (real == -1.0 && PyErr_Occurred()) {  // an int too large for a double
-      PyErr_Clear();
-      return short_repr(value) + ", out of range";
-    }
+    double real = value.kind == Kind::Float || value.kind == Kind::Huge ? value.real
+                  : value.kind == Kind::UInt64 ? double(value.big) : double(value.integer);
+    if (value.kind == Kind::Huge && !value.real_ok) return PackProblem::OutOfRange;
     if (type.element_bytes == 4) {
       float v = float(real);
       std::memcpy(out, &v, 4);
@@ -107,75 +95,170 @@ std::string pack_number(const MetalType& type, const py::handle& value, uint8_t*
       c10::BFloat16 v(static_cast<float>(real));
       std::memcpy(out, &v, 2);
     }
-    return "";
+    return PackProblem::None;
   }
-  if (is_float) return "the float " + short_repr(value);
+  if (value.kind == Kind::Float) return PackProblem::FloatForInteger;
   if (type.kind == ScalarKind::Bool) {
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
-    if (overflow || (v != 0 && v != 1)) return short_repr(value);
-    out[0] = uint8_t(v);
-    return "";
+    if (value.kind != Kind::Bool && value.kind != Kind::Int) return PackProblem::NotBool;
+    if (value.integer != 0 && value.integer != 1) return PackProblem::NotBool;
+    out[0] = uint8_t(value.integer);
+    return PackProblem::None;
   }
   int bits = type.element_bytes * 8;
-  int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
   unsigned long long u = 0;
-  if (overflow > 0 && type.kind == ScalarKind::Unsigned && bits == 64) {
-    u = PyLong_AsUnsignedLongLong(object);
-    if (PyErr_Occurred()) {
-      PyErr_Clear();
-      return short_repr(value) + ", out of range";
-    }
-  } else if (overflow) {
-    return short_repr(value) + ", out of range";
+  if (value.kind == Kind::Huge) return PackProblem::OutOfRange;
+  if (value.kind == Kind::UInt64) {
+    if (type.kind != ScalarKind::Unsigned || bits != 64) return PackProblem::OutOfRange;
+    u = value.big;
   } else if (type.kind == ScalarKind::Signed) {
-    if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return short_repr(value) + ", out of range";
+    int64_t v = value.integer;
+    if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return PackProblem::OutOfRange;
     u = static_cast<unsigned long long>(v);
   } else {
-    if (v < 0 || (bits < 64 && v >= (1LL << bits))) return short_repr(value) + ", out of range";
+    int64_t v = value.integer;
+    if (v < 0 || (bits < 64 && v >= (1LL << bits))) return PackProblem::OutOfRange;
     u = static_cast<unsigned long long>(v);
   }
   std::memcpy(out, &u, type.element_bytes);  // little-endian: the low bytes
-  return "";
+  return PackProblem::None;
+}
+
+namespace {
+
+// Python number -> Number; false if `value` is not a number (ints of any kind, numpy's
+// too through __index__, floats and bools).
+bool read_number(const py::handle& value, Number& number) {
+  py::object held = py::reinterpret_borrow<py::object>(value);
+  if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr())) {
+    held = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+    if (!held) throw py::error_already_set();
+  }
+  PyObject* object = held.ptr();
+  if (PyBool_Check(object)) {
+    number = Number::of_bool(object == Py_True);
+  } else if (PyFloat_Check(object)) {
+    number = Number::of(PyFloat_AsDouble(object));
+  } else if (PyLong_Check(object)) {
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(object, &overflow);
+    if (!overflow) {
+      number = Number::of(int64_t(v));
+      return true;
+    }
+    unsigned long long u = overflow > 0 ? PyLong_AsUnsignedLongLong(object) : 0;
+    if (overflow > 0 && !PyErr_Occurred()) {
+      number = Number{Number::Kind::UInt64, 0, u, 0, false};
+      return true;
+    }
+    PyErr_Clear();
+    number = Number{Number::Kind::Huge};
+    number.real = PyLong_AsDouble(object);
+    number.real_ok = !(number.real == -1.0 && PyErr_Occurred());
+    PyErr_Clear();
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// "an integer that fits uint" and the like: what `type` wants.
+std::string wanted(const MetalType& type) {
+  return type.kind == ScalarKind::Float ? "a number" : type.kind == ScalarKind::Bool ? "a bool"
+                                                                                     : "an integer that fits " + type.name;
+}
+
+// What the caller gave, worded for `problem`: `text` is the value as written.
+std::string found(PackProblem problem, const std::string& text) {
+  switch (problem) {
+    case PackProblem::OutOfRange: return text + ", out of range";
+    case PackProblem::FloatForInteger: return "the float " + text;
+    default: return text;
+  }
+}
+
+std::string number_text(const Number& number) {
+  switch (number.kind) {
+    case Number::Kind::Bool: return number.integer ? "True" : "False";
+    case Number::Kind::Int: return std::to_string(number.integer);
+    case Number::Kind::UInt64: return std::to_string(number.big);
+    default: {
+      std::ostringstream out;
+      out << std::setprecision(17) << number.real;
+      return out.str();
+    }
+  }
 }
 
 }  // namespace
 
-void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::handle& value,
-                            bool& device_seen) const {
-  const std::string where = name_ + ": " + argument.describe();
-  if (is_tensor(value)) {
-    const at::Tensor& tensor = THPVariable_Unpack(value.ptr());
-    if (device_seen && tensor.device() != plan.device) {
-      throw ArgumentError(where + ": expected a tensor on " + plan.device.str() + " like the arguments before it, got one on " +
-                          tensor.device().str() + ". Move all tensors to one device");
-    }
-    plan.device = tensor.device();
-    device_seen = true;
-    if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
-        tensor.scalar_type() != argument.type->dtypes.front()) {
-      // A 0-d tensor read as a value: pass its value converted to the kernel's type.
-      bind_value(plan, argument, value.attr("item")(), device_seen);
-      return;
-    }
-    if (argument.type != nullptr) {
-      const auto& dtypes = argument.type->dtypes;
-      if (std::find(dtypes.begin(), dtypes.end(), tensor.scalar_type()) == dtypes.end()) {
-        throw ArgumentError(where + ": expected a tensor of " + dtype_names(*argument.type) + ", got " +
-                            torch_dtype_name(tensor.scalar_type()) + ". Convert it with .to(" +
-                            torch_dtype_name(dtypes.front()) + ")");
-      }
-    }
-    int64_t bytes = available_bytes(tensor);
-    int64_t needed = argument.buffer_size >= 0 ? argument.buffer_size : (argument.type ? 0 : argument.type_size);
-    if (bytes < needed) {
-      throw DispatchFailure(where + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
-                            std::to_string(bytes) + " bytes from its first element to the end of its storage");
-    }
-    plan.addresses[argument.position] = tensor.data_ptr();
+void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
+                             bool& device_seen) const {
+  auto where = [&] { return name_ + ": " + argument.describe(); };
+  if (device_seen && tensor.device() != plan.device) {
+    throw ArgumentError(where() + ": expected a tensor on " + plan.device.str() + " like the arguments before it, got one on " +
+                        tensor.device().str() + ". Move all tensors to one device");
+  }
+  plan.device = tensor.device();
+  device_seen = true;
+  if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
+      tensor.scalar_type() != argument.type->dtypes.front()) {
+    // A 0-d tensor read as a value: pass its value converted to the kernel's type.
+    at::Scalar item = tensor.item();
+    bind_number(plan, argument, item.isFloatingPoint() ? Number::of(item.toDouble())
+                                : item.isBoolean() ? Number::of_bool(item.toBool()) : Number::of(item.toLong()));
     return;
   }
+  if (argument.type != nullptr) {
+    const auto& dtypes = argument.type->dtypes;
+    if (std::find(dtypes.begin(), dtypes.end(), tensor.scalar_type()) == dtypes.end()) {
+      throw ArgumentError(where() + ": expected a tensor of " + dtype_names(*argument.type) + ", got " +
+                          torch_dtype_name(tensor.scalar_type()) + ". Convert it with .to(" +
+                          torch_dtype_name(dtypes.front()) + ")");
+    }
+  }
+  int64_t bytes = available_bytes(tensor);
+  int64_t needed = argument.buffer_size >= 0 ? argument.buffer_size : (argument.type ? 0 : argument.type_size);
+  if (bytes < needed) {
+    throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
+                          std::to_string(bytes) + " bytes from its first element to the end of its storage");
+  }
+  plan.addresses[argument.position] = tensor.data_ptr();
+}
+
+void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const {
+  auto where = [&] { return name_ + ": " + argument.describe(); };
+  if (argument.writable()) {
+    throw ArgumentError(where() + ": the kernel writes to it; expected a tensor, got " + number_text(number));
+  }
+  if (argument.type == nullptr || argument.type->components != 1) {
+    throw ArgumentError(where() + ": '" + argument.type_name + "' is not a scalar type; expected a tensor, got " +
+                        number_text(number));
+  }
+  auto storage = allocate(size_t(std::max<int64_t>(argument.type_size, argument.type->element_bytes)));
+  PackProblem problem = pack_number(*argument.type, number, reinterpret_cast<uint8_t*>(storage->data()));
+  if (problem != PackProblem::None) {
+    throw ArgumentError(where() + ": expected " + wanted(*argument.type) + ", got " + found(problem, number_text(number)));
+  }
+  bind_bytes(plan, argument, std::move(storage), argument.type_size, number_text(number));
+}
+
+void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
+                            int64_t bytes, const std::string& source) const {
+  if (argument.buffer_size >= 0 && bytes < argument.buffer_size) {
+    throw DispatchFailure(name_ + ": " + argument.describe() + ": expected " + std::to_string(argument.buffer_size) +
+                          " bytes, got " + std::to_string(bytes) + " from " + source);
+  }
+  plan.addresses[argument.position] = storage->data();
+  plan.packed.push_back(std::move(storage));
+}
+
+void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::handle& value,
+                            bool& device_seen) const {
+  if (is_tensor(value)) {
+    bind_tensor(plan, argument, THPVariable_Unpack(value.ptr()), device_seen);
+    return;
+  }
+  const std::string where = name_ + ": " + argument.describe();
   if (argument.writable()) {
     throw ArgumentError(where + ": the kernel writes to it; expected a tensor, got " + short_repr(value) +
                         " (" + python_type(value) + ")");
@@ -217,65 +300,48 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     auto* out = reinterpret_cast<uint8_t*>(storage->data());
     for (size_t i = 0; i < numbers.size(); ++i) {
       size_t at = (i / size_t(type.components)) * slot + (i % size_t(type.components)) * size_t(type.element_bytes);
-      std::string problem = pack_number(type, numbers[i], out + at);
-      if (!problem.empty()) {
-        throw ArgumentError(where + ": expected " + (type.kind == ScalarKind::Float ? "a number" :
-                            type.kind == ScalarKind::Bool ? "a bool" : "an integer") + " that fits " + type.name +
-                            ", got " + problem);
+      Number number;
+      if (!read_number(numbers[i], number)) {
+        throw ArgumentError(where + ": expected " + wanted(type) + ", got a " + python_type(numbers[i]));
+      }
+      PackProblem problem = pack_number(type, number, out + at);
+      if (problem != PackProblem::None) {
+        throw ArgumentError(where + ": expected " + wanted(type) + ", got " + found(problem, short_repr(numbers[i])));
       }
     }
   }
-  if (argument.buffer_size >= 0 && bytes < argument.buffer_size) {
-    throw DispatchFailure(where + ": expected " + std::to_string(argument.buffer_size) + " bytes, got " +
-                          std::to_string(bytes) + " from " + short_repr(value));
-  }
-  plan.addresses[argument.position] = storage->data();
-  plan.packed.push_back(std::move(storage));
+  bind_bytes(plan, argument, std::move(storage), bytes, short_repr(value));
 }
 
 // --- constants ----------------------------------------------------------------------------
 
-std::vector<ConstantValue> KernelSpec::bind_constants(const py::handle& values) const {
+std::vector<ConstantValue> KernelSpec::check_constants(const std::vector<std::pair<size_t, Number>>& values) const {
   std::vector<ConstantValue> bound;
   std::vector<bool> seen(constants_.size(), false);
-  if (!values.is_none()) {
-    if (!PyDict_Check(values.ptr())) {
-      throw ArgumentError(name_ + ": constants: expected a dict of name or index -> value, got " + short_repr(values));
+  for (const auto& [slot, value] : values) {
+    const ConstantSpec& c = constants_.at(slot);
+    if (seen[slot]) throw DispatchFailure(name_ + ": constants: " + c.name + " is given twice (by name and by index)");
+    seen[slot] = true;
+    if (c.type == nullptr || c.type->components != 1) {
+      throw DispatchFailure(name_ + ": function constant " + c.name + " has type " + c.type_name +
+                            ", which this backend cannot set");
     }
-    for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(values)) {
-      size_t i = 0;
-      for (; i < constants_.size(); ++i) {
-        const ConstantSpec& c = constants_[i];
-        if ((PyUnicode_Check(key.ptr()) && key.cast<std::string>() == c.name) ||
-            (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) && key.cast<int64_t>() == c.index)) break;
-      }
-      if (i == constants_.size()) {
-        std::string declared;
-        for (const ConstantSpec& c : constants_) declared += (declared.empty() ? "" : ", ") + c.name + " (" + std::to_string(c.index) + ")";
-        throw DispatchFailure(name_ + ": constants: no function constant " + short_repr(key) + "; expected one of: " +
-                              (declared.empty() ? "none (the kernel declares no function constants)" : declared));
-      }
-      const ConstantSpec& c = constants_[i];
-      if (seen[i]) throw DispatchFailure(name_ + ": constants: " + c.name + " is given twice (by name and by index)");
-      seen[i] = true;
-      if (c.type == nullptr || c.type->components != 1) {
-        throw DispatchFailure(name_ + ": function constant " + c.name + " has type " + c.type_name +
-                              ", which this backend cannot set");
-      }
-      uint8_t scratch[8] = {0};
-      std::string problem = pack_number(*c.type, value, scratch);
-      if (!problem.empty()) {
-        throw DispatchFailure(name_ + ": function constant " + c.name + " (" + c.type_name + ", index " +
-                              std::to_string(c.index) + "): expected " +
-                              (c.type->kind == ScalarKind::Bool ? "a bool" : c.type->kind == ScalarKind::Float ? "a number" : "an integer") +
-                              ", got " + problem);
-      }
-      ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
-      if (cv.is_float) cv.real = PyFloat_AsDouble(value.ptr());  // pack_number checked it fits
-      else cv.integer = c.type->kind == ScalarKind::Unsigned && c.type->element_bytes == 8
-                            ? int64_t(PyLong_AsUnsignedLongLong(value.ptr())) : PyLong_AsLongLong(value.ptr());
-      bound.push_back(cv);
+    uint8_t scratch[8] = {0};
+    PackProblem problem = pack_number(*c.type, value, scratch);
+    if (problem != PackProblem::None) {
+      throw DispatchFailure(name_ + ": function constant " + c.name + " (" + c.type_name + ", index " +
+                            std::to_string(c.index) + "): expected " +
+                            (c.type->kind == ScalarKind::Bool ? "a bool" : c.type->kind == ScalarKind::Float ? "a number" : "an integer") +
+                            ", got " + found(problem, number_text(value)));
     }
+    ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
+    if (cv.is_float) {
+      cv.real = value.kind == Number::Kind::Float || value.kind == Number::Kind::Huge ? value.real
+                : value.kind == Number::Kind::UInt64 ? double(value.big) : double(value.integer);
+    } else {
+      cv.integer = value.kind == Number::Kind::UInt64 ? int64_t(value.big) : value.integer;
+    }
+    bound.push_back(cv);
   }
   std::string missing;
   for (size_t i = 0; i < constants_.size(); ++i) {
@@ -291,6 +357,42 @@ std::vector<ConstantValue> KernelSpec::bind_constants(const py::handle& values) 
   std::sort(bound.begin(), bound.end(), [](const ConstantValue& a, const ConstantValue& b) { return a.index < b.index; });
   return bound;
 }
+
+namespace {
+
+// Python's constants={name or index: value} as (index into `constants`, value).
+std::vector<std::pair<size_t, Number>> read_constants(const std::string& kernel, const std::vector<ConstantSpec>& constants,
+                                                      const py::handle& values) {
+  std::vector<std::pair<size_t, Number>> read;
+  if (values.is_none()) return read;
+  if (!PyDict_Check(values.ptr())) {
+    throw ArgumentError(kernel + ": constants: expected a dict of name or index -> value, got " + short_repr(values));
+  }
+  for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(values)) {
+    size_t i = 0;
+    for (; i < constants.size(); ++i) {
+      const ConstantSpec& c = constants[i];
+      if ((PyUnicode_Check(key.ptr()) && key.cast<std::string>() == c.name) ||
+          (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) && key.cast<int64_t>() == c.index)) break;
+    }
+    if (i == constants.size()) {
+      std::string declared;
+      for (const ConstantSpec& c : constants) declared += (declared.empty() ? "" : ", ") + c.name + " (" + std::to_string(c.index) + ")";
+      throw DispatchFailure(kernel + ": constants: no function constant " + short_repr(key) + "; expected one of: " +
+                            (declared.empty() ? "none (the kernel declares no function constants)" : declared));
+    }
+    Number number;
+    if (!read_number(value, number)) {
+      const ConstantSpec& c = constants[i];
+      throw DispatchFailure(kernel + ": function constant " + c.name + " (" + c.type_name + ", index " +
+                            std::to_string(c.index) + "): expected a number, got a " + python_type(value));
+    }
+    read.emplace_back(i, number);
+  }
+  return read;
+}
+
+}  // namespace
 
 // --- grid -----------------------------------------------------------------------------------
 
@@ -323,27 +425,37 @@ std::vector<int64_t> read_dims(const std::string& kernel, const char* what, cons
   return dims;
 }
 
+// Python's threadgroup_memory={binding: bytes} as (binding, bytes); sizes that are not
+// ints are refused here, the rest in bind_threadgroup_memory.
+std::vector<std::pair<int, int64_t>> read_threadgroup_sizes(const std::string& kernel, const py::handle& sizes) {
+  std::vector<std::pair<int, int64_t>> read;
+  if (sizes.is_none()) return read;
+  if (!PyDict_Check(sizes.ptr())) {
+    throw ArgumentError(kernel + ": threadgroup_memory: expected a dict of threadgroup index -> bytes, got " +
+                        short_repr(sizes));
+  }
+  for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(sizes)) {
+    int overflow = 0;
+    long long binding = PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) ? PyLong_AsLongLongAndOverflow(key.ptr(), &overflow) : -1;
+    if (overflow || binding < 0 || binding > std::numeric_limits<int>::max()) {
+      throw DispatchFailure(kernel + ": threadgroup_memory: no threadgroup argument at index " + short_repr(key));
+    }
+    long long bytes = PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr()) ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow) : -1;
+    if (overflow || bytes <= 0) {
+      throw DispatchFailure(kernel + ": threadgroup_memory[" + short_repr(key) +
+                            "]: expected a positive multiple of 16 bytes, as Metal requires, got " + short_repr(value));
+    }
+    read.emplace_back(int(binding), int64_t(bytes));
+  }
+  return read;
+}
+
 }  // namespace
 
-void KernelSpec::bind_grid(Plan& plan, const py::handle& threads, const py::handle& group_size,
-                           int64_t default_threads) const {
-  std::vector<int64_t> grid;
-  if (threads.is_none()) {
-    if (default_threads < 1) {
-      throw DispatchFailure(name_ + ": threads: no tensor argument to take the thread count from" +
-                            std::string(default_threads == 0 ? " (the first tensor is empty)" : "") + "; pass threads=N");
-    }
-    if (default_threads > int64_t(std::numeric_limits<uint32_t>::max())) {
-      throw DispatchFailure(name_ + ": threads: the first tensor has " + std::to_string(default_threads) +
-                            " elements, more than 2**32 - 1 threads; pass threads=(x, y, z)");
-    }
-    grid = {default_threads, 1, 1};
-  } else {
-    grid = read_dims(name_, "threads", threads);
-  }
-  std::vector<int64_t> group = group_size.is_none()
-      ? std::vector<int64_t>{std::min(grid[0], max_threads_), 1, 1}
-      : read_dims(name_, "group_size", group_size);
+void KernelSpec::bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const {
+  grid.resize(3, 1);
+  if (group.empty()) group = {std::min(grid[0], max_threads_), 1, 1};
+  group.resize(3, 1);
   int64_t total = group[0] * group[1] * group[2];
   if (total > max_threads_ || group[0] > kMetalMaxGroupDim[0] || group[1] > kMetalMaxGroupDim[1] ||
       group[2] > kMetalMaxGroupDim[2]) {
@@ -366,6 +478,18 @@ void KernelSpec::bind_grid(Plan& plan, const py::handle& threads, const py::hand
   plan.group_count = count;
 }
 
+bool KernelSpec::guard_on(const ArgumentSpec& argument, const std::vector<ConstantValue>& constants) const {
+  if (argument.guard.empty()) return true;
+  for (const ConstantSpec& c : constants_) {
+    if (c.name != argument.guard) continue;
+    for (const ConstantValue& v : constants) {
+      if (v.index == c.index) return v.integer != 0;
+    }
+    return false;  // an optional constant that was not set
+  }
+  return true;
+}
+
 // --- the whole call ---------------------------------------------------------------------
 
 Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
@@ -373,18 +497,8 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
                       const py::handle& threadgroup_memory) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
-  plan.constants = bind_constants(constants);
-  auto guard_on = [&](const ArgumentSpec& argument) {
-    if (argument.guard.empty()) return true;
-    for (const ConstantSpec& c : constants_) {
-      if (c.name != argument.guard) continue;
-      for (const ConstantValue& v : plan.constants) {
-        if (v.index == c.index) return v.integer != 0;
-      }
-      return false;  // an optional constant that was not set
-    }
-    return true;
-  };
+  plan.constants = check_constants(read_constants(name_, constants_, constants));
+  auto guard_on = [&](const ArgumentSpec& argument) { return this->guard_on(argument, plan.constants); };
   std::vector<const ArgumentSpec*> active;
   for (const ArgumentSpec& argument : arguments_) {
     if (guard_on(argument) && argument.kind != "threadgroup") active.push_back(&argument);
@@ -440,45 +554,82 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
     bind_value(plan, argument, value, device_seen);
     if (default_threads < 0 && is_tensor(value)) default_threads = THPVariable_Unpack(value.ptr()).numel();
   }
-  bind_threadgroup_memory(plan, threadgroup_memory);
-  bind_grid(plan, threads, group_size, default_threads);
+  bind_threadgroup_memory(plan, read_threadgroup_sizes(name_, threadgroup_memory));
+  std::vector<int64_t> grid;
+  if (threads.is_none()) {
+    if (default_threads < 1) {
+      throw DispatchFailure(name_ + ": threads: no tensor argument to take the thread count from" +
+                            std::string(default_threads == 0 ? " (the first tensor is empty)" : "") + "; pass threads=N");
+    }
+    if (default_threads > int64_t(std::numeric_limits<uint32_t>::max())) {
+      throw DispatchFailure(name_ + ": threads: the first tensor has " + std::to_string(default_threads) +
+                            " elements, more than 2**32 - 1 threads; pass threads=(x, y, z)");
+    }
+    grid = {default_threads};
+  } else {
+    grid = read_dims(name_, "threads", threads);
+  }
+  bind_grid(plan, grid, group_size.is_none() ? std::vector<int64_t>{} : read_dims(name_, "group_size", group_size));
   return plan;
 }
 
-void KernelSpec::bind_threadgroup_memory(Plan& plan, const py::handle& sizes) const {
+Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const std::vector<int64_t>& threads,
+                             const std::vector<int64_t>& group, const std::vector<std::pair<size_t, Number>>& constants,
+                             const std::vector<std::pair<int, int64_t>>& threadgroup_bytes) const {
+  Plan plan;
+  plan.addresses.assign(size_t(parameter_count_), nullptr);
+  plan.constants = check_constants(constants);
+  bool device_seen = false;
+  for (const ArgumentSpec& argument : arguments_) {
+    if (argument.kind == "threadgroup" || !guard_on(argument, plan.constants)) continue;
+    const NativeArgument& value = values.at(size_t(argument.position));
+    if (value.tensor != nullptr) {
+      bind_tensor(plan, argument, *value.tensor, device_seen);
+    } else if (value.has_number) {
+      bind_number(plan, argument, value.number);
+    } else if (!argument.unused) {
+      throw ArgumentError(name_ + ": missing " + argument.describe());
+    }
+  }
+  bind_threadgroup_memory(plan, threadgroup_bytes);
+  for (int64_t extent : threads) {
+    if (extent < 1 || extent > int64_t(std::numeric_limits<uint32_t>::max())) {
+      throw DispatchFailure(name_ + ": threads: expected 1-3 positive extents below 2**32, got " + std::to_string(extent));
+    }
+  }
+  for (int64_t extent : group) {
+    if (extent < 1 || extent > 1024) {
+      throw DispatchFailure(name_ + ": group_size: expected extents from 1 to 1024, got " + std::to_string(extent));
+    }
+  }
+  bind_grid(plan, threads, group);
+  return plan;
+}
+
+void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const {
   std::vector<const ArgumentSpec*> wanted;
   for (const ArgumentSpec& argument : arguments_) {
     if (argument.kind == "threadgroup") wanted.push_back(&argument);
   }
-  if (!sizes.is_none() && !PyDict_Check(sizes.ptr())) {
-    throw ArgumentError(name_ + ": threadgroup_memory: expected a dict of threadgroup index -> bytes, got " +
-                        short_repr(sizes));
-  }
-  py::dict given = sizes.is_none() ? py::dict() : py::reinterpret_borrow<py::dict>(sizes);
-  for (const auto& [key, value] : given) {
-    bool known = PyLong_Check(key.ptr()) && std::any_of(wanted.begin(), wanted.end(), [&](const ArgumentSpec* a) {
-      return a->binding == key.cast<int64_t>();
-    });
-    if (!known) {
+  for (const auto& [binding, bytes] : sizes) {
+    if (std::none_of(wanted.begin(), wanted.end(), [&](const ArgumentSpec* a) { return a->binding == binding; })) {
       std::string slots;
       for (const ArgumentSpec* a : wanted) slots += (slots.empty() ? "" : ", ") + std::to_string(a->binding) + " (" + a->name + ")";
-      throw DispatchFailure(name_ + ": threadgroup_memory: no threadgroup argument at index " + short_repr(key) +
+      throw DispatchFailure(name_ + ": threadgroup_memory: no threadgroup argument at index " + std::to_string(binding) +
                             "; expected " + (slots.empty() ? "none (the kernel takes no threadgroup memory)" : slots));
     }
   }
   int64_t total = static_threadgroup_bytes_;
   for (const ArgumentSpec* a : wanted) {
-    py::object key = py::int_(a->binding);
-    if (!given.contains(key)) {
+    auto given = std::find_if(sizes.begin(), sizes.end(), [&](const auto& size) { return size.first == a->binding; });
+    if (given == sizes.end()) {
       throw DispatchFailure(name_ + ": " + a->describe() + " needs its size: pass threadgroup_memory={" +
                             std::to_string(a->binding) + ": nbytes}");
     }
-    py::handle value = given[key];
-    int overflow = 0;
-    long long bytes = PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr()) ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow) : -1;
-    if (overflow || bytes <= 0 || bytes % 16) {
+    int64_t bytes = given->second;
+    if (bytes <= 0 || bytes % 16) {
       throw DispatchFailure(name_ + ": threadgroup_memory[" + std::to_string(a->binding) + "] (" + a->name +
-                            "): expected a positive multiple of 16 bytes, as Metal requires, got " + short_repr(value));
+                            "): expected a positive multiple of 16 bytes, as Metal requires, got " + std::to_string(bytes));
     }
     total += bytes;
     plan.threadgroup_buffers.emplace_back(a->position, bytes);

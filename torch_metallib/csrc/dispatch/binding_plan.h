@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 #include <cstdint>
@@ -60,6 +61,32 @@ struct ConstantValue {
   double real;
 };
 
+// A number as a caller gave it (Python or an operator's schema), before it is packed as a
+// Metal type.
+struct Number {
+  enum class Kind { Bool, Int, UInt64, Huge, Float } kind = Kind::Int;
+  int64_t integer = 0;   // Bool, Int
+  uint64_t big = 0;      // UInt64: above INT64_MAX
+  double real = 0;       // Float; Huge: the nearest double if real_ok
+  bool real_ok = false;
+  static Number of(int64_t v) { return {Kind::Int, v}; }
+  static Number of(double v) { return {Kind::Float, 0, 0, v, true}; }
+  static Number of_bool(bool v) { return {Kind::Bool, v ? 1 : 0}; }
+};
+
+// Why a Number does not fit a Metal type; the caller words the message.
+enum class PackProblem { None, OutOfRange, FloatForInteger, NotBool };
+
+// Writes `value` as one component of `type` at `out`.
+PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out);
+
+// A value for one kernel argument given without Python: a tensor or a number.
+struct NativeArgument {
+  const at::Tensor* tensor = nullptr;
+  bool has_number = false;
+  Number number;
+};
+
 // What a call binds: the backend-neutral plan.
 struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
@@ -82,15 +109,31 @@ class KernelSpec {
             const pybind11::handle& group_size, const pybind11::handle& constants,
             const pybind11::handle& threadgroup_memory) const;
 
+  // The same checks for a call made without Python (a registered operator): `values`
+  // by IR parameter position; `group` empty for the default; `constants` as
+  // (index into constants(), value); `threadgroup_bytes` as (binding, bytes).
+  Plan bind_native(const std::vector<NativeArgument>& values, const std::vector<int64_t>& threads,
+                   const std::vector<int64_t>& group, const std::vector<std::pair<size_t, Number>>& constants,
+                   const std::vector<std::pair<int, int64_t>>& threadgroup_bytes) const;
+
   const std::string& name() const { return name_; }
+  int parameter_count() const { return parameter_count_; }
+  const std::vector<ArgumentSpec>& arguments() const { return arguments_; }
+  const std::vector<ConstantSpec>& constants() const { return constants_; }
 
  private:
-  std::vector<ConstantValue> bind_constants(const pybind11::handle& values) const;
+  // Checks typed constant values (index into constants_, value) and that every required
+  // one is set; returns them sorted by constant index.
+  std::vector<ConstantValue> check_constants(const std::vector<std::pair<size_t, Number>>& values) const;
+  bool guard_on(const ArgumentSpec& argument, const std::vector<ConstantValue>& constants) const;
   void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                   bool& device_seen) const;
-  void bind_threadgroup_memory(Plan& plan, const pybind11::handle& sizes) const;
-  void bind_grid(Plan& plan, const pybind11::handle& threads, const pybind11::handle& group_size,
-                 int64_t default_threads) const;
+  void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
+  void bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
+                  int64_t bytes, const std::string& source) const;
+  void bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const;
+  void bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const;
 
   std::string name_;
   int parameter_count_;

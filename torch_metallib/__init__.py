@@ -13,6 +13,7 @@ from ._errors import (
     KernelArgumentError,
     KernelExecutionError,
     MetallibFormatError,
+    OpDefinitionError,
     ReflectionError,
     TorchMetallibError,
     UnsupportedKernelError,
@@ -42,6 +43,7 @@ __all__ = [
     "DispatchError",
     "UnsupportedKernelError",
     "KernelExecutionError",
+    "OpDefinitionError",
     "TorchMetallibError",
 ]
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 __all__ = [
     "TorchMetallibError", "MetallibFormatError", "ReflectionError", "KernelArgumentError",
-    "DispatchError", "UnsupportedKernelError", "KernelExecutionError",
+    "DispatchError", "UnsupportedKernelError", "KernelExecutionError", "OpDefinitionError",
 ]
 
 
@@ -60,3 +60,8 @@ class UnsupportedKernelError(TorchMetallibError, NotImplementedError):
 class KernelExecutionError(TorchMetallibError, RuntimeError):
     """A kernel failed while running: e.g. a threadgroup barrier that not every thread of
     the group reaches (on a GPU, a hang)."""
+
+
+class OpDefinitionError(TorchMetallibError, ValueError):
+    """``torch_metallib.ops.define`` was given a schema, kernels, bindings or rules that do
+    not fit together; nothing was registered."""

@@ -19,7 +19,7 @@ import contextvars
 import os
 from typing import NamedTuple
 
-__all__ = ["Schedule", "cpu_schedule", "current_schedule", "MODES"]
+__all__ = ["Schedule", "cpu_schedule", "current_schedule", "register_environment_schedule", "MODES"]
 
 MODES = ("parallel", "sequential", "permuted")
 ENVIRONMENT_VARIABLE = "TORCH_METALLIB_CPU_SCHEDULE"
@@ -67,8 +67,33 @@ def cpu_schedule(mode: str, seed: int = 0):
     """Runs the CPU kernel calls inside the ``with`` block (in this thread or async task)
     with schedule `mode`: ``"parallel"``, ``"sequential"`` or ``"permuted"`` (shuffled
     from `seed`). See the module docstring."""
-    token = _current.set(_checked(mode, seed, "cpu_schedule"))
+    schedule = _checked(mode, seed, "cpu_schedule")
+    token = _current.set(schedule)
+    debug = schedule.mode != "parallel"
+    if debug:
+        _native_users(1)
     try:
         yield
     finally:
         _current.reset(token)
+        if debug:
+            _native_users(-1)
+
+
+def _native_users(delta: int) -> None:
+    """Registered operators run in native code, which asks Python for the schedule only
+    while some debug schedule is in effect; this keeps their count."""
+    from . import _C
+    _C.add_debug_schedule_users(delta)
+
+
+_environment_registered = False
+
+
+def register_environment_schedule() -> None:
+    """Counts the environment's debug schedule, if any, once (see _native_users)."""
+    global _environment_registered
+    if not _environment_registered:
+        _environment_registered = True
+        if _from_environment().mode != "parallel":
+            _native_users(1)

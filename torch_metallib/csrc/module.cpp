@@ -8,4 +8,5 @@ PYBIND11_MODULE(_C, m) {
   torch_metallib::bindings::bind_errors(m);
   torch_metallib::bindings::bind_container(m);
   torch_metallib::bindings::bind_dispatch(m);
+  torch_metallib::bindings::bind_ops(m);
 }

@@ -1,7 +1,17 @@
-"""Metallib kernels as ``torch.library`` operators.
+"""Metallib kernels as torch.library operators: ``torch_metallib.ops.define``.
 
-Not implemented yet: this package reserves the public name. Operator registration
-arrives with the CPU backend (see the project's issues).
+    >>> from torch_metallib import ops                                        # doctest: +SKIP
+    >>> sigmoid = ops.define("mylib::sigmoid(Tensor x) -> Tensor", lib,       # doctest: +SKIP
+    ...                      "v_Sigmoid{dtype}{dtype}", dtypes=[torch.float32, torch.float16],
+    ...                      bind={"in": "x", "size": ops.numel("x")},
+    ...                      outputs={"out": ops.like("x")}, threads=ops.numel("x"))
+    >>> torch.ops.mylib.sigmoid(torch.randn(8))                                # doctest: +SKIP
+
+See README, "Kernels as operators".
 """
 
-__all__ = []
+from ._define import MetallibOp, define
+from ._outputs import Output, empty, like
+from ._rules import Rule, arg, cdiv, dim, numel, size, stride
+
+__all__ = ["define", "MetallibOp", "like", "empty", "Output", "Rule", "numel", "size", "stride", "dim", "arg", "cdiv"]

@@ -14,4 +14,7 @@ void bind_container(pybind11::module_& m);
 // torch_metallib._C.KernelSpec, Plan and launch_cpu.
 void bind_dispatch(pybind11::module_& m);
 
+// torch_metallib._C.register_op: metallib kernels as torch.library operators.
+void bind_ops(pybind11::module_& m);
+
 }  // namespace torch_metallib::bindings

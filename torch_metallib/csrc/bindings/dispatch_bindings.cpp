@@ -1,6 +1,9 @@
 // torch_metallib._C.KernelSpec / Plan / launch_cpu: the binding plan and the CPU runner.
 #include <pybind11/stl.h>
 
+#include <torch/csrc/utils/tensor_dtypes.h>
+#include <torch/csrc/DynamicTypes.h>
+
 #include "bindings.h"
 #include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
@@ -87,6 +90,18 @@ void bind_dispatch(py::module_& m) {
      "Runs every threadgroup of `plan`, each thread a fiber, with the compiled per-thread entry; "
      "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
      "`permute`: shuffled orders from `seed`.");
+
+  m.def("metal_type", [](const std::string& name) -> py::object {
+    // (kind, components, accepted dtypes) of a Metal scalar or vector type, None otherwise.
+    const dispatch::MetalType* type = dispatch::find_metal_type(name);
+    if (type == nullptr) return py::none();
+    static const char* kinds[] = {"float", "signed", "unsigned", "bool"};
+    py::list dtypes;
+    for (c10::ScalarType dtype : type->dtypes) {
+      dtypes.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype))));
+    }
+    return py::make_tuple(kinds[int(type->kind)], type->components, dtypes);
+  }, py::arg("name"));
 
   m.def("runtime_symbols", []() {
     // What JIT-compiled cooperative kernels call, by name -> address (for llvm.add_symbol).

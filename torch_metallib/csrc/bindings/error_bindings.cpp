@@ -3,6 +3,7 @@
 #include "metallib/format_error.h"
 
 #include "bindings.h"
+#include "bindings/python_errors.h"
 
 namespace py = pybind11;
 
@@ -22,6 +23,12 @@ void raise(const char* name, const std::string& message) {
 }
 
 }  // namespace
+
+void throw_python_error(const char* class_name, const std::string& message) {
+  py::gil_scoped_acquire gil;
+  raise(class_name, message);
+  throw py::error_already_set();
+}
 
 void bind_errors(py::module_& m) {
   (void)m;

@@ -1,0 +1,129 @@
+// torch_metallib._C.register_op: installs a MetallibKernel as an operator's CPU kernel.
+#include <pybind11/stl.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/library.h>
+
+#include "bindings.h"
+#include "ops/metallib_op.h"
+
+namespace py = pybind11;
+
+namespace torch_metallib::bindings {
+namespace {
+
+using ops::ArgumentSource;
+using ops::RuleOp;
+using ops::SizeRule;
+
+// Keeps an operator's kernel registered while it lives.
+struct OpRegistration {
+  std::unique_ptr<torch::Library> library;
+};
+
+c10::ScalarType dtype_of(const py::handle& value) {
+  if (!THPDtype_Check(value.ptr())) throw py::type_error("expected a torch.dtype");
+  return reinterpret_cast<THPDtype*>(value.ptr())->scalar_type;
+}
+
+dispatch::Number number_of(const py::handle& value) {
+  if (PyBool_Check(value.ptr())) return dispatch::Number::of_bool(value.ptr() == Py_True);
+  if (PyFloat_Check(value.ptr())) return dispatch::Number::of(value.cast<double>());
+  return dispatch::Number::of(value.cast<int64_t>());
+}
+
+// (text, [(op, a, b), ...]) from torch_metallib.ops; the token stack must stay shallow
+// and end with one value, which Python's rule builder guarantees and this re-checks.
+SizeRule rule_of(const py::handle& value) {
+  auto pair = value.cast<py::tuple>();
+  SizeRule rule;
+  rule.text = pair[0].cast<std::string>();
+  int depth = 0;
+  for (const py::handle& item : pair[1]) {
+    auto token = item.cast<std::tuple<int, int64_t, int64_t>>();
+    auto op = RuleOp(std::get<0>(token));
+    depth += int(op) < int(RuleOp::Add) ? 1 : -1;
+    if (depth < 1 || depth > 16) throw py::value_error("malformed size rule: " + rule.text);
+    rule.tokens.push_back({op, std::get<1>(token), std::get<2>(token)});
+  }
+  if (depth != 1) throw py::value_error("malformed size rule: " + rule.text);
+  return rule;
+}
+
+std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
+  auto kernel = std::make_unique<ops::DtypeKernel>();
+  kernel->dtype = dtype_of(k["dtype"]);
+  kernel->spec = &k["spec"].cast<const dispatch::KernelSpec&>();
+  kernel->index = k["index"].cast<int>();
+  kernel->cooperative = k["cooperative"].cast<bool>();
+  kernel->serial = k["serial"].cast<bool>();
+  for (const py::handle& item : k["sources"]) {
+    auto s = item.cast<py::tuple>();
+    ArgumentSource source;
+    std::string kind = s[0].cast<std::string>();
+    source.kind = kind == "input" ? ArgumentSource::Kind::Input : kind == "output" ? ArgumentSource::Kind::Output
+                  : kind == "rule" ? ArgumentSource::Kind::Rule : ArgumentSource::Kind::Number;
+    source.position = s[1].cast<int>();
+    if (kind == "input" || kind == "output") source.index = s[2].cast<int>();
+    if (kind == "rule") source.rule = rule_of(s[2]);
+    if (kind == "number") source.number = number_of(s[2]);
+    kernel->sources.push_back(std::move(source));
+  }
+  for (const py::handle& item : k["constants"]) {
+    auto c = item.cast<py::tuple>();
+    ops::ConstantSource constant;
+    constant.slot = c[0].cast<size_t>();
+    constant.is_rule = c[1].cast<std::string>() == "rule";
+    if (constant.is_rule) constant.rule = rule_of(c[2]);
+    else constant.number = number_of(c[2]);
+    kernel->constants.push_back(std::move(constant));
+  }
+  for (const py::handle& item : k["threadgroup"]) {
+    auto t = item.cast<py::tuple>();
+    kernel->threadgroup.emplace_back(t[0].cast<int>(), rule_of(t[1]));
+  }
+  return kernel;
+}
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  py::class_<OpRegistration>(m, "OpRegistration");
+
+  m.def("register_op", [](const std::string& name, const std::vector<std::string>& argument_names,
+                          const std::vector<bool>& argument_mutable, int dispatch_argument, const py::list& kernels,
+                          const py::list& outputs, const py::list& threads, const py::list& group, py::object compile) {
+    auto spec = std::make_shared<ops::OpSpec>();
+    spec->name = name;
+    spec->argument_names = argument_names;
+    spec->argument_mutable = argument_mutable;
+    spec->dispatch_argument = dispatch_argument;
+    for (const py::handle& k : kernels) spec->kernels.push_back(kernel_of(k.cast<py::dict>()));
+    for (const py::handle& item : outputs) {
+      auto o = item.cast<py::dict>();
+      ops::OutputRule rule;
+      rule.mutated = o["mutated"].cast<int>();
+      rule.shape_like = o["shape_like"].cast<int>();
+      for (const py::handle& extent : o["shape"]) rule.shape.push_back(rule_of(extent));
+      rule.dtype_like = o["dtype_like"].cast<int>();
+      if (!o["dtype"].is_none()) rule.dtype = dtype_of(o["dtype"]);
+      spec->outputs.push_back(std::move(rule));
+    }
+    for (const py::handle& rule : threads) spec->threads.push_back(rule_of(rule));
+    for (const py::handle& rule : group) spec->group.push_back(rule_of(rule));
+    spec->compile = std::move(compile);
+    size_t split = name.find("::");
+    auto registration = std::make_unique<OpRegistration>();
+    registration->library = std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split),
+                                                             c10::DispatchKey::CPU, __FILE__, __LINE__);
+    registration->library->impl(name.substr(split + 2).c_str(),
+                                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
+    return registration;
+  }, py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
+     py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
+     "Registers the CPU kernel of operator `name` (defined already); unregistered when the result is dropped.");
+
+  m.def("add_debug_schedule_users", &ops::add_debug_schedule_users, py::arg("delta"),
+        "Counts torch_metallib.cpu_schedule blocks (and the environment's default) that are not 'parallel'.");
+}
+
+}  // namespace torch_metallib::bindings

@@ -1,0 +1,221 @@
+#include "ops/metallib_op.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+
+#include "bindings/python_errors.h"
+#include "cpu/cooperative.h"
+#include "cpu/cpu_launch.h"
+
+namespace py = pybind11;
+
+namespace torch_metallib::ops {
+namespace {
+
+using dispatch::ArgumentError;
+using dispatch::DispatchFailure;
+using dispatch::Number;
+
+std::atomic<int> debug_schedule_users{0};
+
+struct ScheduleChoice {
+  std::string mode = "parallel";
+  uint64_t seed = 0;
+};
+
+ScheduleChoice current_schedule() {
+  if (debug_schedule_users.load(std::memory_order_relaxed) == 0) return {};
+  py::gil_scoped_acquire gil;
+  py::tuple schedule = py::module_::import("torch_metallib._schedule").attr("current_schedule")();
+  return {schedule[0].cast<std::string>(), schedule[1].cast<uint64_t>()};
+}
+
+Number number_of(const c10::IValue& value) {
+  if (value.isDouble()) return Number::of(value.toDouble());
+  if (value.isBool()) return Number::of_bool(value.toBool());
+  return Number::of(value.toInt());
+}
+
+std::string dtype_list(const OpSpec& spec) {
+  std::string names;
+  for (const auto& kernel : spec.kernels) names += (names.empty() ? "" : ", ") + dispatch::torch_dtype_name(kernel->dtype);
+  return names;
+}
+
+bool same_constants(const std::vector<dispatch::ConstantValue>& a, const std::vector<dispatch::ConstantValue>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].index != b[i].index || a[i].is_float != b[i].is_float || a[i].integer != b[i].integer ||
+        (a[i].is_float && a[i].real != b[i].real)) return false;
+  }
+  return true;
+}
+
+// The compiled entry for `constants`, compiling through Python on first use.
+CompiledEntry compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
+                           bool cooperative, size_t copies) {
+  {
+    std::lock_guard<std::mutex> lock(kernel.mutex);
+    for (const CompiledEntry& entry : kernel.compiled) {
+      if (entry.cooperative == cooperative && entry.launchers.size() >= copies && same_constants(entry.constants, constants)) {
+        return entry;
+      }
+    }
+  }
+  CompiledEntry entry{constants, cooperative, {}, false};
+  {
+    py::gil_scoped_acquire gil;
+    py::tuple values(constants.size());
+    for (size_t i = 0; i < constants.size(); ++i) {
+      const auto& c = constants[i];
+      values[i] = py::make_tuple(c.index, c.is_float ? py::object(py::float_(c.real)) : py::object(py::int_(c.integer)));
+    }
+    py::tuple result = spec.compile(kernel.index, values, cooperative, copies);
+    entry.launchers = result[0].cast<std::vector<uintptr_t>>();
+    entry.serial = result[1].cast<bool>();
+  }
+  std::lock_guard<std::mutex> lock(kernel.mutex);
+  kernel.compiled.push_back(entry);
+  return entry;
+}
+
+void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
+  ScheduleChoice schedule = current_schedule();
+  bool parallel = schedule.mode == "parallel", permuted = schedule.mode == "permuted";
+  bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a fiber
+  size_t copies = kernel.serial && parallel ? size_t(at::get_num_threads()) : 1;
+  CompiledEntry entry = compiled_for(spec, kernel, plan.constants, cooperative, copies);
+  if (cooperative) {
+    cpu::launch_cooperative(plan, entry.launchers, entry.serial, kernel.spec->name(),
+                            cpu::Schedule{parallel, permuted, schedule.seed, /*strict_barriers=*/!parallel});
+  } else {
+    cpu::launch(plan, entry.launchers, entry.serial, parallel);
+  }
+}
+
+}  // namespace
+
+void add_debug_schedule_users(int delta) { debug_schedule_users.fetch_add(delta); }
+
+OpSpec::~OpSpec() {
+  if (Py_IsInitialized()) {
+    py::gil_scoped_acquire gil;
+    compile = py::object();
+  } else {
+    compile.release();  // the interpreter is gone; nothing to release
+  }
+}
+
+void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const OpSpec& spec = *spec_;
+  const size_t count = spec.argument_names.size();
+  std::vector<at::Tensor> outputs;
+  try {
+    std::vector<c10::IValue> arguments(stack->end() - long(count), stack->end());
+    // Kernels read memory as laid out: contiguous inputs; mutated ones are written back below.
+    std::vector<std::pair<size_t, at::Tensor>> write_back;
+    for (size_t i = 0; i < count; ++i) {
+      if (!arguments[i].isTensor()) continue;
+      const at::Tensor& t = arguments[i].toTensor();
+      if (!t.device().is_cpu()) {
+        throw ArgumentError("argument '" + spec.argument_names[i] + "' is on " + t.device().str() +
+                            "; this build runs operators on the CPU only (the MPS backend needs macOS). Pass CPU tensors");
+      }
+      if (!t.is_contiguous()) {
+        at::Tensor dense = t.contiguous();
+        if (spec.argument_mutable[i]) write_back.emplace_back(i, dense);
+        arguments[i] = dense;
+      }
+    }
+    const at::Tensor& key = arguments[size_t(spec.dispatch_argument)].toTensor();
+    DtypeKernel* kernel = nullptr;
+    for (const auto& k : spec.kernels) {
+      if (k->dtype == key.scalar_type()) kernel = k.get();
+    }
+    if (kernel == nullptr) {
+      throw ArgumentError("argument '" + spec.argument_names[size_t(spec.dispatch_argument)] + "' has dtype " +
+                          dispatch::torch_dtype_name(key.scalar_type()) + "; this operator has kernels for " +
+                          dtype_list(spec) + ". Convert it with .to(...)");
+    }
+    for (const OutputRule& rule : spec.outputs) {
+      std::vector<int64_t> shape;
+      if (rule.shape_like >= 0) {
+        shape = arguments[size_t(rule.shape_like)].toTensor().sizes().vec();
+      } else {
+        for (const SizeRule& extent : rule.shape) {
+          int64_t size = extent.evaluate(arguments, spec.argument_names);
+          if (size < 0) throw DispatchFailure("output shape: " + extent.text + " is " + std::to_string(size) + ", below 0");
+          shape.push_back(size);
+        }
+      }
+      c10::ScalarType dtype = rule.dtype_like >= 0 ? arguments[size_t(rule.dtype_like)].toTensor().scalar_type() : rule.dtype;
+      if (rule.mutated < 0) {
+        outputs.push_back(at::empty(shape, at::TensorOptions().dtype(dtype)));
+        continue;
+      }
+      const at::Tensor& given = arguments[size_t(rule.mutated)].toTensor();
+      if (given.sizes() != c10::IntArrayRef(shape) || given.scalar_type() != dtype) {
+        throw DispatchFailure("argument '" + spec.argument_names[size_t(rule.mutated)] + "' is " +
+                              dispatch::torch_dtype_name(given.scalar_type()) + " of shape " + c10::str(given.sizes()) +
+                              "; the kernel writes " + dispatch::torch_dtype_name(dtype) + " of shape " +
+                              c10::str(c10::IntArrayRef(shape)) + ". Pass a tensor of that shape and dtype");
+      }
+    }
+    const dispatch::KernelSpec& kspec = *kernel->spec;
+    std::vector<dispatch::NativeArgument> values(size_t(kspec.parameter_count()));
+    for (const ArgumentSource& source : kernel->sources) {
+      dispatch::NativeArgument& value = values[size_t(source.position)];
+      switch (source.kind) {
+        case ArgumentSource::Kind::Input: {
+          const c10::IValue& argument = arguments[size_t(source.index)];
+          if (argument.isTensor()) {
+            value.tensor = &argument.toTensor();
+          } else if (!argument.isNone()) {
+            value.has_number = true;
+            value.number = number_of(argument);
+          }
+          break;
+        }
+        case ArgumentSource::Kind::Output: value.tensor = &outputs[size_t(source.index)]; break;
+        case ArgumentSource::Kind::Rule:
+          value.has_number = true;
+          value.number = Number::of(source.rule.evaluate(arguments, spec.argument_names));
+          break;
+        case ArgumentSource::Kind::Number:
+          value.has_number = true;
+          value.number = source.number;
+          break;
+      }
+    }
+    std::vector<int64_t> threads, group;
+    for (const SizeRule& rule : spec.threads) threads.push_back(rule.evaluate(arguments, spec.argument_names));
+    for (const SizeRule& rule : spec.group) group.push_back(rule.evaluate(arguments, spec.argument_names));
+    bool empty = std::any_of(threads.begin(), threads.end(), [](int64_t t) { return t == 0; });
+    std::vector<std::pair<size_t, Number>> constants;
+    for (const ConstantSource& c : kernel->constants) {
+      constants.emplace_back(c.slot, c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
+    }
+    std::vector<std::pair<int, int64_t>> threadgroup;
+    for (const auto& [binding, rule] : kernel->threadgroup) {
+      threadgroup.emplace_back(binding, rule.evaluate(arguments, spec.argument_names));
+    }
+    if (!empty) {  // no threads: nothing to run (Metal refuses empty grids; an op on an empty tensor is a no-op)
+      dispatch::Plan plan = kspec.bind_native(values, threads, group, constants, threadgroup);
+      run(spec, *kernel, plan);
+    }
+    for (auto& [index, dense] : write_back) stack->at(stack->size() - count + index).toTensor().copy_(dense);
+  } catch (const ArgumentError& e) {
+    bindings::throw_python_error("KernelArgumentError", spec.name + ": " + e.what());
+  } catch (const DispatchFailure& e) {
+    bindings::throw_python_error("DispatchError", spec.name + ": " + e.what());
+  } catch (const cpu::ExecutionError& e) {
+    bindings::throw_python_error("KernelExecutionError", spec.name + ": " + e.what());
+  }
+  torch::jit::drop(*stack, count);
+  for (at::Tensor& output : outputs) torch::jit::push(*stack, std::move(output));
+}
+
+}  // namespace torch_metallib::ops

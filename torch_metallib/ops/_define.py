@@ -1,0 +1,436 @@
+"""``torch_metallib.ops.define``: a metallib kernel (one per dtype) as a torch.library
+operator.
+
+Everything a call needs is checked here, against each kernel's reflection, before the
+operator exists: a schema that does not fit the kernel fails at registration, not at the
+first call. Then the schema is defined with torch.library, the native kernel
+(csrc/ops/metallib_op.cpp) is registered as its CPU implementation, a fake implementation
+is derived from the output rules, and an optional backward is registered with
+``torch.library.register_autograd``.
+"""
+
+import difflib
+import threading
+from typing import Callable, Mapping, Optional, Union
+
+import torch
+
+from .. import _C
+from .._cpu_jit import compile_kernel
+from .._errors import DispatchError, KernelArgumentError, OpDefinitionError
+from .._schedule import register_environment_schedule
+from ._outputs import Output
+from ._rules import Rule, as_rule
+
+__all__ = ["define", "MetallibOp"]
+
+_SCALAR_TYPES = {"float": "float", "int": "int", "bool": "bool"}
+_namespaces = {}   # namespace -> torch.library.Library("ns", "FRAGMENT")
+_operators = {}    # qualified name -> MetallibOp: registrations live as long as the process
+_lock = threading.Lock()
+
+
+class MetallibOp:
+    """An operator registered by :func:`define`. Calling it calls the torch operator
+    (``torch.ops.<namespace>.<name>``), so it works in eager mode, under ``torch.compile``
+    and ``torch.export`` alike.
+
+    Attributes:
+        name: the qualified name, e.g. ``"mylib::softmax"``.
+        schema: the torch schema string.
+        op: the ``torch._ops.OpOverload``.
+        kernels: ``{torch.dtype: KernelFunction}``, the kernel each dispatch dtype runs.
+    """
+
+    def __init__(self, name, schema, op, kernels, registration):
+        self.name = name
+        self.schema = schema
+        self.op = op
+        self.kernels = kernels
+        self._registration = registration  # keeps the native kernel registered
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, **kwargs)
+
+    def __repr__(self):
+        dtypes = ", ".join(str(d).replace("torch.", "") for d in self.kernels)
+        return f"<MetallibOp {self.schema} [{dtypes}]>"
+
+
+class _Schema:
+    """The parts of a torch schema the operator needs."""
+
+    def __init__(self, text: str):
+        try:
+            parsed = torch._C.parse_schema(text)
+        except RuntimeError as error:
+            raise OpDefinitionError(f"schema {text!r} does not parse: {str(error).splitlines()[0]}") from None
+        if "::" not in parsed.name:
+            raise OpDefinitionError(f"schema {text!r}: name the operator with its namespace, e.g. 'mylib::{parsed.name}'")
+        self.text = text
+        self.namespace, self.op_name = parsed.name.split("::", 1)
+        self.overload = parsed.overload_name
+        self.qualname = parsed.name + (f".{parsed.overload_name}" if parsed.overload_name else "")
+        self.names, self.kinds, self.mutable, self.defaults, self.kwarg_only = [], [], [], [], []
+        for a in parsed.arguments:
+            kind = str(a.type)
+            if kind not in ("Tensor", "Optional[Tensor]") and kind not in _SCALAR_TYPES:
+                raise OpDefinitionError(f"{self.qualname}: argument '{a.name}' has type {a.type}; metallib operators "
+                                        f"take Tensor, Tensor?, float, int and bool arguments")
+            self.names.append(a.name)
+            self.kinds.append("Tensor" if kind == "Tensor" else "Tensor?" if kind.startswith("Optional") else kind)
+            self.mutable.append(bool(a.alias_info and a.alias_info.is_write))
+            self.defaults.append(a.default_value if a.has_default_value() else None)
+            self.kwarg_only.append(a.kwarg_only)
+        self.returns = [r for r in parsed.returns]
+        for r in self.returns:
+            if str(r.type) != "Tensor" or r.alias_info is not None:
+                raise OpDefinitionError(f"{self.qualname}: returns {r.type}{' (an alias)' if r.alias_info else ''}; "
+                                        f"metallib operators return new tensors (write into inputs with Tensor(a!) "
+                                        f"arguments and return nothing)")
+
+    def index(self, name: str, what: str) -> int:
+        if name not in self.names:
+            raise OpDefinitionError(f"{self.qualname}: {what} names '{name}', which is not an argument of the "
+                                    f"schema; expected one of: {', '.join(self.names) or 'none'}")
+        return self.names.index(name)
+
+    def values(self, args, kwargs) -> dict:
+        """name -> value of a call, defaults filled in."""
+        positional = [n for n, k in zip(self.names, self.kwarg_only) if not k]
+        values = dict(zip(positional, args))
+        values.update(kwargs)
+        for name, default in zip(self.names, self.defaults):
+            values.setdefault(name, default)
+        return values
+
+
+def _kernel_names(kernel, dtypes) -> dict:
+    if isinstance(kernel, Mapping):
+        if dtypes is not None:
+            raise OpDefinitionError("pass dtypes only with a kernel name template; a kernel mapping lists them")
+        names = dict(kernel)
+    elif isinstance(kernel, str):
+        if "{dtype}" not in kernel:
+            if dtypes is None or len(dtypes) != 1:
+                raise OpDefinitionError(f"kernel {kernel!r} has no '{{dtype}}' placeholder; give one dtype "
+                                        f"(dtypes=[torch.float32]) or a mapping {{dtype: kernel name}}")
+        if not dtypes:
+            raise OpDefinitionError(f"kernel template {kernel!r} needs dtypes=[...] to fill '{{dtype}}'")
+        names = {d: kernel.format(dtype=str(d).replace("torch.", "")) for d in dtypes}
+    else:
+        raise OpDefinitionError(f"kernel must be a name template with '{{dtype}}' or a mapping {{torch.dtype: name}}, "
+                                f"got {kernel!r}")
+    for dtype, name in names.items():
+        if not isinstance(dtype, torch.dtype) or not isinstance(name, str):
+            raise OpDefinitionError(f"kernel mapping: expected torch.dtype -> kernel name, got {dtype!r} -> {name!r}")
+    if not names:
+        raise OpDefinitionError("kernel: no dtypes given")
+    return names
+
+
+def _function(library, name: str, qualname: str):
+    if name not in library.function_names:
+        near = difflib.get_close_matches(name, library.function_names, n=3)
+        raise OpDefinitionError(f"{qualname}: the library has no function '{name}'"
+                                + (f"; did you mean {', '.join(near)}?" if near else ""))
+    function = library[name]
+    state = function._dispatch_state()
+    if state.problem:
+        raise OpDefinitionError(f"{qualname}: kernel {name} cannot run on the CPU: {state.problem}")
+    return function
+
+
+def _type_kind(type_name: str):
+    described = _C.metal_type(type_name)
+    return (None, 0, []) if described is None else described
+
+
+class _KernelPlan:
+    """One dtype's kernel bound to the schema: what register_op needs, all checked."""
+
+    def __init__(self, schema, function, dtype, index, dispatch, bind, outputs, constants, threadgroup_memory):
+        self.function = function
+        self.where = f"{schema.qualname} ({dtype} kernel {function.name})"
+        self.schema, self.dtype = schema, dtype
+        state = function._dispatch_state()
+        self.record = {"dtype": dtype, "spec": state.spec, "index": index, "cooperative": state.cooperative,
+                       "serial": state.serial, "sources": [], "constants": [], "threadgroup": []}
+        fixed = self._constants(constants)
+        arguments = [a for a in function.buffers if a.kind != "threadgroup"]
+        by_name = {a.name: a for a in arguments}
+        for key in bind:
+            if key not in by_name:
+                raise OpDefinitionError(f"{self.where}: bind names kernel argument '{key}', which the kernel does "
+                                        f"not have; its arguments are: {', '.join(by_name)}")
+        output_names = list(outputs)
+        written_outputs, written_inputs = set(), set()
+        for a in arguments:
+            source = bind.get(a.name, a.name if a.name in schema.names or a.name in output_names else None)
+            guard_off = a.function_constant is not None and fixed.get(a.function_constant) is False
+            if source is None:
+                if a.unused or guard_off:
+                    continue
+                raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} has no value: name a "
+                                        f"schema argument or output '{a.name}', or map it with bind={{'{a.name}': ...}} "
+                                        f"(an argument or output name, an ops rule or a number)")
+            self._bind(a, source, output_names, outputs, dispatch, written_outputs, written_inputs)
+        for name in output_names:
+            if name not in written_outputs:
+                raise OpDefinitionError(f"{self.where}: output '{name}' is bound to no argument the kernel writes, so "
+                                        f"it would be returned uninitialized; bind it with bind={{<kernel argument>: "
+                                        f"'{name}'}}")
+        for i, name in enumerate(schema.names):
+            if schema.mutable[i] and name not in written_inputs:
+                raise OpDefinitionError(f"{self.where}: the schema marks '{name}' as mutated (Tensor(a!)), but no "
+                                        f"argument the kernel writes is bound to it")
+        wanted = {a.binding: a for a in function.buffers if a.kind == "threadgroup"}
+        for binding, size in (threadgroup_memory or {}).items():
+            if binding not in wanted:
+                raise OpDefinitionError(f"{self.where}: threadgroup_memory names threadgroup({binding}); the kernel "
+                                        f"takes {', '.join(f'{b} ({a.name})' for b, a in wanted.items()) or 'none'}")
+            self.record["threadgroup"].append((binding, self._rule(size, f"threadgroup_memory[{binding}]")))
+        for binding, a in wanted.items():
+            if binding not in (threadgroup_memory or {}):
+                raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} needs its size: pass "
+                                        f"threadgroup_memory={{{binding}: <bytes or ops rule>}}")
+
+    @staticmethod
+    def _describe(a) -> str:
+        return f"'{a.name}' ({'threadgroup' if a.kind == 'threadgroup' else 'buffer'}({a.binding}), {a.type_name})"
+
+    def _rule(self, value, what):
+        try:
+            rule = as_rule(value)
+        except Exception as error:
+            raise OpDefinitionError(f"{self.where}: {what}: {error}") from None
+        return rule.tokens(self._index_of)
+
+    def _index_of(self, name, needs_tensor, text):
+        index = self.schema.index(name, f"rule {text}")
+        kind = self.schema.kinds[index]
+        if needs_tensor and kind != "Tensor":
+            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads the sizes of '{name}', which is a "
+                                    f"{kind}; sizes come from Tensor arguments")
+        if not needs_tensor and kind not in ("int", "bool"):
+            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads '{name}' as an int, but it is a {kind}")
+        return index
+
+    def _constants(self, constants) -> dict:
+        """Registers the function constants; returns the fixed ones by name."""
+        declared = {c.name: slot for slot, c in enumerate(self.function.function_constants)}
+        fixed = {}
+        for name, value in (constants or {}).items():
+            if name not in declared:
+                raise OpDefinitionError(f"{self.where}: constants names '{name}'; the kernel declares "
+                                        f"{', '.join(declared) or 'no function constants'}")
+            if isinstance(value, Rule):
+                self.record["constants"].append((declared[name], "rule", self._rule(value, f"constant {name}")))
+            elif isinstance(value, (bool, int, float)):
+                fixed[name] = value
+                self.record["constants"].append((declared[name], "number", value))
+            else:
+                raise OpDefinitionError(f"{self.where}: constant '{name}': expected a number, bool or ops rule, "
+                                        f"got {value!r}")
+        missing = [c.name for c in self.function.function_constants if c.required and c.name not in (constants or {})]
+        if missing:
+            raise OpDefinitionError(f"{self.where}: the kernel needs function constants {', '.join(missing)}; "
+                                    f"pass constants={{name: value or ops rule}}")
+        return fixed
+
+    def _bind(self, a, source, output_names, outputs, dispatch, written_outputs, written_inputs):
+        writes = a.access != "read"
+        kind, components, dtypes = _type_kind(a.type_name)
+        what = f"kernel argument {self._describe(a)}"
+        if isinstance(source, str) and source in output_names:
+            if not writes or a.address_space != "device":
+                raise OpDefinitionError(f"{self.where}: output '{source}' is bound to {what}, which the kernel only "
+                                        f"reads; bind outputs to device buffers the kernel writes")
+            output = outputs[source]
+            dtype = self.dtype if output.dtype_like == dispatch else output.dtype
+            if dtype is not None and kind is not None and dtype not in dtypes:
+                raise OpDefinitionError(f"{self.where}: output '{source}' is {dtype}, but {what} holds "
+                                        f"{' or '.join(map(str, dtypes))}")
+            written_outputs.add(source)
+            self.record["sources"].append(("output", a.position, output_names.index(source)))
+        elif isinstance(source, str):
+            index = self.schema.index(source, f"bind['{a.name}']")
+            schema_kind = self.schema.kinds[index]
+            if schema_kind.startswith("Tensor"):
+                if writes:
+                    if not self.schema.mutable[index]:
+                        raise OpDefinitionError(f"{self.where}: the kernel writes {what}, which is bound to "
+                                                f"'{source}', but the schema does not mark '{source}' as mutated; "
+                                                f"declare it Tensor(a!) {source} or bind an output")
+                    written_inputs.add(source)
+                if index == self.schema.names.index(dispatch) and kind is not None and self.dtype not in dtypes:
+                    raise OpDefinitionError(f"{self.where}: '{source}' is {self.dtype} for this kernel, but {what} "
+                                            f"holds {' or '.join(map(str, dtypes))}")
+            else:
+                self._check_scalar(a, what, writes, kind, components, f"'{source}' ({schema_kind})", schema_kind)
+            self.record["sources"].append(("input", a.position, index))
+        elif isinstance(source, Rule):
+            self._check_scalar(a, what, writes, kind, components, f"rule {source.text}", "int")
+            self.record["sources"].append(("rule", a.position, self._rule(source, f"bind['{a.name}']")))
+        elif isinstance(source, (bool, int, float)):
+            number_kind = "bool" if isinstance(source, bool) else "int" if isinstance(source, int) else "float"
+            self._check_scalar(a, what, writes, kind, components, repr(source), number_kind)
+            self.record["sources"].append(("number", a.position, source))
+        else:
+            raise OpDefinitionError(f"{self.where}: bind['{a.name}']: expected an argument or output name, an ops "
+                                    f"rule or a number, got {source!r}")
+
+    def _check_scalar(self, a, what, writes, kind, components, given, given_kind):
+        if writes:
+            raise OpDefinitionError(f"{self.where}: the kernel writes {what}; bind a tensor (an output or a "
+                                    f"Tensor(a!) argument), not {given}")
+        if kind is None or components != 1:
+            raise OpDefinitionError(f"{self.where}: {what} is not a scalar; bind a tensor, not {given}")
+        if given_kind == "float" and kind != "float":
+            raise OpDefinitionError(f"{self.where}: {what} holds {a.type_name} values; {given} is a float")
+
+
+def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, dispatch: Optional[str] = None,
+           bind: Optional[Mapping] = None, outputs: Optional[Mapping[str, Output]] = None, threads=None,
+           group_size=None, constants: Optional[Mapping] = None, threadgroup_memory: Optional[Mapping] = None,
+           backward: Optional[Callable] = None, setup_context: Optional[Callable] = None) -> MetallibOp:
+    """Registers kernels of `library` as the torch operator `schema`; see README
+    ("Kernels as operators") for a complete example.
+
+    Args:
+        schema: a torch schema with namespace, e.g. ``"mylib::softmax(Tensor x) -> Tensor"``.
+            Arguments are Tensor, Tensor?, float, int or bool; mutated tensors are marked
+            ``Tensor(a!)``; returns are new tensors.
+        library: the :class:`~torch_metallib.Library` holding the kernels.
+        kernel: ``{torch.dtype: kernel name}``, or a template such as
+            ``"v_Sigmoid{dtype}{dtype}"`` filled from `dtypes` (``float32``, ``float16``...).
+        dtypes: the dtypes a template is filled with.
+        dispatch: the tensor argument whose dtype picks the kernel; default the first.
+        bind: kernel argument name -> an argument or output name, an ops rule
+            (``ops.numel("x")``) or a number. Kernel arguments not listed bind to the
+            argument or output of the same name.
+        outputs: returned tensors in schema order, name -> ``ops.like(...)`` or
+            ``ops.empty(...)``; the names are what `bind` refers to.
+        threads: the grid: an ops rule or int, or 1-3 of them.
+        group_size: the threadgroup size, the same way; default as for kernel calls.
+        constants: function constant name -> a number or an ops rule.
+        threadgroup_memory: ``[[threadgroup(i)]]`` index -> bytes (int or ops rule).
+        backward: ``backward(ctx, *grads)`` returning one gradient per input (None where
+            there is none), as for ``torch.library.register_autograd``.
+        setup_context: ``setup_context(ctx, inputs, output)``, saving what backward needs.
+
+    Raises:
+        OpDefinitionError: the schema, kernels and rules do not fit together (the message
+            names the kernel and argument); nothing is registered then.
+    """
+    parsed = _Schema(schema)
+    names = _kernel_names(kernel, dtypes)
+    bind = dict(bind or {})
+    outputs = dict(outputs or {})
+    for name, rule in outputs.items():
+        if not isinstance(rule, Output):
+            raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}']: expected ops.like(...) or ops.empty(...), "
+                                    f"got {rule!r}")
+        for argument in (rule.shape_like, rule.dtype_like):
+            if argument is not None and parsed.kinds[parsed.index(argument, f"outputs['{name}']")] != "Tensor":
+                raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}'] takes shape or dtype from "
+                                        f"'{argument}', which is not a Tensor argument")
+        if name in parsed.names and not parsed.mutable[parsed.names.index(name)]:
+            raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}'] names an argument the schema does not mark "
+                                    f"as mutated; rules for arguments check out= tensors (Tensor(a!) {name})")
+    returned = {n: o for n, o in outputs.items() if n not in parsed.names}
+    if len(returned) != len(parsed.returns):
+        raise OpDefinitionError(f"{parsed.qualname}: the schema returns {len(parsed.returns)} tensors; give one "
+                                f"allocation rule for each, outputs={{name: ops.like(...) or ops.empty(...)}} "
+                                f"(got {len(returned)}: {', '.join(returned) or 'none'})")
+    tensors = [n for n, k in zip(parsed.names, parsed.kinds) if k == "Tensor"]
+    if dispatch is None:
+        if not tensors:
+            raise OpDefinitionError(f"{parsed.qualname}: the schema has no Tensor argument to pick kernels by dtype")
+        dispatch = tensors[0]
+    elif parsed.kinds[parsed.index(dispatch, "dispatch")] != "Tensor":
+        raise OpDefinitionError(f"{parsed.qualname}: dispatch names '{dispatch}', which is not a Tensor argument")
+    if threads is None:
+        raise OpDefinitionError(f"{parsed.qualname}: threads is required: the grid as an ops rule, e.g. "
+                                f"threads=ops.numel('x')")
+    plans = [
+        _KernelPlan(parsed, _function(library, name, parsed.qualname), dtype, index, dispatch, bind, returned,
+                    constants, threadgroup_memory)
+        for index, (dtype, name) in enumerate(names.items())
+    ]
+    first = plans[0]
+    threads_rules = [first._rule(r, "threads") for r in _extents(threads, parsed.qualname, "threads")]
+    group_rules = [] if group_size is None else [
+        first._rule(r, "group_size") for r in _extents(group_size, parsed.qualname, "group_size")]
+    output_records = [
+        {"mutated": parsed.names.index(n) if n in parsed.names else -1,
+         "shape_like": -1 if o.shape_like is None else parsed.names.index(o.shape_like),
+         "shape": [first._rule(r, f"outputs['{n}'] shape") for r in o.shape],
+         "dtype_like": -1 if o.dtype_like is None else parsed.names.index(o.dtype_like), "dtype": o.dtype}
+        for n, o in outputs.items()
+    ]
+    functions = [p.function for p in plans]
+
+    def compile_for(index, constant_values, cooperative, copies):
+        compiled = compile_kernel(functions[index], constant_values, plans[index].record["serial"], cooperative, copies)
+        return list(compiled.launchers), compiled.serial
+
+    with _lock:
+        if parsed.qualname in _operators:
+            raise OpDefinitionError(f"{parsed.qualname} is already defined by torch_metallib.ops in this process")
+        namespace = _namespaces.get(parsed.namespace)
+        if namespace is None:
+            namespace = _namespaces[parsed.namespace] = torch.library.Library(parsed.namespace, "FRAGMENT")
+        try:
+            namespace.define(schema.split("::", 1)[1])
+        except RuntimeError as error:
+            raise OpDefinitionError(f"{parsed.qualname}: torch.library refused the schema: "
+                                    f"{str(error).splitlines()[0]}") from None
+        register_environment_schedule()
+        registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
+                                      [p.record for p in plans], output_records, threads_rules, group_rules,
+                                      compile_for)
+        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, names), lib=namespace)
+        if backward is not None:
+            torch.library.register_autograd(parsed.qualname, backward, setup_context=setup_context, lib=namespace)
+        packet = getattr(getattr(torch.ops, parsed.namespace), parsed.op_name)
+        op = getattr(packet, parsed.overload or "default")
+        defined = _operators[parsed.qualname] = MetallibOp(parsed.qualname, schema, op,
+                                                           {p.dtype: p.function for p in plans}, registration)
+    return defined
+
+
+def _extents(value, qualname, what) -> list:
+    extents = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not 1 <= len(extents) <= 3:
+        raise OpDefinitionError(f"{qualname}: {what}: expected 1-3 extents, got {len(extents)}")
+    return extents
+
+
+def _fake(schema, outputs, dispatch, names):
+    """The fake (meta) implementation: checks what the native kernel checks before it runs
+    (dispatch dtype, one device, out= shapes) and allocates the outputs from their rules."""
+    supported = ", ".join(map(str, names))
+
+    def fake(*args, **kwargs):
+        values = schema.values(args, kwargs)
+        dtype = values[dispatch].dtype
+        if dtype not in names:
+            raise KernelArgumentError(f"{schema.qualname}: argument '{dispatch}' has dtype {dtype}; this operator "
+                                      f"has kernels for {supported}. Convert it with .to(...)")
+        devices = {name: v.device for name, v in values.items() if isinstance(v, torch.Tensor)}
+        if len(set(devices.values())) > 1:
+            raise KernelArgumentError(f"{schema.qualname}: tensors on different devices "
+                                      f"({', '.join(f'{n}: {d}' for n, d in devices.items())}); move them to one device")
+        made = []
+        for name, rule in outputs.items():
+            tensor = rule.allocate(values)
+            if name not in values:
+                made.append(tensor)
+            elif values[name].shape != tensor.shape or values[name].dtype != tensor.dtype:
+                raise DispatchError(f"{schema.qualname}: argument '{name}' is {values[name].dtype} of shape "
+                                    f"{list(values[name].shape)}; the kernel writes {tensor.dtype} of shape "
+                                    f"{list(tensor.shape)}. Pass a tensor of that shape and dtype")
+        return None if not made else made[0] if len(made) == 1 else tuple(made)
+
+    return fake

@@ -76,3 +76,17 @@ def fixture_sources():
 def fixture_metallib(fixture_sources) -> bytes:
     """The project's fixture kernels packed by the writer."""
     return tm.pack(fixture_sources)
+
+
+@pytest.fixture(scope="session")
+def mlx_ops(mlx_lib) -> dict:
+    """The example operators on MLX kernels (tests/_ops_examples.py), defined once."""
+    from _ops_examples import define_mlx_examples
+    return define_mlx_examples(mlx_lib)
+
+
+@pytest.fixture(scope="session")
+def fixture_ops(fixture_metallib) -> dict:
+    """The example operators on the project's fixture kernels, defined once."""
+    from _ops_examples import define_fixture_examples
+    return define_fixture_examples(tm.load(fixture_metallib))

@@ -12,6 +12,6 @@ See README, "Kernels as operators".
 
 from ._define import MetallibOp, define
 from ._outputs import Output, empty, like
-from ._rules import Rule, arg, cdiv, dim, numel, size, stride
+from ._rules import Rule, arg, cdiv, dim, numel, present, size, stride
 
-__all__ = ["define", "MetallibOp", "like", "empty", "Output", "Rule", "numel", "size", "stride", "dim", "arg", "cdiv"]
+__all__ = ["define", "MetallibOp", "like", "empty", "Output", "Rule", "numel", "size", "stride", "dim", "arg", "present", "cdiv"]

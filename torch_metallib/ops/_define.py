@@ -206,14 +206,13 @@ class _KernelPlan:
             raise OpDefinitionError(f"{self.where}: {what}: {error}") from None
         return rule.tokens(self._index_of)
 
-    def _index_of(self, name, needs_tensor, text):
+    def _index_of(self, name, reads, text):
         index = self.schema.index(name, f"rule {text}")
         kind = self.schema.kinds[index]
-        if needs_tensor and kind != "Tensor":
-            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads the sizes of '{name}', which is a "
-                                    f"{kind}; sizes come from Tensor arguments")
-        if not needs_tensor and kind not in ("int", "bool"):
-            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads '{name}' as an int, but it is a {kind}")
+        accepted = {"Tensor": ("Tensor",), "int": ("int", "bool"), "Tensor?": ("Tensor?",)}[reads]
+        if kind not in accepted:
+            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads '{name}' as {' or '.join(accepted)}, "
+                                    f"but it is a {kind}")
         return index
 
     def _constants(self, constants) -> dict:
@@ -226,12 +225,18 @@ class _KernelPlan:
                                         f"{', '.join(declared) or 'no function constants'}")
             if isinstance(value, Rule):
                 self.record["constants"].append((declared[name], "rule", self._rule(value, f"constant {name}")))
+            elif isinstance(value, str):
+                index = self.schema.index(value, f"constants['{name}']")
+                if self.schema.kinds[index] not in _SCALAR_TYPES:
+                    raise OpDefinitionError(f"{self.where}: constant '{name}' takes '{value}', a "
+                                            f"{self.schema.kinds[index]}; constants take float, int or bool arguments")
+                self.record["constants"].append((declared[name], "input", index))
             elif isinstance(value, (bool, int, float)):
                 fixed[name] = value
                 self.record["constants"].append((declared[name], "number", value))
             else:
-                raise OpDefinitionError(f"{self.where}: constant '{name}': expected a number, bool or ops rule, "
-                                        f"got {value!r}")
+                raise OpDefinitionError(f"{self.where}: constant '{name}': expected a number, bool, argument name "
+                                        f"or ops rule, got {value!r}")
         missing = [c.name for c in self.function.function_constants if c.required and c.name not in (constants or {})]
         if missing:
             raise OpDefinitionError(f"{self.where}: the kernel needs function constants {', '.join(missing)}; "
@@ -313,7 +318,8 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
             ``ops.empty(...)``; the names are what `bind` refers to.
         threads: the grid: an ops rule or int, or 1-3 of them.
         group_size: the threadgroup size, the same way; default as for kernel calls.
-        constants: function constant name -> a number or an ops rule.
+        constants: function constant name -> a number, a float/int/bool argument's name
+            (each new value compiles the kernel once more), or an ops rule.
         threadgroup_memory: ``[[threadgroup(i)]]`` index -> bytes (int or ops rule).
         backward: ``backward(ctx, *grads)`` returning one gradient per input (None where
             there is none), as for ``torch.library.register_autograd``.

@@ -13,10 +13,11 @@ import torch
 
 from .._errors import TorchMetallibError
 
-__all__ = ["Rule", "numel", "size", "stride", "dim", "arg", "as_rule", "cdiv"]
+__all__ = ["Rule", "numel", "size", "stride", "dim", "arg", "present", "as_rule", "cdiv"]
 
 # Token codes shared with csrc/ops/size_rule.h.
-_CONSTANT, _NUMEL, _SIZE, _STRIDE, _DIM, _ARGUMENT = 0, 1, 2, 3, 4, 5
+_CONSTANT, _NUMEL, _SIZE, _STRIDE, _DIM, _ARGUMENT, _PRESENT = 0, 1, 2, 3, 4, 5, 6
+_READS = (_NUMEL, _SIZE, _STRIDE, _DIM, _ARGUMENT, _PRESENT)
 _BINARY = {
     "+": (10, operator.add), "-": (11, operator.sub), "*": (12, operator.mul),
     "//": (13, operator.floordiv), "%": (14, operator.mod),
@@ -90,16 +91,16 @@ class Rule:
     @property
     def names(self) -> set:
         """The argument names the rule reads."""
-        return {a for code, a, _ in self._tokens if code in (_NUMEL, _SIZE, _STRIDE, _DIM, _ARGUMENT)}
+        return {a for code, a, _ in self._tokens if code in _READS}
 
     # --- using -------------------------------------------------------------------------
     def tokens(self, index_of) -> tuple:
         """(text, tokens) for the native kernel, argument names replaced by `index_of(name,
-        needs_tensor)`."""
+        reads)` (reads: "Tensor", "int" or "Tensor?")."""
         resolved = []
         for code, a, b in self._tokens:
-            if code in (_NUMEL, _SIZE, _STRIDE, _DIM, _ARGUMENT):
-                a = index_of(a, code != _ARGUMENT, self._text)
+            if code in _READS:
+                a = index_of(a, "int" if code == _ARGUMENT else "Tensor?" if code == _PRESENT else "Tensor", self._text)
             resolved.append((code, a, b))
         return self._text, resolved
 
@@ -120,6 +121,8 @@ class Rule:
                 stack.append(values[a].dim())
             elif code == _ARGUMENT:
                 stack.append(int(values[a]))
+            elif code == _PRESENT:
+                stack.append(int(values[a] is not None))
             else:
                 right, left = stack.pop(), stack.pop()
                 if code in (13, 14) and isinstance(right, int) and right == 0:
@@ -169,6 +172,12 @@ def dim(name: str) -> Rule:
 def arg(name: str) -> Rule:
     """The value of int or bool argument `name`."""
     return Rule(((_ARGUMENT, _check_name(name), 0),), name, 1)
+
+
+def present(name: str) -> Rule:
+    """1 if optional tensor argument `name` (``Tensor?``) is given, else 0; e.g. for a
+    function constant that guards a kernel argument."""
+    return Rule(((_PRESENT, _check_name(name), 0),), f"present({name})", 1)
 
 
 def cdiv(a, b) -> Rule:

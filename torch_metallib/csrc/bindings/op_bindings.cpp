@@ -41,7 +41,7 @@ SizeRule rule_of(const py::handle& value) {
   for (const py::handle& item : pair[1]) {
     auto token = item.cast<std::tuple<int, int64_t, int64_t>>();
     auto op = RuleOp(std::get<0>(token));
-    depth += int(op) < int(RuleOp::Add) ? 1 : -1;
+    depth += int(op) < int(RuleOp::Add) ? 1 : -1;  // leaves push, binary operations pop one
     if (depth < 1 || depth > 16) throw py::value_error("malformed size rule: " + rule.text);
     rule.tokens.push_back({op, std::get<1>(token), std::get<2>(token)});
   }
@@ -72,8 +72,10 @@ std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
     auto c = item.cast<py::tuple>();
     ops::ConstantSource constant;
     constant.slot = c[0].cast<size_t>();
-    constant.is_rule = c[1].cast<std::string>() == "rule";
-    if (constant.is_rule) constant.rule = rule_of(c[2]);
+    std::string kind = c[1].cast<std::string>();
+    constant.is_rule = kind == "rule";
+    if (kind == "input") constant.input = c[2].cast<int>();
+    else if (constant.is_rule) constant.rule = rule_of(c[2]);
     else constant.number = number_of(c[2]);
     kernel->constants.push_back(std::move(constant));
   }

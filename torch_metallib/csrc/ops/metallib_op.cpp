@@ -196,7 +196,8 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
     bool empty = std::any_of(threads.begin(), threads.end(), [](int64_t t) { return t == 0; });
     std::vector<std::pair<size_t, Number>> constants;
     for (const ConstantSource& c : kernel->constants) {
-      constants.emplace_back(c.slot, c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
+      constants.emplace_back(c.slot, c.input >= 0 ? number_of(arguments[size_t(c.input)])
+                                     : c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
     }
     std::vector<std::pair<int, int64_t>> threadgroup;
     for (const auto& [binding, rule] : kernel->threadgroup) {

@@ -28,9 +28,10 @@ struct ArgumentSource {
   dispatch::Number number; // Number: fixed when registering
 };
 
-// One function constant's value: fixed, or a rule over the arguments.
+// One function constant's value: fixed, a scalar argument, or a rule over the arguments.
 struct ConstantSource {
   size_t slot = 0;  // index into the KernelSpec's constants()
+  int input = -1;   // schema argument, or -1
   bool is_rule = false;
   SizeRule rule;
   dispatch::Number number;

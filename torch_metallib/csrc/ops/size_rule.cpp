@@ -43,6 +43,7 @@ int64_t SizeRule::evaluate(c10::ArrayRef<c10::IValue> arguments, const std::vect
         value = v.isBool() ? int64_t(v.toBool()) : v.toInt();
         break;
       }
+      case RuleOp::Present: value = arguments[size_t(token.a)].isNone() ? 0 : 1; break;
       default: {
         int64_t b = stack[--depth], a = stack[--depth];
         switch (token.op) {

@@ -20,6 +20,7 @@ enum class RuleOp : int {
   Stride = 3,    // of argument a, dimension b
   Dim = 4,       // of argument a
   Argument = 5,  // the int or bool argument a
+  Present = 6,   // 1 if optional argument a is given, else 0
   Add = 10, Sub, Mul, FloorDiv, Mod, Min, Max, Eq, Ne, Lt, Le, Gt, Ge,
 };
 

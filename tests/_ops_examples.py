@@ -1,0 +1,83 @@
+"""The example operators the ops tests exercise, defined once per test session (an
+operator cannot be defined twice in a process). They are the README's examples, on the
+Apple-built MLX kernels and the project's fixture kernels."""
+
+import torch
+
+from torch_metallib import ops
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+EPS = 1e-5
+
+
+def norm_group(axis: int, n_reads: int = 4):
+    """MLX's threadgroup for one row of `axis` elements, `n_reads` per thread: whole
+    SIMD-groups (normalization.cpp, softmax.cpp)."""
+    return ops.cdiv(ops.cdiv(axis, n_reads), 32) * 32
+
+
+def rows(name: str):
+    return ops.numel(name) // ops.size(name, -1)
+
+
+def define_mlx_examples(lib) -> dict:
+    """Operators on mlx.metallib kernels, namespace tm_examples."""
+    defined = {}
+    elementwise = dict(dtypes=FLOATS, bind={"in": "x", "size": ops.numel("x")}, threads=ops.numel("x"))
+    # Elementwise, dispatched by dtype; functional, in-place and out= variants.
+    defined["sigmoid"] = ops.define("tm_examples::sigmoid(Tensor x) -> Tensor", lib, "v_Sigmoid{dtype}{dtype}",
+                                    outputs={"out": ops.like("x")},
+                                    backward=lambda ctx, grad: grad * ctx.y * (1 - ctx.y),
+                                    setup_context=lambda ctx, inputs, output: setattr(ctx, "y", output),
+                                    **elementwise)
+    defined["sigmoid_"] = ops.define("tm_examples::sigmoid_(Tensor(a!) x) -> ()", lib, "v_Sigmoid{dtype}{dtype}",
+                                     dtypes=FLOATS, bind={"in": "x", "out": "x", "size": ops.numel("x")},
+                                     threads=ops.numel("x"))
+    defined["sigmoid.out"] = ops.define("tm_examples::sigmoid.out(Tensor x, *, Tensor(a!) out) -> ()", lib,
+                                        "v_Sigmoid{dtype}{dtype}", outputs={"out": ops.like("x")}, **elementwise)
+    # A cooperative kernel: one threadgroup per row (rows of up to 4096 elements).
+    defined["softmax"] = ops.define("tm_examples::softmax(Tensor x) -> Tensor", lib, "block_softmax_{dtype}",
+                                    dtypes=FLOATS, bind={"in": "x", "axis_size": ops.size("x", -1)},
+                                    outputs={"out": ops.like("x")},
+                                    threads=rows("x") * norm_group(ops.size("x", -1)),
+                                    group_size=norm_group(ops.size("x", -1)))
+    # RMS norm with a backward kernel: vjp_rms writes gx and, per threadgroup of
+    # rows_per_group rows, a partial gw row that the backward sums.
+    defined["rms_norm_backward"] = ops.define(
+        "tm_examples::rms_norm_backward(Tensor x, Tensor w, Tensor g, float eps) -> (Tensor gx, Tensor gw)",
+        lib, "vjp_rms{dtype}", dtypes=FLOATS,
+        bind={"axis_size": ops.size("x", -1), "w_stride": 1, "n_rows": rows("x"), "rows_per_group": 1},
+        outputs={"gx": ops.like("x"), "gw": ops.empty((rows("x"), ops.size("x", -1)), "x")},
+        constants={"has_w": True},
+        threads=rows("x") * norm_group(ops.size("x", -1)), group_size=norm_group(ops.size("x", -1)))
+
+    def rms_setup(ctx, inputs, output):
+        x, w, eps = inputs
+        ctx.save_for_backward(x, w)
+        ctx.eps = eps
+
+    def rms_backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        gx, gw_rows = torch.ops.tm_examples.rms_norm_backward(x, w, grad.contiguous(), ctx.eps)
+        return gx, gw_rows.sum(0), None
+
+    defined["rms_norm"] = ops.define("tm_examples::rms_norm(Tensor x, Tensor w, float eps) -> Tensor", lib,
+                                     "rms{dtype}", dtypes=FLOATS,
+                                     bind={"axis_size": ops.size("x", -1), "w_stride": 1},
+                                     outputs={"out": ops.like("x")},
+                                     threads=rows("x") * norm_group(ops.size("x", -1)),
+                                     group_size=norm_group(ops.size("x", -1)),
+                                     backward=rms_backward, setup_context=rms_setup)
+    return defined
+
+
+def define_fixture_examples(lib) -> dict:
+    """Operators on the project's fixture kernels, namespace tm_fixtures: function
+    constants taken from the call (a float argument, and whether an optional tensor is given)."""
+    return {
+        "scale": ops.define("tm_fixtures::scale(Tensor x, Tensor? bias, float alpha) -> Tensor", lib,
+                            "function_constant_scale", dtypes=[torch.float32], bind={"in": "x"},
+                            outputs={"out": ops.like("x")},
+                            constants={"use_bias": ops.present("bias"), "alpha": "alpha"},
+                            threads=ops.numel("x")),
+    }

@@ -24,17 +24,15 @@ GEMM <= 25x torch.mm, barrier <= 50 ns per thread per barrier.
 """
 
 import argparse
-import gc
 import json
 import pathlib
-import statistics
 import struct
-import time
 
 import llvmlite.binding as llvm
 import torch
 
 import torch_metallib as tm
+from _timing import interleaved
 from torch_metallib._corpus import mlx_metallib_path
 
 SOFTMAX_TARGET = 10.0
@@ -42,25 +40,6 @@ GEMM_TARGET = 25.0
 BARRIER_TARGET_NS = 50.0
 BARRIERS = 1000
 GEMM_NAME = "steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2"
-
-
-def interleaved(runs: dict, repeat: int) -> dict:
-    """Median milliseconds of each callable in `runs`, interleaved, after one warm-up call."""
-    for run in runs.values():
-        run()
-    samples = {name: [] for name in runs}
-    names = list(runs)
-    gc.disable()
-    try:
-        for i in range(repeat):
-            for name in (names if i % 2 == 0 else names[::-1]):
-                start = time.perf_counter_ns()
-                runs[name]()
-                samples[name].append((time.perf_counter_ns() - start) / 1e6)
-    finally:
-        gc.enable()
-    return {"median_ms": {name: statistics.median(values) for name, values in samples.items()},
-            "samples_ms": samples}
 
 
 def softmax(lib, repeat: int) -> dict:

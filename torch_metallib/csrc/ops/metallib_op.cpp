@@ -55,7 +55,7 @@ bool same_constants(const std::vector<dispatch::ConstantValue>& a, const std::ve
 }
 
 // The compiled entry for `constants`, compiling through Python on first use.
-CompiledEntry compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
+const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
                            bool cooperative, size_t copies) {
   {
     std::lock_guard<std::mutex> lock(kernel.mutex);
@@ -78,8 +78,8 @@ CompiledEntry compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::v
     entry.serial = result[1].cast<bool>();
   }
   std::lock_guard<std::mutex> lock(kernel.mutex);
-  kernel.compiled.push_back(entry);
-  return entry;
+  kernel.compiled.push_back(std::move(entry));
+  return kernel.compiled.back();
 }
 
 void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
@@ -87,7 +87,7 @@ void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
   bool parallel = schedule.mode == "parallel", permuted = schedule.mode == "permuted";
   bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a fiber
   size_t copies = kernel.serial && parallel ? size_t(at::get_num_threads()) : 1;
-  CompiledEntry entry = compiled_for(spec, kernel, plan.constants, cooperative, copies);
+  const CompiledEntry& entry = compiled_for(spec, kernel, plan.constants, cooperative, copies);
   if (cooperative) {
     cpu::launch_cooperative(plan, entry.launchers, entry.serial, kernel.spec->name(),
                             cpu::Schedule{parallel, permuted, schedule.seed, /*strict_barriers=*/!parallel});

@@ -9,6 +9,7 @@
 #include <ATen/core/stack.h>
 #include <pybind11/pybind11.h>
 
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -66,7 +67,7 @@ struct DtypeKernel {
   std::vector<ConstantSource> constants;
   std::vector<std::pair<int, SizeRule>> threadgroup;  // (binding, bytes)
   std::mutex mutex;
-  std::vector<CompiledEntry> compiled;
+  std::deque<CompiledEntry> compiled;  // a deque: entries stay put while others are added
 };
 
 // Hidden like pybind11's own types: it holds a Python object.

@@ -156,6 +156,7 @@ class _KernelPlan:
         state = function._dispatch_state()
         self.record = {"dtype": dtype, "spec": state.spec, "index": index, "cooperative": state.cooperative,
                        "serial": state.serial, "sources": [], "constants": [], "threadgroup": []}
+        self.tensor_dtypes = {}  # tensor argument -> (dtypes its kernel argument accepts, description)
         fixed = self._constants(constants)
         arguments = [a for a in function.buffers if a.kind != "threadgroup"]
         by_name = {a.name: a for a in arguments}
@@ -273,6 +274,8 @@ class _KernelPlan:
                                             f"holds {' or '.join(map(str, dtypes))}")
             else:
                 self._check_scalar(a, what, writes, kind, components, f"'{source}' ({schema_kind})", schema_kind)
+            if schema_kind.startswith("Tensor") and kind is not None:
+                self.tensor_dtypes[source] = (dtypes, what)
             self.record["sources"].append(("input", a.position, index))
         elif isinstance(source, Rule):
             self._check_scalar(a, what, writes, kind, components, f"rule {source.text}", "int")
@@ -356,6 +359,10 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         dispatch = tensors[0]
     elif parsed.kinds[parsed.index(dispatch, "dispatch")] != "Tensor":
         raise OpDefinitionError(f"{parsed.qualname}: dispatch names '{dispatch}', which is not a Tensor argument")
+    if backward is not None and any(parsed.mutable):
+        raise OpDefinitionError(f"{parsed.qualname}: a backward needs a functional schema, but this one mutates "
+                                f"{', '.join(n for n, m in zip(parsed.names, parsed.mutable) if m)}; register the "
+                                f"backward on the functional variant")
     if threads is None:
         raise OpDefinitionError(f"{parsed.qualname}: threads is required: the grid as an ops rule, e.g. "
                                 f"threads=ops.numel('x')")
@@ -396,7 +403,8 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
                                       compile_for)
-        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, names), lib=namespace)
+        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size),
+                                    lib=namespace)
         if backward is not None:
             torch.library.register_autograd(parsed.qualname, backward, setup_context=setup_context, lib=namespace)
         packet = getattr(getattr(torch.ops, parsed.namespace), parsed.op_name)
@@ -413,30 +421,48 @@ def _extents(value, qualname, what) -> list:
     return extents
 
 
-def _fake(schema, outputs, dispatch, names):
-    """The fake (meta) implementation: checks what the native kernel checks before it runs
-    (dispatch dtype, one device, out= shapes) and allocates the outputs from their rules."""
-    supported = ", ".join(map(str, names))
+def _fake(schema, outputs, dispatch, plans, threads, group_size):
+    """The fake (meta) implementation: refuses what the native kernel refuses before it
+    runs (dtypes, devices, out= shapes, grid rules that cannot be evaluated) and allocates
+    the outputs from their rules."""
+    by_dtype = {plan.dtype: plan for plan in plans}
+    supported = ", ".join(map(str, by_dtype))
+    grid = [as_rule(r) for r in _extents(threads, schema.qualname, "threads")]
+    if group_size is not None:
+        grid += [as_rule(r) for r in _extents(group_size, schema.qualname, "group_size")]
 
     def fake(*args, **kwargs):
         values = schema.values(args, kwargs)
-        dtype = values[dispatch].dtype
-        if dtype not in names:
-            raise KernelArgumentError(f"{schema.qualname}: argument '{dispatch}' has dtype {dtype}; this operator "
-                                      f"has kernels for {supported}. Convert it with .to(...)")
+        plan = by_dtype.get(values[dispatch].dtype)
+        if plan is None:
+            raise KernelArgumentError(f"{schema.qualname}: argument '{dispatch}' has dtype {values[dispatch].dtype}; "
+                                      f"this operator has kernels for {supported}. Convert it with .to(...)")
         devices = {name: v.device for name, v in values.items() if isinstance(v, torch.Tensor)}
         if len(set(devices.values())) > 1:
             raise KernelArgumentError(f"{schema.qualname}: tensors on different devices "
                                       f"({', '.join(f'{n}: {d}' for n, d in devices.items())}); move them to one device")
         made = []
         for name, rule in outputs.items():
-            tensor = rule.allocate(values)
+            try:
+                tensor = rule.allocate(values)
+            except (ZeroDivisionError, IndexError, DispatchError) as error:
+                raise DispatchError(f"{schema.qualname}: {error}") from None
             if name not in values:
                 made.append(tensor)
             elif values[name].shape != tensor.shape or values[name].dtype != tensor.dtype:
                 raise DispatchError(f"{schema.qualname}: argument '{name}' is {values[name].dtype} of shape "
                                     f"{list(values[name].shape)}; the kernel writes {tensor.dtype} of shape "
                                     f"{list(tensor.shape)}. Pass a tensor of that shape and dtype")
+        for rule in grid:
+            try:
+                rule.evaluate(values)
+            except (ZeroDivisionError, IndexError) as error:  # as the native evaluator refuses them
+                raise DispatchError(f"{schema.qualname}: {error}") from None
+        for name, (dtypes, what) in plan.tensor_dtypes.items():
+            value = values[name]
+            if value is not None and value.dtype not in dtypes and value.dim() > 0:
+                raise KernelArgumentError(f"{schema.qualname}: {plan.function.name}: {what}: expected a tensor of "
+                                          f"{' or '.join(map(str, dtypes))}, got {value.dtype}")
         return None if not made else made[0] if len(made) == 1 else tuple(made)
 
     return fake

@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from .._errors import TorchMetallibError
+from .._errors import DispatchError, TorchMetallibError
 from ._rules import Rule, as_rule
 
 __all__ = ["Output", "like", "empty"]
@@ -35,6 +35,9 @@ class Output:
         """A new (fake, when tracing) tensor for arguments `values` (name -> value)."""
         like = values[self.shape_like] if self.shape_like else None
         shape = like.shape if like is not None else [rule.evaluate(values) for rule in self.shape]
+        for rule, extent in zip(self.shape, shape):
+            if isinstance(extent, int) and extent < 0:
+                raise DispatchError(f"output shape: {rule.text} is {extent}, below 0")
         dtype = values[self.dtype_like].dtype if self.dtype_like else self.dtype
         device = next((v.device for v in values.values() if isinstance(v, torch.Tensor)), None)
         return torch.empty(shape, dtype=dtype, device=device)

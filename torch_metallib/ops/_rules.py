@@ -114,9 +114,9 @@ class Rule:
             elif code == _NUMEL:
                 stack.append(values[a].numel())
             elif code == _SIZE:
-                stack.append(values[a].size(b))
-            elif code == _STRIDE:
-                stack.append(values[a].contiguous().stride(b))  # the kernel sees a contiguous copy
+                stack.append(values[a].size(self._dimension(values[a], a, b)))
+            elif code == _STRIDE:  # the kernel sees a contiguous copy
+                stack.append(values[a].contiguous().stride(self._dimension(values[a], a, b)))
             elif code == _DIM:
                 stack.append(values[a].dim())
             elif code == _ARGUMENT:
@@ -127,8 +127,20 @@ class Rule:
                 right, left = stack.pop(), stack.pop()
                 if code in (13, 14) and isinstance(right, int) and right == 0:
                     raise ZeroDivisionError(f"{self._text}: division by zero")
-                stack.append(next(f for c, f in _BINARY.values() if c == code)(left, right))
+                result = next(f for c, f in _BINARY.values() if c == code)(left, right)
+                if isinstance(result, bool):  # comparisons count as 0 / 1, as natively
+                    result = int(result)
+                elif isinstance(result, torch.SymBool):
+                    result = torch.sym_ite(result, 1, 0)
+                stack.append(result)
         return stack[0]
+
+    def _dimension(self, tensor, name, dim):
+        """`dim` of `tensor` made non-negative; IndexError worded as the native evaluator."""
+        dims = tensor.dim()
+        if not -dims <= dim < dims:
+            raise IndexError(f"{self._text}: dimension {dim} is out of range for '{name}', which has {dims} dimensions")
+        return dim + dims if dim < 0 else dim
 
 
 def as_rule(value) -> Rule:

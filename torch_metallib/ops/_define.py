@@ -24,7 +24,7 @@ from ._rules import Rule, as_rule
 
 __all__ = ["define", "MetallibOp"]
 
-_SCALAR_TYPES = {"float": "float", "int": "int", "bool": "bool"}
+_SCALAR_TYPES = ("float", "int", "bool")
 _namespaces = {}   # namespace -> torch.library.Library("ns", "FRAGMENT")
 _operators = {}    # qualified name -> MetallibOp: registrations live as long as the process
 _lock = threading.Lock()

@@ -70,7 +70,7 @@ struct DtypeKernel {
   std::deque<CompiledEntry> compiled;  // a deque: entries stay put while others are added
 };
 
-// Hidden like pybind11's own types: it holds a Python object.
+// Hidden like pybind11's own types: it holds a Python object (and so does MetallibKernel).
 struct __attribute__((visibility("hidden"))) OpSpec {
   std::string name;                        // "mylib::softmax"
   std::vector<std::string> argument_names; // schema order
@@ -86,7 +86,7 @@ struct __attribute__((visibility("hidden"))) OpSpec {
   ~OpSpec();
 };
 
-class MetallibKernel final : public c10::OperatorKernel {
+class __attribute__((visibility("hidden"))) MetallibKernel final : public c10::OperatorKernel {
  public:
   explicit MetallibKernel(std::shared_ptr<OpSpec> spec) : spec_(std::move(spec)) {}
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);

@@ -210,29 +210,44 @@ def test_partial_simdgroups_hold_only_existing_lanes(threads, group):
 
 # --- reconvergence ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("k", [
-    0,
-    pytest.param(1, marks=pytest.mark.xfail(strict=True, reason=(
-        "library bug: the simd_sum after the `if` completes with only the lanes that skipped the "
-        "branch (they arrive first and the runtime closes the exchange when every fiber waits); "
-        "the branch lanes then sum among themselves instead of all 32 lanes"))),
-    pytest.param(2, marks=pytest.mark.xfail(strict=True, reason=(
-        "library bug: the simd_sum after the `if` completes with only the lanes that skipped the "
-        "branch; see k=1"))),
-])
-def test_simdgroup_reconverges_after_divergent_if(k):
+# Lanes that skip a branch (or leave a loop) reach the next collective first in every
+# schedule's thread order; the runtime must still let the lanes inside go first.
+RECONVERGENCE_SCHEDULES = [("parallel", 0), ("sequential", 0), ("permuted", 1), ("permuted", 2), ("permuted", 3)]
+
+
+@pytest.mark.parametrize("schedule, seed", RECONVERGENCE_SCHEDULES)
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_simdgroup_reconverges_after_divergent_if(k, schedule, seed):
     """`if (lane % 3 == k) a = simd_sum(x);` then `b = simd_sum(x)` after the if: a is the sum
     over lanes with lane % 3 == k, b the sum over all 32 lanes, whichever lanes come first."""
     threads = 64
     x = _small_ints(threads, seed=k)
     out = torch.full((threads * 2,), SENTINEL)
-    with tm.cpu_schedule("parallel"):  # the xfail cases fail this way in thread order
+    with tm.cpu_schedule(schedule, seed=seed):
         _kernel("simd_sum_reconverge")(x, out, k, threads=threads, group_size=threads)
     expected = torch.empty(threads, 2)
     for members in _simd_groups(threads, threads):
         branch = sum(x[gid].item() for lane, gid in enumerate(members) if lane % 3 == k)
         for lane, gid in enumerate(members):
             expected[gid, 0] = branch if lane % 3 == k else 0.0
+            expected[gid, 1] = x[members].sum()
+    assert torch.equal(out.view(threads, 2), expected)
+
+
+@pytest.mark.parametrize("schedule, seed", RECONVERGENCE_SCHEDULES)
+@pytest.mark.parametrize("threads, group", [(64, 64), (96, 48), (40, 40)])
+def test_simdgroup_reconverges_after_divergent_loop(threads, group, schedule, seed):
+    """Lane l loops l % 4 times: iteration i's simd_sum acts over the lanes with l % 4 > i;
+    the simd_sum after the loop over every lane of the SIMD-group."""
+    x = _small_ints(threads, seed=threads + group)
+    out = torch.full((threads * 2,), SENTINEL)
+    with tm.cpu_schedule(schedule, seed=seed):
+        _kernel("simd_sum_loop_reconverge")(x, out, threads=threads, group_size=group)
+    expected = torch.empty(threads, 2)
+    for members in _simd_groups(threads, group):
+        in_iteration = [sum(x[gid].item() for lane, gid in enumerate(members) if lane % 4 > i) for i in range(3)]
+        for lane, gid in enumerate(members):
+            expected[gid, 0] = sum(in_iteration[:lane % 4])
             expected[gid, 1] = x[members].sum()
     assert torch.equal(out.view(threads, 2), expected)
 

@@ -12,20 +12,22 @@ lane's own value (``simd_shuffle_up``/``down`` do not wrap).
 from typing import List, Optional, Tuple
 
 from ._cpu_intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
+from ._cpu_reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
 SLOT_BYTES = 64
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr)"]
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32)"]
 
 def _exchange(values: List[Tuple[str, str]]) -> List[str]:
-    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane."""
+    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane.
+    The definition takes the call site's order (SITE_ORDER) as its last parameter."""
     lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [2 x i32], align 4"]
     offset = 0
     for i, (type_name, operand) in enumerate(values):
         lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
         offset += type_bytes(type_name)
-    lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info)",
+    lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info, {SITE_ORDER})",
               "%mask = load i32, ptr %info",
               "%lanep = getelementptr i32, ptr %info, i32 1",
               "%lane = load i32, ptr %lanep"]
@@ -152,10 +154,10 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
     if name in ("air.wg.barrier", "air.simdgroup.barrier") and params == ["i32", "i32"]:
-        body = ("call void @tm_rt_barrier()" if name == "air.wg.barrier"
-                else "%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null)")
-        return (f"define internal void @{name}(i32 %a0, i32 %a1) alwaysinline {{\n  {body}\n  ret void\n}}",
-                [])
+        if name == "air.wg.barrier":
+            return "define internal void @air.wg.barrier(i32 %a0, i32 %a1) alwaysinline {\n" \
+                   "  call void @tm_rt_barrier()\n  ret void\n}", []
+        return _definition("void", name, params, [f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})"]), []
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":
         return None
@@ -258,7 +260,11 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     return _definition(ret, name, params, lines), declarations
 
 
-def _definition(ret: str, name: str, params: List[str], lines: List[str]) -> str:
-    signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
-    body = "\n  ".join(lines + [f"ret {ret} %r"])
-    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}"
+def _definition(ret: str, name: str, params: List[str], lines: List[str], names: Optional[List[str]] = None) -> str:
+    """`lines` as the body of intrinsic `name`, returning %r; parameters %a0... (or `names`),
+    plus the call site's order when the body exchanges."""
+    signature = [f"{t} {n}" for t, n in zip(params, names or [f"%a{i}" for i in range(len(params))])]
+    if any(SITE_ORDER in line for line in lines):
+        signature.append(SITE_ORDER)
+    body = "\n  ".join(lines + ["ret void" if ret == "void" else f"ret {ret} %r"])
+    return f"define internal {ret} @{name}({', '.join(signature)}) alwaysinline {{\n  {body}\n}}"

@@ -73,9 +73,7 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         lines += [f"%v0 = extractelement {matrix} %m, i32 0", f"%v1 = extractelement {matrix} %m, i32 1",
                   f"store {element} %v0, {memory[0]} %p0", f"store {element} %v1, {memory[0]} %p1"]
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
-        signature = ", ".join([f"{matrix} %m"] + [f"{t} %a{i}" for i, t in enumerate(memory)])
-        body = "\n  ".join(lines + ["ret void"])
-        return f"define internal void @{name}({signature}) alwaysinline {{\n  {body}\n}}", []
+        return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
         lines: List[str] = []
         values = []

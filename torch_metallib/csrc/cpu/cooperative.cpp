@@ -26,6 +26,9 @@ struct Fiber {
   uint32_t simd = 0;
   uint32_t lane = 0;
   State state = State::Ready;
+  uintptr_t site = 0;      // WaitingToExchange: the collective it waits to enter,
+  uint32_t order = 0;      // and that call site's order
+  bool stepped_back = false;  // its exchange was undone so that lanes behind go first
 };
 
 // One SIMD-group's exchange: lanes deposit into the slots of the current phase; two
@@ -35,6 +38,8 @@ struct SimdGroup {
   uint32_t arrived = 0;       // lanes deposited in the current phase
   uint32_t phase = 0;
   uintptr_t site = 0;         // call site of the current phase (its return address)
+  uint32_t order = 0;         // and its order (reconvergence, see settle_exchanges)
+  uintptr_t reserved = 0;     // when set, only this call site may start gathering
   uint32_t deposited[2] = {0, 0};
   uint32_t completed[2] = {0, 0};
   alignas(64) unsigned char slots[2][kSimdWidth][kSlotBytes];
@@ -181,12 +186,43 @@ void complete_exchange(GroupRun& run, uint32_t simd) {
   s.completed[p] = s.deposited[p];
   s.deposited[p ^ 1] = 0;
   s.arrived = 0;
+  s.reserved = 0;
   s.phase++;
   size_t end = std::min<size_t>(run.fibers.size(), size_t(simd + 1) * kSimdWidth);
   for (size_t t = size_t(simd) * kSimdWidth; t < end; ++t) {
     Fiber& f = run.fibers[t];
     if (f.state == State::InExchange || f.state == State::WaitingToExchange) make_ready(run, f);
   }
+}
+
+// Called when every fiber waits. Lanes gathered at a collective are its active lanes (the
+// others are in divergent code or at a barrier), unless other lanes wait at a call site of
+// lower order: those are inside a branch or loop the gathered lanes have left, and on
+// Metal the SIMD-group reconverges only after them. Then the gathered lanes step back
+// (they deposit again later) and the lowest site goes first. Returns whether it changed
+// anything.
+bool settle_exchanges(GroupRun& run, uint32_t simd) {
+  SimdGroup& s = run.simds[simd];
+  size_t begin = size_t(simd) * kSimdWidth, end = std::min<size_t>(run.fibers.size(), begin + kSimdWidth);
+  Fiber* first = nullptr;  // the waiting lane at the lowest site
+  for (size_t t = begin; t < end; ++t) {
+    Fiber& f = run.fibers[t];
+    if (f.state == State::WaitingToExchange && (first == nullptr || f.order < first->order)) first = &f;
+  }
+  if (s.arrived > 0 && (first == nullptr || first->order >= s.order)) {
+    complete_exchange(run, simd);
+    return true;
+  }
+  if (first == nullptr) return false;
+  s.reserved = s.arrived > 0 ? first->site : 0;  // none gathered: let the waiting lanes race again
+  s.arrived = 0;
+  s.deposited[s.phase & 1] = 0;
+  for (size_t t = begin; t < end; ++t) {
+    Fiber& f = run.fibers[t];
+    if (f.state == State::InExchange) f.stepped_back = true;
+    if (f.state == State::InExchange || f.state == State::WaitingToExchange) make_ready(run, f);
+  }
+  return true;
 }
 
 void fiber_main(void* argument) {
@@ -243,7 +279,10 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
   run.schedule = &schedule;
   run.fibers.assign(threads, Fiber{});
   run.simds.resize((threads + kSimdWidth - 1) / kSimdWidth);
-  for (SimdGroup& s : run.simds) s.live = s.arrived = s.phase = s.deposited[0] = s.deposited[1] = 0;
+  for (SimdGroup& s : run.simds) {
+    s.live = s.arrived = s.phase = s.deposited[0] = s.deposited[1] = 0;
+    s.reserved = 0;
+  }
   run.order.resize(threads);
   run.position.resize(threads);
   run.intervals = 0;
@@ -269,15 +308,8 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
       tm_fiber_switch(&run.scheduler, next->sp);
       continue;
     }
-    // Everyone waits: the lanes gathered at a collective are its active lanes (the others
-    // are in divergent code or at a barrier), so finish those exchanges with them.
     bool progress = false;
-    for (uint32_t simd = 0; simd < run.simds.size(); ++simd) {
-      if (run.simds[simd].arrived > 0) {
-        complete_exchange(run, simd);
-        progress = true;
-      }
-    }
+    for (uint32_t simd = 0; simd < run.simds.size(); ++simd) progress |= settle_exchanges(run, simd);
     if (!progress) {
       current_run = nullptr;
       throw ExecutionError(kernel + ": deadlock in threadgroup " + group_name(dims, group) + ": " +
@@ -338,21 +370,32 @@ extern "C" void tm_rt_barrier() {
   hand_over(run, /*from_start=*/true);
 }
 
-extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info) {
+extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info, uint32_t order) {
   auto& run = *current_run;
   auto& fiber = *run.current;
   auto& s = run.simds[fiber.simd];
   auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
-  while (s.arrived > 0 && s.site != site) block(run, State::WaitingToExchange);  // another collective is gathering
-  uint32_t phase = s.phase;
-  uint32_t p = phase & 1;
-  s.site = site;
-  deposit(s.slots[p][fiber.lane], value, std::min<uint32_t>(bytes, kSlotBytes));
-  s.deposited[p] |= 1u << fiber.lane;
-  if (++s.arrived == s.live) {
-    torch_metallib::cpu::complete_exchange(run, fiber.simd);
-  } else {
-    while (s.phase == phase) block(run, State::InExchange);
+  uint32_t p;
+  for (;;) {
+    // Wait while another collective gathers, or one that must go first (settle_exchanges).
+    while ((s.arrived > 0 && s.site != site) || (s.reserved != 0 && s.reserved != site)) {
+      fiber.site = site;
+      fiber.order = order;
+      block(run, State::WaitingToExchange);
+    }
+    uint32_t phase = s.phase;
+    p = phase & 1;
+    s.site = site;
+    s.order = order;
+    deposit(s.slots[p][fiber.lane], value, std::min<uint32_t>(bytes, kSlotBytes));
+    s.deposited[p] |= 1u << fiber.lane;
+    if (++s.arrived == s.live) {
+      torch_metallib::cpu::complete_exchange(run, fiber.simd);
+      break;
+    }
+    while (s.phase == phase && !fiber.stepped_back) block(run, State::InExchange);
+    if (!fiber.stepped_back) break;
+    fiber.stepped_back = false;
   }
   if (info != nullptr) {
     info[0] = s.completed[p];

@@ -391,7 +391,7 @@ def _layer_norm_reference(x, w, b):
 # host's 128 threads, so the last thread has a short tail (4 of its 8) and no thread is idle.
 # With idle threads (lid * 8 > axis_size, which MLX's grid gives for most sizes) both kernels
 # store thread_x[i] for i from axis_size - lid * 8 < 0 up to 7, outside their private array;
-# see test_layer_norm_half_types_with_idle_threads.
+# see test_layer_norm_with_idle_threads.
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("looped", [False, True])
 def test_layer_norm_half_types(mlx_lib, looped, dtype):
@@ -424,29 +424,31 @@ import sys
 import torch
 import torch_metallib as tm
 lib = tm.load(sys.argv[1])
-for name, dtype, u in (("layer_normfloat16", torch.float16, 2.0 ** -11),
-                       ("layer_normbfloat16", torch.bfloat16, 2.0 ** -8)):
-    # axis 1000: MLX's grid is 128 threads of 8 elements; threads 126 and 127 have none
-    x = torch.randn(3, 1000).to(dtype)
-    w, b = torch.ones(1000, dtype=dtype), torch.zeros(1000, dtype=dtype)
+dtype, u = {"float32": (torch.float32, 2.0 ** -24), "float16": (torch.float16, 2.0 ** -11),
+            "bfloat16": (torch.bfloat16, 2.0 ** -8)}[sys.argv[2]]
+for axis in (1000, 777, 33):
+    group = 32 * -(-(-(-axis // 8)) // 32)  # MLX's grid: whole SIMD-groups of 8-element threads
+    x = torch.randn(3, axis, generator=torch.Generator().manual_seed(axis)).to(dtype)
+    w, b = torch.ones(axis, dtype=dtype), torch.zeros(axis, dtype=dtype)
     out = torch.empty_like(x)
-    lib[name](x, w, b, out, 1e-5, 1000, 1, 1, threads=3 * 128, group_size=128)
-    expected = torch.nn.functional.layer_norm(x.double(), (1000,), eps=1e-5)
-    assert bool(((out.double() - expected).abs() <= 4 * u * expected.abs() + 2.0 ** -23).all()), name
+    lib["layer_norm" + sys.argv[2]](x, w, b, out, 1e-5, axis, 1, 1, threads=3 * group, group_size=group)
+    expected = torch.nn.functional.layer_norm(x.double(), (axis,), eps=1e-5)
+    error = (out.double() - expected).abs().max().item()
+    assert bool(((out.double() - expected).abs() <= 4 * u * expected.abs() + 2.0 ** -23).all()), (axis, error)
 print("ok")
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "layer_norm{float16,bfloat16} crash the process (SIGSEGV) when the group has idle threads, "
-    "as MLX's own grid does for most axis sizes: the kernel stores thread_x[i] for i from "
-    "axis_size - lid * 8 (negative for idle threads) to 7, clobbering the fiber's frame"))
-def test_layer_norm_half_types_with_idle_threads(mlx_path):
-    """MLX's own grid for axis 1000, run in a child process: the failure is a segmentation
-    fault, which would take the whole test session down."""
+@pytest.mark.parametrize("dtype", FLOAT_TYPES)
+def test_layer_norm_with_idle_threads(mlx_path, dtype):
+    """MLX's own grid for axes 1000, 777 and 33 (2, 30 and 27 idle threads, which store up to
+    239 elements below their private array; the CPU backend clamps such indices to a spare
+    element). In a child process: the failure this guards against is a segmentation fault
+    in the fiber's frame, which would take the whole test session down. Tolerance: the float32
+    statistics and one rounding to T, 4 u_T relative, plus float32's absolute floor."""
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, "-c", _IDLE_THREADS_SCRIPT, mlx_path], capture_output=True,
+    result = subprocess.run([sys.executable, "-c", _IDLE_THREADS_SCRIPT, mlx_path, dtype], capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", (
         f"exit status {result.returncode}: {result.stderr[-500:]}")
@@ -462,14 +464,15 @@ def _vjp_inputs(dtype, rows, axis, seed):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_TYPES)
-@pytest.mark.parametrize("looped", [False, True])
+@pytest.mark.parametrize("looped, idle", [(False, False), (False, True), (True, False)])
 @pytest.mark.parametrize("has_w", [True, False])
-def test_vjp_layer_norm(mlx_lib, looped, dtype, has_w):
+def test_vjp_layer_norm(mlx_lib, looped, idle, dtype, has_w):
     """vjp_layer_norm{_looped}{T} (x, w, g, gx, gw, eps, axis_size, w_stride), function constant
     has_w (20). gx is d(layer_norm(x) * w)/dx applied to g; gw holds one row per input row,
     g * xhat, which the host then sums over rows (and only when has_w; without w the kernel
     reads w[0] = 1 with w_stride 0 and must leave gw alone). Checked against torch autograd."""
-    rows, axis = (5, 1020) if not looped else (3, 2501)  # 1020: no idle thread, as for layer_norm
+    # 1020: no idle thread, as for layer_norm; 1000: two idle threads store below thread_x
+    rows, axis = (5, 1000 if idle else 1020) if not looped else (3, 2501)
     group = _norm_group(axis, 8) if not looped else 128
     x, w, cotangent = _vjp_inputs(dtype, rows, axis, 41)
     w_stride = 1

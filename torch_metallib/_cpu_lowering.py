@@ -9,6 +9,8 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, DESIGN
 * function constants are specialized: each ``MTL_FC_INIT_<index>_<type>`` placeholder
   gets its value, and the ``air.static_init`` constructors that copy them are called by
   an exported ``__tm_init_<symbol>``, run once when the object is loaded;
+* a variable index into a thread's private array is clamped to one spare element
+  (_cpu_private_arrays);
 * ``air.*`` declarations get host definitions (_cpu_intrinsics); calls of SIMD-group
   collectives pass their call site's order (_cpu_reconvergence);
 * a launcher ``__tm_launch_<symbol>(ptr args, ptr dims, i64 first, i64 end)`` runs
@@ -23,6 +25,7 @@ from typing import Dict, List
 from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
 from ._cpu_atomics import define_atomic
 from ._cpu_intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
+from ._cpu_private_arrays import clamp_private_array_indices
 from ._cpu_reconvergence import number_exchange_sites
 from ._cpu_simdgroup_matrix import define_matrix
 from ._errors import UnsupportedKernelError
@@ -288,7 +291,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     thread)."""
     text = _retarget(text, triple, datalayout)
     text = _internalize(text, kernel)
-    text = _specialize_constants(text, constants)
+    text = clamp_private_array_indices(_specialize_constants(text, constants))
     text, constructors = _take_constructors(text)
     text = number_exchange_sites(_define_intrinsics(text, kernel))
     init_calls = "\n".join(f"  call void @{name}()" for name in constructors)

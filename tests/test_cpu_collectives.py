@@ -101,6 +101,23 @@ def test_shuffle_and_fill_matches_the_metal_specification_example():
     assert out.view(32, 2)[:8, 1].tolist() == [102, 103, 104, 105, 106, 107, 200, 201]
 
 
+@pytest.mark.parametrize("delta", [0, 1, 3])
+def test_shuffle_and_fill_without_modulo_spans_the_group(delta):
+    """The 3-argument overloads: the vector is the whole SIMD-group (32 lanes) for simd_*,
+    the quad (4 lanes) for quad_*; same rule as above."""
+    threads = 64
+    x = torch.arange(threads).float()
+    fill = -torch.arange(1, threads + 1).float()
+    out = torch.full((threads * 4,), SENTINEL)
+    _kernel("shuffle_and_fill_whole_group")(x, fill, out, delta, threads=threads, group_size=threads)
+    for column, width in ((0, SIMD), (2, 4)):
+        data_chunks, fill_chunks = x.view(-1, width), fill.view(-1, width)
+        up = torch.cat([fill_chunks[:, width - delta:], data_chunks[:, :width - delta]], 1).flatten()
+        down = torch.cat([data_chunks[:, delta:], fill_chunks[:, :delta]], 1).flatten()
+        assert torch.equal(out.view(threads, 4)[:, column], up)
+        assert torch.equal(out.view(threads, 4)[:, column + 1], down)
+
+
 # --- reductions and votes in divergent code ---------------------------------------------------
 
 def _active_pattern(pattern: str, threads: int, group: int, seed: int) -> torch.Tensor:

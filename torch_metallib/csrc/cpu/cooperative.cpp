@@ -129,6 +129,27 @@ Fiber* next_ready(GroupRun& run, uint32_t after) {
   return nullptr;
 }
 
+// Starts loading the saved registers and frame tops of the two fibers after `next` in
+// resume order: each switch otherwise waits on cache misses for the incoming fiber's stack
+// (1,024 fibers' frames do not stay in cache). block_softmax 4096^2 runs about 1.3x
+// faster (benchmarks/cooperative.py); more lines or fibers ahead measured no better.
+inline void prefetch_stack_top(const Fiber& f) {
+  const auto* sp = static_cast<const char*>(f.sp);
+#if defined(__x86_64__)
+  // GCC 12 drops __builtin_prefetch here (none is emitted), so the instruction is spelled out.
+  asm volatile("prefetcht0 (%0)\n\tprefetcht0 64(%0)" : : "r"(sp));
+#else
+  __builtin_prefetch(sp);
+  __builtin_prefetch(sp + 64);
+#endif
+}
+
+inline void prefetch_followers(const GroupRun& run, const Fiber& next) {
+  size_t at = run.position[next.thread] + 1;
+  if (at < run.order.size()) prefetch_stack_top(run.fibers[run.order[at]]);
+  if (at + 1 < run.order.size()) prefetch_stack_top(run.fibers[run.order[at + 1]]);
+}
+
 // The running fiber stops (its state is already set): hand over straight to the next
 // ready fiber, or to the scheduler when none is ready. `from_start`: resume in order
 // from the first thread of a new barrier interval.
@@ -141,6 +162,7 @@ void hand_over(GroupRun& run, bool from_start = false) {
     return;
   }
   run.current = next;
+  prefetch_followers(run, *next);
   tm_fiber_switch(&self.sp, next->sp);
 }
 

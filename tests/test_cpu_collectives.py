@@ -74,18 +74,24 @@ def test_shuffle_up_down_xor_broadcast(d):
     assert torch.equal(out.view(threads, 4), expected)
 
 
+def _shuffled_and_filled(x, fill, delta, width):
+    """(up, down) over vectors of `width` lanes: up = fill's last `delta` lanes, then data's
+    first width - delta; down = data's last width - delta lanes, then fill's first `delta`."""
+    data_chunks, fill_chunks = x.view(-1, width), fill.view(-1, width)
+    up = torch.cat([fill_chunks[:, width - delta:], data_chunks[:, :width - delta]], 1).flatten()
+    down = torch.cat([data_chunks[:, delta:], fill_chunks[:, :delta]], 1).flatten()
+    return up, down
+
+
 @pytest.mark.parametrize("delta,modulo", [(1, 32), (2, 4), (3, 8), (0, 16), (5, 8), (7, 16), (1, 2)])
 def test_shuffle_and_fill(delta, modulo):
-    """Per vector of `modulo` lanes: up = fill's last `delta` lanes, then data's first
-    modulo - delta; down = data's last modulo - delta lanes, then fill's first `delta`."""
+    """Per vector of `modulo` lanes (see _shuffled_and_filled)."""
     threads = 64
     x = torch.arange(threads).float()
     fill = -torch.arange(1, threads + 1).float()
     out = torch.full((threads * 2,), SENTINEL)
     _kernel("simd_shuffle_and_fill")(x, fill, out, delta, modulo, threads=threads, group_size=threads)
-    data_chunks, fill_chunks = x.view(-1, modulo), fill.view(-1, modulo)
-    up = torch.cat([fill_chunks[:, modulo - delta:], data_chunks[:, :modulo - delta]], 1).flatten()
-    down = torch.cat([data_chunks[:, delta:], fill_chunks[:, :delta]], 1).flatten()
+    up, down = _shuffled_and_filled(x, fill, delta, modulo)
     assert torch.equal(out.view(threads, 2)[:, 0], up)
     assert torch.equal(out.view(threads, 2)[:, 1], down)
 
@@ -104,16 +110,14 @@ def test_shuffle_and_fill_matches_the_metal_specification_example():
 @pytest.mark.parametrize("delta", [0, 1, 3])
 def test_shuffle_and_fill_without_modulo_spans_the_group(delta):
     """The 3-argument overloads: the vector is the whole SIMD-group (32 lanes) for simd_*,
-    the quad (4 lanes) for quad_*; same rule as above."""
+    the quad (4 lanes) for quad_*."""
     threads = 64
     x = torch.arange(threads).float()
     fill = -torch.arange(1, threads + 1).float()
     out = torch.full((threads * 4,), SENTINEL)
     _kernel("shuffle_and_fill_whole_group")(x, fill, out, delta, threads=threads, group_size=threads)
     for column, width in ((0, SIMD), (2, 4)):
-        data_chunks, fill_chunks = x.view(-1, width), fill.view(-1, width)
-        up = torch.cat([fill_chunks[:, width - delta:], data_chunks[:, :width - delta]], 1).flatten()
-        down = torch.cat([data_chunks[:, delta:], fill_chunks[:, :delta]], 1).flatten()
+        up, down = _shuffled_and_filled(x, fill, delta, width)
         assert torch.equal(out.view(threads, 4)[:, column], up)
         assert torch.equal(out.view(threads, 4)[:, column + 1], down)
 

@@ -426,8 +426,8 @@ import torch_metallib as tm
 lib = tm.load(sys.argv[1])
 dtype, u = {"float32": (torch.float32, 2.0 ** -24), "float16": (torch.float16, 2.0 ** -11),
             "bfloat16": (torch.bfloat16, 2.0 ** -8)}[sys.argv[2]]
-for axis in (1000, 777, 33):
-    group = 32 * -(-(-(-axis // 8)) // 32)  # MLX's grid: whole SIMD-groups of 8-element threads
+for pair in sys.argv[3:]:  # axis:group, MLX's grid
+    axis, group = map(int, pair.split(":"))
     x = torch.randn(3, axis, generator=torch.Generator().manual_seed(axis)).to(dtype)
     w, b = torch.ones(axis, dtype=dtype), torch.zeros(axis, dtype=dtype)
     out = torch.empty_like(x)
@@ -448,8 +448,9 @@ def test_layer_norm_with_idle_threads(mlx_path, dtype):
     statistics and one rounding to T, 4 u_T relative, plus float32's absolute floor."""
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, "-c", _IDLE_THREADS_SCRIPT, mlx_path, dtype], capture_output=True,
-                            text=True, timeout=300)
+    grids = [f"{axis}:{_norm_group(axis, 8)}" for axis in (1000, 777, 33)]
+    result = subprocess.run([sys.executable, "-c", _IDLE_THREADS_SCRIPT, mlx_path, dtype, *grids],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip() == "ok", (
         f"exit status {result.returncode}: {result.stderr[-500:]}")
 

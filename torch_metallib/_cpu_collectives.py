@@ -154,10 +154,9 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
     if name in ("air.wg.barrier", "air.simdgroup.barrier") and params == ["i32", "i32"]:
-        if name == "air.wg.barrier":
-            return "define internal void @air.wg.barrier(i32 %a0, i32 %a1) alwaysinline {\n" \
-                   "  call void @tm_rt_barrier()\n  ret void\n}", []
-        return _definition("void", name, params, [f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})"]), []
+        wait = ("call void @tm_rt_barrier()" if name == "air.wg.barrier"
+                else f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})")
+        return _definition("void", name, params, [wait]), []
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":
         return None

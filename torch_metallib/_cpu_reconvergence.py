@@ -29,6 +29,7 @@ SITE_ORDER = "i32 %site.order"
 _EXCHANGING = re.compile(r"^define internal [^\n]*?@([-\w$.]+)\([^\n]*" + re.escape(SITE_ORDER) + r"\)", re.M)
 _LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _SUCCESSOR = re.compile(r"label %([-\w$.]+|\"[^\"]*\")")
+_CALLEE = re.compile(r"@([-\w$.]+)\(")
 _SLOTS_PER_BLOCK = 1024  # call sites numbered within a block (more share the last number)
 
 
@@ -93,7 +94,7 @@ def _weak_topological_order(successors: Dict[str, List[str]], entry: str) -> Lis
 
 def _call_with_order(line: str, names: Set[str], order: int) -> str:
     """`line` with ``i32 order`` appended to the arguments of its call to one of `names`."""
-    match = re.search(r"@([-\w$.]+)\(", line)
+    match = _CALLEE.search(line)
     if match is None or match.group(1) not in names or " call " not in f" {line[:match.start()]}":
         return line
     depth, at = 1, match.end()

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/fiber_switch.h"
@@ -202,6 +203,12 @@ inline void deposit(unsigned char* slot, const void* value, uint32_t bytes) {
   for (; i < bytes; ++i) slot[i] = from[i];
 }
 
+// Indices in run.fibers of SIMD-group `simd`'s lanes: [first, second).
+std::pair<size_t, size_t> lanes_of(const GroupRun& run, uint32_t simd) {
+  size_t begin = size_t(simd) * kSimdWidth;
+  return {begin, std::min(run.fibers.size(), begin + kSimdWidth)};
+}
+
 void complete_exchange(GroupRun& run, uint32_t simd) {
   SimdGroup& s = run.simds[simd];
   uint32_t p = s.phase & 1;
@@ -210,8 +217,8 @@ void complete_exchange(GroupRun& run, uint32_t simd) {
   s.arrived = 0;
   s.reserved = 0;
   s.phase++;
-  size_t end = std::min<size_t>(run.fibers.size(), size_t(simd + 1) * kSimdWidth);
-  for (size_t t = size_t(simd) * kSimdWidth; t < end; ++t) {
+  auto [begin, end] = lanes_of(run, simd);
+  for (size_t t = begin; t < end; ++t) {
     Fiber& f = run.fibers[t];
     if (f.state == State::InExchange || f.state == State::WaitingToExchange) make_ready(run, f);
   }
@@ -225,7 +232,7 @@ void complete_exchange(GroupRun& run, uint32_t simd) {
 // anything.
 bool settle_exchanges(GroupRun& run, uint32_t simd) {
   SimdGroup& s = run.simds[simd];
-  size_t begin = size_t(simd) * kSimdWidth, end = std::min<size_t>(run.fibers.size(), begin + kSimdWidth);
+  auto [begin, end] = lanes_of(run, simd);
   Fiber* first = nullptr;  // the waiting lane at the lowest site
   for (size_t t = begin; t < end; ++t) {
     Fiber& f = run.fibers[t];
@@ -397,12 +404,12 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ui
   auto& fiber = *run.current;
   auto& s = run.simds[fiber.simd];
   auto site = reinterpret_cast<uintptr_t>(__builtin_return_address(0));
+  fiber.site = site;  // read by settle_exchanges while this lane waits to enter
+  fiber.order = order;
   uint32_t p;
   for (;;) {
     // Wait while another collective gathers, or one that must go first (settle_exchanges).
     while ((s.arrived > 0 && s.site != site) || (s.reserved != 0 && s.reserved != site)) {
-      fiber.site = site;
-      fiber.order = order;
       block(run, State::WaitingToExchange);
     }
     uint32_t phase = s.phase;

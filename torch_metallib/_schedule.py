@@ -94,6 +94,6 @@ def register_environment_schedule() -> None:
     """Counts the environment's debug schedule, if any, once (see _native_users)."""
     global _environment_registered
     if not _environment_registered:
-        _environment_registered = True
-        if _from_environment().mode != "parallel":
+        if _from_environment().mode != "parallel":  # raises for a malformed variable: retried next time
             _native_users(1)
+        _environment_registered = True

@@ -391,6 +391,8 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
     with _lock:
         if parsed.qualname in _operators:
             raise OpDefinitionError(f"{parsed.qualname} is already defined by torch_metallib.ops in this process")
+        # Whatever can fail goes before namespace.define: torch cannot take a definition back.
+        register_environment_schedule()
         namespace = _namespaces.get(parsed.namespace)
         if namespace is None:
             namespace = _namespaces[parsed.namespace] = torch.library.Library(parsed.namespace, "FRAGMENT")
@@ -399,7 +401,6 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         except RuntimeError as error:
             raise OpDefinitionError(f"{parsed.qualname}: torch.library refused the schema: "
                                     f"{str(error).splitlines()[0]}") from None
-        register_environment_schedule()
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
                                       compile_for)

@@ -59,15 +59,7 @@ void bind_dispatch(py::module_& m) {
            "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.");
 
   py::class_<Plan>(m, "Plan")
-      .def_property_readonly("constants", [](const Plan& plan) {
-        // (index, value) pairs: part of the JIT cache key.
-        py::tuple out(plan.constants.size());
-        for (size_t i = 0; i < plan.constants.size(); ++i) {
-          const auto& c = plan.constants[i];
-          out[i] = py::make_tuple(c.index, c.is_float ? py::object(py::float_(c.real)) : py::object(py::int_(c.integer)));
-        }
-        return out;
-      })
+      .def_property_readonly("constants", [](const Plan& plan) { return constants_tuple(plan.constants); })
       .def_property_readonly("device", [](const Plan& plan) { return plan.device.str(); })
       .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
       .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; });

@@ -25,10 +25,11 @@ c10::ScalarType dtype_of(const py::handle& value) {
   return reinterpret_cast<THPDtype*>(value.ptr())->scalar_type;
 }
 
+// Any Python int (too large for its argument fails when packed, as for lib.kernel calls).
 dispatch::Number number_of(const py::handle& value) {
-  if (PyBool_Check(value.ptr())) return dispatch::Number::of_bool(value.ptr() == Py_True);
-  if (PyFloat_Check(value.ptr())) return dispatch::Number::of(value.cast<double>());
-  return dispatch::Number::of(value.cast<int64_t>());
+  dispatch::Number number;
+  if (!dispatch::read_number(value, number)) throw py::type_error("expected a number");
+  return number;
 }
 
 // (text, [(op, a, b), ...]) from torch_metallib.ops; the token stack must stay shallow

@@ -82,8 +82,7 @@ KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<Argume
 PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out) {
   using Kind = Number::Kind;
   if (type.kind == ScalarKind::Float) {
-    double real = value.kind == Kind::Float || value.kind == Kind::Huge ? value.real
-                  : value.kind == Kind::UInt64 ? double(value.big) : double(value.integer);
+    double real = value.as_double();
     if (value.kind == Kind::Huge && !value.real_ok) return PackProblem::OutOfRange;
     if (type.element_bytes == 4) {
       float v = float(real);
@@ -123,10 +122,6 @@ PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out
   return PackProblem::None;
 }
 
-namespace {
-
-// Python number -> Number; false if `value` is not a number (ints of any kind, numpy's
-// too through __index__, floats and bools).
 bool read_number(const py::handle& value, Number& number) {
   py::object held = py::reinterpret_borrow<py::object>(value);
   if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr())) {
@@ -160,6 +155,17 @@ bool read_number(const py::handle& value, Number& number) {
   }
   return true;
 }
+
+py::tuple constants_tuple(const std::vector<ConstantValue>& constants) {
+  py::tuple out(constants.size());
+  for (size_t i = 0; i < constants.size(); ++i) {
+    const auto& c = constants[i];
+    out[i] = py::make_tuple(c.index, c.is_float ? py::object(py::float_(c.real)) : py::object(py::int_(c.integer)));
+  }
+  return out;
+}
+
+namespace {
 
 // "an integer that fits uint" and the like: what `type` wants.
 std::string wanted(const MetalType& type) {
@@ -239,14 +245,14 @@ void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Num
   if (problem != PackProblem::None) {
     throw ArgumentError(where() + ": expected " + wanted(*argument.type) + ", got " + found(problem, number_text(number)));
   }
-  bind_bytes(plan, argument, std::move(storage), argument.type_size, number_text(number));
+  bind_bytes(plan, argument, std::move(storage), argument.type_size, [&] { return number_text(number); });
 }
 
 void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
-                            int64_t bytes, const std::string& source) const {
+                            int64_t bytes, c10::function_ref<std::string()> source) const {
   if (argument.buffer_size >= 0 && bytes < argument.buffer_size) {
     throw DispatchFailure(name_ + ": " + argument.describe() + ": expected " + std::to_string(argument.buffer_size) +
-                          " bytes, got " + std::to_string(bytes) + " from " + source);
+                          " bytes, got " + std::to_string(bytes) + " from " + source());
   }
   plan.addresses[argument.position] = storage->data();
   plan.packed.push_back(std::move(storage));
@@ -258,9 +264,9 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     bind_tensor(plan, argument, THPVariable_Unpack(value.ptr()), device_seen);
     return;
   }
-  const std::string where = name_ + ": " + argument.describe();
+  auto where = [&] { return name_ + ": " + argument.describe(); };
   if (argument.writable()) {
-    throw ArgumentError(where + ": the kernel writes to it; expected a tensor, got " + short_repr(value) +
+    throw ArgumentError(where() + ": the kernel writes to it; expected a tensor, got " + short_repr(value) +
                         " (" + python_type(value) + ")");
   }
   std::shared_ptr<std::vector<uint64_t>> storage;
@@ -269,7 +275,7 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     Py_buffer view;
     if (PyObject_GetBuffer(value.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
       PyErr_Clear();
-      throw ArgumentError(where + ": expected contiguous bytes, got a non-contiguous " + python_type(value) +
+      throw ArgumentError(where() + ": expected contiguous bytes, got a non-contiguous " + python_type(value) +
                           ". Pass bytes(view) or view.tobytes()");
     }
     bytes = int64_t(view.len);
@@ -277,7 +283,7 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     std::memcpy(storage->data(), view.buf, size_t(bytes));
     PyBuffer_Release(&view);
   } else if (argument.type == nullptr) {
-    throw ArgumentError(where + ": '" + argument.type_name + "' is not a scalar or vector type; expected a tensor or " +
+    throw ArgumentError(where() + ": '" + argument.type_name + "' is not a scalar or vector type; expected a tensor or " +
                         "bytes of its " + std::to_string(argument.type_size) + "-byte layout, got " + short_repr(value));
   } else {
     const MetalType& type = *argument.type;
@@ -288,7 +294,7 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
       numbers.push_back(value);
     }
     if (numbers.empty() || numbers.size() % size_t(type.components)) {
-      throw ArgumentError(where + ": expected " + (type.components > 1 ? std::to_string(type.components) +
+      throw ArgumentError(where() + ": expected " + (type.components > 1 ? std::to_string(type.components) +
                           " numbers per " + type.name : std::string("a number or a sequence of numbers")) +
                           ", got " + short_repr(value));
     }
@@ -302,15 +308,15 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
       size_t at = (i / size_t(type.components)) * slot + (i % size_t(type.components)) * size_t(type.element_bytes);
       Number number;
       if (!read_number(numbers[i], number)) {
-        throw ArgumentError(where + ": expected " + wanted(type) + ", got a " + python_type(numbers[i]));
+        throw ArgumentError(where() + ": expected " + wanted(type) + ", got a " + python_type(numbers[i]));
       }
       PackProblem problem = pack_number(type, number, out + at);
       if (problem != PackProblem::None) {
-        throw ArgumentError(where + ": expected " + wanted(type) + ", got " + found(problem, short_repr(numbers[i])));
+        throw ArgumentError(where() + ": expected " + wanted(type) + ", got " + found(problem, short_repr(numbers[i])));
       }
     }
   }
-  bind_bytes(plan, argument, std::move(storage), bytes, short_repr(value));
+  bind_bytes(plan, argument, std::move(storage), bytes, [&] { return short_repr(value); });
 }
 
 // --- constants ----------------------------------------------------------------------------
@@ -336,8 +342,7 @@ std::vector<ConstantValue> KernelSpec::check_constants(const std::vector<std::pa
     }
     ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
     if (cv.is_float) {
-      cv.real = value.kind == Number::Kind::Float || value.kind == Number::Kind::Huge ? value.real
-                : value.kind == Number::Kind::UInt64 ? double(value.big) : double(value.integer);
+      cv.real = value.as_double();
     } else {
       cv.integer = value.kind == Number::Kind::UInt64 ? int64_t(value.big) : value.integer;
     }

@@ -9,6 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/util/FunctionRef.h>
 
 #include <cstdint>
 #include <memory>
@@ -72,7 +73,15 @@ struct Number {
   static Number of(int64_t v) { return {Kind::Int, v}; }
   static Number of(double v) { return {Kind::Float, 0, 0, v, true}; }
   static Number of_bool(bool v) { return {Kind::Bool, v ? 1 : 0}; }
+  // The value as a double (for float types; Huge: the nearest double).
+  double as_double() const {
+    return kind == Kind::Float || kind == Kind::Huge ? real : kind == Kind::UInt64 ? double(big) : double(integer);
+  }
 };
+
+// Python number -> Number; false if `value` is not a number (ints of any kind, numpy's
+// too through __index__, floats and bools).
+bool read_number(const pybind11::handle& value, Number& number);
 
 // Why a Number does not fit a Metal type; the caller words the message.
 enum class PackProblem { None, OutOfRange, FloatForInteger, NotBool };
@@ -98,6 +107,9 @@ struct Plan {
   std::vector<std::pair<int, int64_t>> threadgroup_buffers;
   c10::Device device = c10::Device(c10::kCPU);
 };
+
+// (index, value) pairs of bound constants, as Python sees them (the JIT cache key).
+pybind11::tuple constants_tuple(const std::vector<ConstantValue>& constants);
 
 class KernelSpec {
  public:
@@ -130,8 +142,9 @@ class KernelSpec {
                   bool& device_seen) const;
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
+  // `source` words the value for the error message, only when there is one.
   void bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
-                  int64_t bytes, const std::string& source) const;
+                  int64_t bytes, c10::function_ref<std::string()> source) const;
   void bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const;
   void bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const;
 

@@ -68,12 +68,7 @@ const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const
   CompiledEntry entry{constants, cooperative, {}, false};
   {
     py::gil_scoped_acquire gil;
-    py::tuple values(constants.size());
-    for (size_t i = 0; i < constants.size(); ++i) {
-      const auto& c = constants[i];
-      values[i] = py::make_tuple(c.index, c.is_float ? py::object(py::float_(c.real)) : py::object(py::int_(c.integer)));
-    }
-    py::tuple result = spec.compile(kernel.index, values, cooperative, copies);
+    py::tuple result = spec.compile(kernel.index, dispatch::constants_tuple(constants), cooperative, copies);
     entry.launchers = result[0].cast<std::vector<uintptr_t>>();
     entry.serial = result[1].cast<bool>();
   }

@@ -6,7 +6,13 @@ csrc/cpu/cooperative.cpp), which returns once the active lanes of the SIMD-group
 arrived at the same call site, with every lane's value in 32 slots of 64 bytes and the
 mask of lanes that took part; the lane then computes its result from the slots here, in
 IR. Shuffles whose source lane is outside the SIMD-group or did not take part return the
-lane's own value (``simd_shuffle_up``/``down`` do not wrap).
+lane's own value (``simd_shuffle_up``/``down`` do not wrap). A result that is the same for
+every lane (a SIMD-group reduction) is computed once, by the first lane to return from the
+exchange (``%leads``), into the slots' unused bytes (RESULT_OFFSET), where the others read it.
+
+``simdgroup_barrier(mem_flags::mem_none)`` (MLX's GEMM loops call it between loads and
+multiplies) orders no memory, so no lane can observe it: it is a no-op here, and only
+barriers with memory flags make the SIMD-group meet.
 """
 
 from typing import List, Optional, Tuple
@@ -17,12 +23,14 @@ from ._cpu_reconvergence import SITE_ORDER
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
 SLOT_BYTES = 64
+RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32)"]
 
 def _exchange(values: List[Tuple[str, str]]) -> List[str]:
-    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane.
-    The definition takes the call site's order (SITE_ORDER) as its last parameter."""
-    lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [2 x i32], align 4"]
+    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
+    and %leads (this lane returned first). The definition takes the call site's order
+    (SITE_ORDER) as its last parameter."""
+    lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [3 x i32], align 4"]
     offset = 0
     for i, (type_name, operand) in enumerate(values):
         lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
@@ -30,8 +38,20 @@ def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info, {SITE_ORDER})",
               "%mask = load i32, ptr %info",
               "%lanep = getelementptr i32, ptr %info, i32 1",
-              "%lane = load i32, ptr %lanep"]
+              "%lane = load i32, ptr %lanep",
+              "%leadsp = getelementptr i32, ptr %info, i32 2",
+              "%leads.w = load i32, ptr %leadsp",
+              "%leads = icmp ne i32 %leads.w, 0"]
     return lines
+
+
+def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]:
+    """%r = `result` of the `compute` lines, which only the leading lane runs: the others
+    read what it stored in the slots."""
+    return (["%shared = getelementptr i8, ptr %slots, i32 " + str(RESULT_OFFSET),
+             "br i1 %leads, label %compute, label %read", "compute:"] + compute
+            + [f"store {type_name} {result}, ptr %shared", "br label %read",
+               "read:", f"%r = load {type_name}, ptr %shared"])
 
 
 def _load_lane(type_name: str, lane: str, name: str, offset: int = 0) -> List[str]:
@@ -153,10 +173,13 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
 
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
-    if name in ("air.wg.barrier", "air.simdgroup.barrier") and params == ["i32", "i32"]:
-        wait = ("call void @tm_rt_barrier()" if name == "air.wg.barrier"
-                else f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})")
-        return _definition("void", name, params, [wait]), []
+    if name == "air.wg.barrier" and params == ["i32", "i32"]:
+        return _definition("void", name, params, ["call void @tm_rt_barrier()"]), []
+    if name == "air.simdgroup.barrier" and params == ["i32", "i32"]:
+        lines = ["%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:",
+                 f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})",
+                 "br label %done", "done:"]
+        return _definition("void", name, params, lines), []
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":
         return None
@@ -194,7 +217,10 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     if op in ("sum", "product", "min", "max", "and", "or", "xor") and len(params) == 1:
         lines = _exchange([(value_type, "%a0")]) + quad_lines
         folded, declarations, result = _fold(op, signed, value_type, in_quad)
-        lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+        if quad or type_bytes(value_type) > SLOT_BYTES - RESULT_OFFSET:  # a result per quad
+            lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+        else:
+            lines += _computed_once(value_type, folded, result)
     elif op.startswith("prefix_") and len(params) == 1:
         _, kind, reduction = op.split("_")
         compare = "ule" if kind == "inclusive" else "ult"

@@ -3,9 +3,11 @@
 A SIMD-group holds an 8x8 matrix as ``<64 x T>`` values of which only slots 0 and 1 are
 the lane's: lane l holds M[r][c] and M[r][c+1] with r = ((l>>4)<<2)|((l>>1)&3) and
 c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C) exchanges the lanes'
-fragments (as float, the accumulator type MLX uses) through ``tm_rt_simd_exchange`` and
-each lane computes its two elements of D: C plus the eight products of a row of A and a
-column of B, in k order, each step one fused multiply-add. ``load`` / ``store`` move a
+fragments (as float, the accumulator type MLX uses) through ``tm_rt_simd_exchange``; the
+first lane to return computes all of D (``@tm.simdgroup_matrix_8x8.multiply_all``, with
+8-wide vectors) into the slots, and each lane reads its two elements. Each element is C
+plus the eight products of a row of A and a column of B, in k order, each step one fused
+multiply-add. ``load`` / ``store`` move a
 lane's two elements between its fragment and memory with ``elements_per_row`` and
 ``matrix_origin`` (x = column, y = row); ``transpose`` reads or writes the transposed
 matrix [ASSUMED: origin stays in the memory's (column, row) coordinates].
@@ -84,23 +86,62 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
                 lines += _to_float(element, f"%f{operand}{k}.e", f"%f{operand}{k}")
                 values.append(("float", f"%f{operand}{k}"))
         lines += _exchange(values)  # slot bytes: a0 a1 b0 b1 c0 c1, 4 each
-        # A[row][t] sits in lane (lane & 0b10110) | ((t>>2)<<3) | ((t>>1)&1), slot t&1;
-        # B[t][col+k] in lane (lane & 0b01001) | ((t>>2)<<4) | ((t&3)<<1), slot k.
-        lines += ["%arow = and i32 %lane, 22", "%bcol = and i32 %lane, 9"]
-        for t in range(8):
-            lines += [f"%la{t} = or i32 %arow, {((t >> 2) << 3) | ((t >> 1) & 1)}"]
-            lines += _load_lane("float", f"%la{t}", f"A{t}", 4 * (t & 1))
-            lines += [f"%lb{t} = or i32 %bcol, {((t >> 2) << 4) | ((t & 3) << 1)}"]
-            for k in (0, 1):
-                lines += _load_lane("float", f"%lb{t}", f"B{t}_{k}", 8 + 4 * k)
+        lines += ["br i1 %leads, label %compute, label %read", "compute:",
+                  f"call void @{_MULTIPLY_ALL}(ptr %slots)", "br label %read", "read:"]
         out = element_type(ret)
         for k in (0, 1):
-            acc = f"%fc{k}"
-            for t in range(8):
-                lines.append(f"%d{k}_{t} = call float @llvm.fma.f32(float %A{t}, float %B{t}_{k}, float {acc})")
-                acc = f"%d{k}_{t}"
-            lines.append(f"%o{k} = fptrunc float {acc} to {out}" if out != "float" else f"%o{k} = fadd float {acc}, -0.0")
+            lines += _load_lane("float", "%lane", f"d{k}", _D_OFFSET + 4 * k)
+            lines.append(f"%o{k} = fptrunc float %d{k} to {out}" if out != "float" else f"%o{k} = fadd float %d{k}, -0.0")
         lines += [f"%r0 = insertelement {ret} poison, {out} %o0, i32 0",
                   f"%r = insertelement {ret} %r0, {out} %o1, i32 1"]
-        return _definition(ret, name, params, lines), ["declare float @llvm.fma.f32(float, float, float)"]
+        return _definition(ret, name, params, lines), [
+            _multiply_all(), "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"]
     return None
+
+
+_MULTIPLY_ALL = "tm.simdgroup_matrix_8x8.multiply_all"
+_D_OFFSET = 24  # in each lane's slot, after its a0 a1 b0 b1 c0 c1
+
+
+# (row, column) -> (lane, slot) holding M[row][column]: the layout in the docstring, inverted.
+_HOLDERS = {(((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (lane & 1) * 2 + slot): (lane, slot)
+            for lane in range(32) for slot in (0, 1)}
+
+
+def _multiply_all() -> str:
+    """``void @tm.simdgroup_matrix_8x8.multiply_all(ptr slots)``: D = A*B + C from the 32
+    lanes' deposited fragments, written into each lane's slot at _D_OFFSET. Rows of B, C
+    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the
+    same operations, in the same order, as one lane computing its elements."""
+    lines: List[str] = []
+
+    def element(name: str, row: int, column: int, base: int) -> str:
+        lane, slot = _HOLDERS[row, column]
+        lines.extend([f"%{name}.p = getelementptr i8, ptr %slots, i32 {lane * 64 + base + 4 * slot}",
+                      f"%{name} = load float, ptr %{name}.p"])
+        return f"%{name}"
+
+    def row_vector(matrix: str, row: int, base: int) -> str:
+        previous = "poison"
+        for column in range(8):
+            value = element(f"{matrix}{row}.{column}", row, column, base)
+            lines.append(f"%{matrix}{row}.v{column} = insertelement <8 x float> {previous}, float {value}, i32 {column}")
+            previous = f"%{matrix}{row}.v{column}"
+        return previous
+
+    rows_b = [row_vector("B", t, 8) for t in range(8)]
+    for r in range(8):
+        acc = row_vector("C", r, 16)
+        for t in range(8):
+            a = element(f"A{r}.{t}", r, t, 0)
+            lines += [f"%A{r}.{t}.i = insertelement <8 x float> poison, float {a}, i32 0",
+                      f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
+                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> {rows_b[t]}, <8 x float> {acc})"]
+            acc = f"%D{r}.{t}"
+        for column in range(8):
+            lane, slot = _HOLDERS[r, column]
+            lines += [f"%D{r}.e{column} = extractelement <8 x float> {acc}, i32 {column}",
+                      f"%D{r}.p{column} = getelementptr i8, ptr %slots, i32 {lane * 64 + _D_OFFSET + 4 * slot}",
+                      f"store float %D{r}.e{column}, ptr %D{r}.p{column}"]
+    body = "\n  ".join(lines + ["ret void"])
+    return f"define internal void @{_MULTIPLY_ALL}(ptr %slots) noinline {{\n  {body}\n}}"

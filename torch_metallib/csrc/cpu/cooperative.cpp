@@ -43,6 +43,7 @@ struct SimdGroup {
   uintptr_t reserved = 0;     // when set, only this call site may start gathering
   uint32_t deposited[2] = {0, 0};
   uint32_t completed[2] = {0, 0};
+  bool claimed[2] = {false, false};  // a lane has returned from the phase (see info[2])
   alignas(64) unsigned char slots[2][kSimdWidth][kSlotBytes];
 };
 
@@ -130,6 +131,27 @@ Fiber* next_ready(GroupRun& run, uint32_t after) {
   return nullptr;
 }
 
+// Indices in run.fibers of SIMD-group `simd`'s lanes: [first, second).
+std::pair<size_t, size_t> lanes_of(const GroupRun& run, uint32_t simd) {
+  size_t begin = size_t(simd) * kSimdWidth;
+  return {begin, std::min(run.fibers.size(), begin + kSimdWidth)};
+}
+
+// Unpermuted schedules: the next ready lane of `self`'s own SIMD-group (after it,
+// wrapping), else the next ready fiber after that SIMD-group. Lanes freed by a collective
+// thus run again while their frames are still in cache, instead of after every other
+// fiber of the threadgroup (a SIMD-group's 32 frames fit in L1; 1,024 threads' do not).
+Fiber* next_ready_simd_first(GroupRun& run, const Fiber& self) {
+  auto [begin, end] = lanes_of(run, self.simd);
+  for (size_t t = self.thread + 1; t < end; ++t) {
+    if (run.fibers[t].state == State::Ready) return &run.fibers[t];
+  }
+  for (size_t t = begin; t < self.thread; ++t) {
+    if (run.fibers[t].state == State::Ready) return &run.fibers[t];
+  }
+  return next_ready(run, uint32_t(end - 1));
+}
+
 // Starts loading the saved registers and frame tops of the two fibers after `next` in
 // resume order: each switch otherwise waits on cache misses for the incoming fiber's stack
 // (1,024 fibers' frames do not stay in cache). block_softmax 4096^2 runs about 1.3x
@@ -156,7 +178,9 @@ inline void prefetch_followers(const GroupRun& run, const Fiber& next) {
 // from the first thread of a new barrier interval.
 void hand_over(GroupRun& run, bool from_start = false) {
   Fiber& self = *run.current;
-  Fiber* next = from_start ? next_ready(run, run.order.back()) : next_ready(run, self.thread);
+  Fiber* next = from_start              ? next_ready(run, run.order.back())
+                : run.schedule->permute ? next_ready(run, self.thread)
+                                        : next_ready_simd_first(run, self);
   if (next == &self) return;
   if (next == nullptr) {
     tm_fiber_switch(&self.sp, run.scheduler);
@@ -203,16 +227,11 @@ inline void deposit(unsigned char* slot, const void* value, uint32_t bytes) {
   for (; i < bytes; ++i) slot[i] = from[i];
 }
 
-// Indices in run.fibers of SIMD-group `simd`'s lanes: [first, second).
-std::pair<size_t, size_t> lanes_of(const GroupRun& run, uint32_t simd) {
-  size_t begin = size_t(simd) * kSimdWidth;
-  return {begin, std::min(run.fibers.size(), begin + kSimdWidth)};
-}
-
 void complete_exchange(GroupRun& run, uint32_t simd) {
   SimdGroup& s = run.simds[simd];
   uint32_t p = s.phase & 1;
   s.completed[p] = s.deposited[p];
+  s.claimed[p] = false;
   s.deposited[p ^ 1] = 0;
   s.arrived = 0;
   s.reserved = 0;
@@ -310,6 +329,7 @@ void run_group(ThreadFunction function, const dispatch::Plan& plan, uint32_t gro
   run.simds.resize((threads + kSimdWidth - 1) / kSimdWidth);
   for (SimdGroup& s : run.simds) {
     s.live = s.arrived = s.phase = s.deposited[0] = s.deposited[1] = 0;
+    s.claimed[0] = s.claimed[1] = false;
     s.reserved = 0;
   }
   run.order.resize(threads);
@@ -429,6 +449,8 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ui
   if (info != nullptr) {
     info[0] = s.completed[p];
     info[1] = fiber.lane;
+    info[2] = !s.claimed[p];
+    s.claimed[p] = true;
   }
   return s.slots[p];
 }

@@ -45,7 +45,9 @@ extern "C" {
 void tm_rt_barrier();
 // A SIMD-group exchange: deposits `bytes` (<= 64) of this lane's value, waits for the
 // active lanes of its SIMD-group at this call site, and returns their 32 x 64-byte slots;
-// info[0] = mask of lanes that took part, info[1] = this lane. `order` ranks the call site
+// info[0] = mask of lanes that took part, info[1] = this lane, info[2] = 1 for the first
+// lane to return from this exchange (it may compute a result for all the lanes into the
+// slots' unused bytes, which stay until every lane has returned). `order` ranks the call site
 // (_cpu_reconvergence.py): when lanes wait at several sites, the lowest goes first.
 const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info, uint32_t order);
 }

@@ -229,6 +229,21 @@ def test_partial_simdgroups_hold_only_existing_lanes(threads, group):
     assert torch.equal(out.view(threads, 4), expected)
 
 
+@pytest.mark.parametrize("schedule, seed", [("parallel", 0), ("sequential", 0), ("permuted", 1), ("permuted", 2)])
+def test_simdgroup_barrier_with_memory_flags_makes_lanes_meet(schedule, seed):
+    """shared[lid] = in[gid]; simdgroup_barrier(mem_threadgroup); out[gid] = shared[lid ^ 1]:
+    every lane reads its neighbour's store, in any thread order. (A mem_none barrier orders
+    no memory, so the runtime lets lanes pass it; this one must make them meet.)"""
+    threads, group = 200, 64  # the last threadgroup's last SIMD-group is cut short: 8 lanes
+    v = torch.randint(-1000, 1000, (threads,), generator=_generator(seed), dtype=torch.int32)
+    out = torch.full((threads,), -7, dtype=torch.int32)
+    with tm.cpu_schedule(schedule, seed=seed):
+        _kernel("simdgroup_barrier_threadgroup")(v, out, threads=threads, group_size=group,
+                                                 threadgroup_memory={0: group * 4})
+    neighbour = torch.tensor([(gid // group) * group + ((gid % group) ^ 1) for gid in range(threads)])
+    assert torch.equal(out, v[neighbour])
+
+
 # --- reconvergence ----------------------------------------------------------------------------
 
 # Lanes that skip a branch (or leave a loop) reach the next collective first in every

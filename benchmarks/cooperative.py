@@ -3,8 +3,8 @@ simdgroup matrices) on CPU tensors, against torch.
 
 Usage: python benchmarks/cooperative.py [--repeat N] [--json OUT]
 
-Each thread of a threadgroup is a fiber; a thread that reaches a barrier or a SIMD-group
-collective hands over to the next (csrc/cpu/cooperative.cpp). Three measurements, each
+Each thread of a threadgroup is a coroutine; a thread that reaches a barrier or a SIMD-group
+collective suspends, and the runtime resumes the next (csrc/cpu/cooperative.cpp). Three measurements, each
 against a baseline in the same run, warm (the first call, which compiles, is excluded),
 interleaved call by call (alternating which goes first), N repeats, medians, GC off:
 

@@ -1,5 +1,5 @@
 """Cooperative kernels on the CPU: threadgroup barriers, SIMD-group functions and threadgroup
-memory, run as fibers (csrc/cpu/cooperative.cpp), against torch."""
+memory, run as coroutines (csrc/cpu/cooperative.cpp), against torch."""
 
 import pytest
 import torch

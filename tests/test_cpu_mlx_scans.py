@@ -444,7 +444,7 @@ def test_layer_norm_with_idle_threads(mlx_path, dtype):
     """MLX's own grid for axes 1000, 777 and 33 (2, 30 and 27 idle threads, which store up to
     239 elements below their private array; the CPU backend clamps such indices to a spare
     element). In a child process: the failure this guards against is a segmentation fault
-    in the fiber's frame, which would take the whole test session down. Tolerance: the float32
+    from a corrupted frame, which would take the whole test session down. Tolerance: the float32
     statistics and one rounding to T, 4 u_T relative, plus float32's absolute floor."""
     import subprocess
     import sys

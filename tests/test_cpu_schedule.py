@@ -73,7 +73,7 @@ def test_permuted_order_keeps_barriers(seed):
 
 @pytest.mark.parametrize("mode", ["sequential", "permuted"])
 def test_debug_modes_run_mlx_kernels_correctly(mlx_lib, mode):
-    """A plain kernel (in permuted mode run as fibers) and a cooperative one."""
+    """A plain kernel (in permuted mode run as coroutines) and a cooperative one."""
     a, b = torch.randn(3000), torch.randn(3000)
     c = torch.empty(3000)
     x = torch.randn(3, 4096)

@@ -2,7 +2,7 @@
 
 ``air.atomic.{global|local}.<op>[.s|.u].<type>(ptr, T, i32 order, i32 scope, i1 volatile)``
 becomes an LLVM ``atomicrmw``: threadgroups run in parallel on torch's threads, so device
-atomics must be real atomics (threads of one threadgroup are fibers of one OS thread, for
+atomics must be real atomics (threads of one threadgroup are coroutines on one OS thread, for
 which any atomic is trivially atomic). Metal only has relaxed ordering (``monotonic``);
 ``air.atomic.fence`` is a full fence. Only ``global.add.f32`` appears in the MLX corpus;
 the other spellings (load, store, xchg, cmpxchg.weak, fence) follow the same pattern

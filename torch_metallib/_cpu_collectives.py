@@ -2,13 +2,14 @@
 and the SIMD-group functions (DESIGN.md §4.2-4.3).
 
 Each collective deposits the lane's value with the C++ runtime (``tm_rt_simd_exchange``,
-csrc/cpu/cooperative.cpp), which returns once the active lanes of the SIMD-group have
-arrived at the same call site, with every lane's value in 32 slots of 64 bytes and the
-mask of lanes that took part; the lane then computes its result from the slots here, in
-IR. Shuffles whose source lane is outside the SIMD-group or did not take part return the
-lane's own value (``simd_shuffle_up``/``down`` do not wrap). A result that is the same for
-every lane (a SIMD-group reduction) is computed once, by the first lane to return from the
-exchange (``%leads``), into the slots' unused bytes (RESULT_OFFSET), where the others read it.
+csrc/cpu/cooperative.cpp) and waits (suspends, _cpu_coroutine) until the active lanes of
+the SIMD-group have arrived at the same call site; the runtime then returns every lane's
+value in 32 slots of 64 bytes and the mask of lanes that took part, and the lane computes
+its result from the slots here, in IR. Shuffles whose source lane is outside the
+SIMD-group or did not take part return the lane's own value (``simd_shuffle_up``/``down``
+do not wrap). A result that is the same for every lane (a SIMD-group reduction) is
+computed once, by the first lane to read the exchange (``%leads``), into the slots' unused
+bytes (RESULT_OFFSET), where the others read it.
 
 ``simdgroup_barrier(mem_flags::mem_none)`` (MLX's GEMM loops call it between loads and
 multiplies) orders no memory, so no lane can observe it: it is a no-op here, and only
@@ -17,6 +18,7 @@ barriers with memory flags make the SIMD-group meet.
 
 from typing import List, Optional, Tuple
 
+from ._cpu_coroutine import SITE_PLACEHOLDER, SUSPEND
 from ._cpu_intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from ._cpu_reconvergence import SITE_ORDER
 
@@ -24,24 +26,41 @@ __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
 SLOT_BYTES = 64
 RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32)"]
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)"]
+
+
+WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # in the entry block, not in a loop
+MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES  # after the slots: the mask of lanes that took part,
+CLAIMED_OFFSET = MASK_OFFSET + 4       # and 0 until a lane has read the result
+
+
+def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
+    """Leaves %slots, given %wait (WAIT_ALLOCA: {slots, lane}): deposits `value` with the
+    runtime and, unless that completed the exchange, suspends until it has (or asks again:
+    a lane that had to step back or wait for another collective finds no slots)."""
+    return ["br label %xpoll", "xpoll:",
+            f"%now = call ptr @tm_rt_simd_exchange(ptr {value}, i32 {bytes_}, ptr %wait, {SITE_ORDER}, "
+            f"{SITE_PLACEHOLDER})",
+            "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
+            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
+            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %xpoll",
+            "xgot:", "%slots = phi ptr [ %now, %xpoll ], [ %later, %xwait ]"]
+
 
 def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
-    and %leads (this lane returned first). The definition takes the call site's order
+    and %leads (this lane is the first to read the result). The definition takes the call site's order
     (SITE_ORDER) as its last parameter."""
-    lines = ["%buf = alloca [64 x i8], align 16", "%info = alloca [3 x i32], align 4"]
+    lines = ["%buf = alloca [64 x i8], align 16", WAIT_ALLOCA]
     offset = 0
     for i, (type_name, operand) in enumerate(values):
         lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
         offset += type_bytes(type_name)
-    lines += [f"%slots = call ptr @tm_rt_simd_exchange(ptr %buf, i32 {offset}, ptr %info, {SITE_ORDER})",
-              "%mask = load i32, ptr %info",
-              "%lanep = getelementptr i32, ptr %info, i32 1",
-              "%lane = load i32, ptr %lanep",
-              "%leadsp = getelementptr i32, ptr %info, i32 2",
-              "%leads.w = load i32, ptr %leadsp",
-              "%leads = icmp ne i32 %leads.w, 0"]
+    lines += _wait_for_exchange("%buf", offset) + [
+              f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
+              "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep",
+              f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
+              "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
     return lines
 
 
@@ -174,11 +193,10 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
     if name == "air.wg.barrier" and params == ["i32", "i32"]:
-        return _definition("void", name, params, ["call void @tm_rt_barrier()"]), []
+        return _definition("void", name, params, ["call void @tm_rt_barrier()", SUSPEND]), []
     if name == "air.simdgroup.barrier" and params == ["i32", "i32"]:
-        lines = ["%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:",
-                 f"%s = call ptr @tm_rt_simd_exchange(ptr null, i32 0, ptr null, {SITE_ORDER})",
-                 "br label %done", "done:"]
+        lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
+                 + _wait_for_exchange("null", 0) + ["br label %done", "done:"])
         return _definition("void", name, params, lines), []
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":

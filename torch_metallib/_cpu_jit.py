@@ -23,7 +23,7 @@ from ._disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 9  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 12  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class CompiledKernel:
     # thread, so threadgroups running at the same time each have their own variables.
     launchers: Tuple[int, ...]
     serial: bool        # it has threadgroup variables
-    cooperative: bool   # threads meet at barriers / SIMD-group functions: run as fibers
+    cooperative: bool   # threads meet at barriers / SIMD-group functions: run as coroutines
     from_disk: bool
 
 
@@ -76,7 +76,8 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
 
 
 def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
-    from ._cpu_lowering import lower  # only on a cache miss
+    from ._cpu_coroutine import split_at_suspends  # only on a cache miss
+    from ._cpu_lowering import lower
 
     machine = host()
     # Modules are closed before their context, explicitly: if lowering raises, the
@@ -89,6 +90,12 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
         text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative)
         modules.append(llvm.parse_assembly(text, context=context))
+        if cooperative:  # inline every wait into the thread entry, then make them suspensions
+            inliner = llvm.create_new_module_pass_manager()
+            inliner.add_always_inliner_pass()
+            inliner.run(modules[-1], llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options()))
+            text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
+            modules.append(llvm.parse_assembly(text, context=context))
         module = modules[-1]
         module.verify()
         builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))

@@ -15,7 +15,9 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, DESIGN
   collectives pass their call site's order (_cpu_reconvergence);
 * a launcher ``__tm_launch_<symbol>(ptr args, ptr dims, i64 first, i64 end)`` runs
   threadgroups [first, end): every thread of each, with the builtins the kernel declares,
-  threadgroups at the grid edge cut short as ``dispatchThreads`` does.
+  threadgroups at the grid edge cut short as ``dispatchThreads`` does; for a kernel whose
+  threads cooperate, a per-thread entry ``__tm_thread_<symbol>`` instead, a coroutine
+  with every function inlined into it (_cpu_coroutine).
 """
 
 import re
@@ -23,6 +25,7 @@ import struct
 from typing import Dict, List
 
 from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
+from ._cpu_coroutine import thread_entry
 from ._cpu_atomics import define_atomic
 from ._cpu_intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
 from ._cpu_private_arrays import clamp_private_array_indices
@@ -60,13 +63,18 @@ def _retarget(text: str, triple: str, datalayout: str) -> str:
     return re.sub(r"^target triple = .*$", f'target triple = "{triple}"', text, count=1, flags=re.M)
 
 
-def _internalize(text: str, kernel: str) -> str:
+def _internalize(text: str, kernel: str, cooperative: bool) -> str:
     text = re.sub(r"^define (?:(?:weak_odr|linkonce_odr|weak|linkonce|external|dso_local|available_externally) )*"
                   r"(?!internal |private )", "define internal ", text, flags=re.M)
     text = text.replace(' "no-builtins"', "")
-    # The kernel is inlined into the launcher's thread loop (so it can vectorize).
-    return re.sub(rf"^(define internal [^\n]*@{re.escape(kernel)}\([^\n]*?)( #\d+)? \{{$",
-                  r"\1 alwaysinline\2 {", text, count=1, flags=re.M)
+    # The kernel is inlined into the launcher's thread loop (so it can vectorize); a
+    # cooperative kernel's thread entry needs every wait inlined into it (_cpu_coroutine).
+    if cooperative:  # Metal has no recursion, so everything inlines once these are gone
+        text = re.sub(r"^attributes #\d+ = \{.*\}$", lambda m: re.sub(r"\b(?:noinline|optnone) ", "", m.group(0)),
+                      text, flags=re.M)
+    name = r"[-\w$.]+" if cooperative else re.escape(kernel)
+    return re.sub(rf"^(define internal [^\n]*@{name}\([^\n]*?)( #\d+)?( section \"[^\"]*\")? \{{$",
+                  r"\1 alwaysinline\2\3 {", text, count=0 if cooperative else 1, flags=re.M)
 
 
 def _specialize_constants(text: str, values: Dict[int, object]) -> str:
@@ -272,15 +280,14 @@ done:
 
 def _thread_entry(symbol: str, kernel: str, arguments) -> str:
     """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
-    cooperative kernel, run as a fiber by csrc/cpu/cooperative.cpp."""
+    cooperative kernel, a coroutine the runtime (csrc/cpu/cooperative.cpp) resumes."""
     entry, body, operands = _operands(arguments)
     lines = entry + _DISPATCH_LINES + _GROUP_LINES + [
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
         "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
-    ] + _LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})", "ret void"]
-    return (f"\ndefine void @__tm_thread_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
-            + _lines(lines) + "\n}\n")
+    ] + _LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})"]
+    return thread_entry(f"__tm_thread_{symbol}", lines)
 
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
@@ -290,7 +297,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
     thread)."""
     text = _retarget(text, triple, datalayout)
-    text = _internalize(text, kernel)
+    text = _internalize(text, kernel, cooperative)
     text = clamp_private_array_indices(_specialize_constants(text, constants))
     text, constructors = _take_constructors(text)
     text = number_exchange_sites(_define_intrinsics(text, kernel))

@@ -3,8 +3,8 @@
 Metal leaves an out-of-range index into a private (thread-local) array undefined, and GPUs
 tolerate it: MLX's ``layer_norm{float16,bfloat16}`` store ``thread_x[i]`` for i from
 ``axis_size - lid * 8``, negative on the idle threads MLX's grid gives most axis sizes.
-On the CPU such a store lands in the fiber's stack frame (saved registers, the return
-address) and crashes the process. So each private array gets one more element, and a
+On the CPU such a store lands in the thread's coroutine frame or the stack (another
+thread's saved values, a return address) and corrupts results or crashes the process. So each private array gets one more element, and a
 variable index into its outer dimension is clamped to that element: stray stores land
 there, stray loads read it (an unspecified value, as on a GPU). Indices of inner
 dimensions and accesses through other pointer arithmetic are left as they are.

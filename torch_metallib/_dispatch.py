@@ -9,7 +9,6 @@ _cpu_jit) and runs it on torch's thread pool.
 
 import json
 import os
-import platform
 
 import torch
 
@@ -33,8 +32,8 @@ class DispatchState:
         self.spec = spec                # _C.KernelSpec, None when the function cannot run here
         self.problem = problem          # why the CPU backend cannot run it, or ""
         self.serial = serial            # threadgroup variables: a compiled copy per worker
-        self.cooperative = cooperative  # barriers / SIMD-group functions: threads as fibers
-        self.compiled = {}              # (constant values, as fibers) -> _cpu_jit.CompiledKernel
+        self.cooperative = cooperative  # barriers / SIMD-group functions: threads as coroutines
+        self.compiled = {}              # (constant values, as coroutines) -> _cpu_jit.CompiledKernel
 
 
 def call_record(function) -> dict:
@@ -51,7 +50,7 @@ def call_record(function) -> dict:
         "static_threadgroup_bytes": reflection.threadgroup_memory_static,
         "problem": cpu_support_problem(function),
         "serial": bool(reflection.threadgroup_variables),
-        # Threadgroup-memory arguments need a buffer per threadgroup: the fiber runner's.
+        # Threadgroup-memory arguments need a buffer per threadgroup: the cooperative runner's.
         "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops
         or any(a.kind == "threadgroup" for a in reflection.arguments),
     }
@@ -86,9 +85,6 @@ def dispatch_state(function) -> DispatchState:
 def cpu_support_problem(function) -> str:
     """Why the CPU backend cannot run kernel `function` yet ("" if it can)."""
     reflection = function.reflection
-    if (reflection.uses_barriers or reflection.uses_simdgroup_ops) and platform.machine() not in ("x86_64", "AMD64"):
-        return ("its threads cooperate, and the CPU backend runs cooperating threads as fibers only "
-                "on x86-64 so far. Run it on a Mac with MPS tensors")
     kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "threadgroup", "builtin")})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the CPU backend does not bind yet. "
@@ -107,7 +103,7 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
             f"(the MPS backend needs macOS). Pass CPU tensors")
     mode, seed = current_schedule()
     parallel = mode == "parallel"
-    # Permuted runs need every thread as a fiber, whatever the kernel does.
+    # Permuted runs need every thread as a coroutine, whatever the kernel does.
     cooperative = state.cooperative or mode == "permuted"
     key = (plan.constants, cooperative)
     compiled = state.compiled.get(key)

@@ -5,7 +5,7 @@ help kernel authors find ordering bugs that a GPU hides or shows only sometimes:
 
 * ``"sequential"``: threadgroups one at a time in order on one thread and, within a
   barrier interval, threads in index order; runs are deterministic (atomics included).
-* ``"permuted"``: every kernel runs with its threads as fibers. Threadgroups run one at a
+* ``"permuted"``: every kernel runs with its threads as coroutines. Threadgroups run one at a
   time in a shuffled order, and the thread order is shuffled again in every barrier
   interval, so a read of threadgroup memory that lacks a barrier sees a different writer
   on each run. Shuffles depend only on ``seed``: a failing seed replays exactly.

@@ -79,7 +79,7 @@ void bind_dispatch(py::module_& m) {
     cpu::launch_cooperative(plan, thread_functions, private_copies, kernel, cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel});
   }, py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
      py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0,
-     "Runs every threadgroup of `plan`, each thread a fiber, with the compiled per-thread entry; "
+     "Runs every threadgroup of `plan`, each thread a coroutine, with the compiled per-thread entry; "
      "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
      "`permute`: shuffled orders from `seed`.");
 
@@ -98,7 +98,9 @@ void bind_dispatch(py::module_& m) {
   m.def("runtime_symbols", []() {
     // What JIT-compiled cooperative kernels call, by name -> address (for llvm.add_symbol).
     py::dict symbols;
+    symbols["tm_rt_frame"] = reinterpret_cast<uintptr_t>(&tm_rt_frame);
     symbols["tm_rt_barrier"] = reinterpret_cast<uintptr_t>(&tm_rt_barrier);
+    symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
     return symbols;
   });

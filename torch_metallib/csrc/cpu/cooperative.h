@@ -1,6 +1,8 @@
 // Running kernels whose threads cooperate (threadgroup barriers, SIMD-group functions):
-// every thread of a threadgroup is a fiber on one OS thread; a thread that reaches a
-// barrier or a SIMD-group collective yields until its partners arrive (DESIGN.md §4.3).
+// every thread of a threadgroup is a coroutine (LLVM's switch-resumed lowering, see
+// _cpu_coroutine.py) that suspends at a barrier or SIMD-group collective; one OS thread
+// resumes the threadgroup's coroutines in turn until their partners arrive (DESIGN.md §4.3:
+// continuation-based synchronization, with LLVM splitting the kernel at each wait).
 #pragma once
 
 #include <cstdint>
@@ -17,9 +19,11 @@ struct ExecutionError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The per-thread entry cooperative kernels export (see _cpu_lowering.py): runs thread
-// `thread` (linear index in its threadgroup) of threadgroup `group` (linear index).
-using ThreadFunction = void (*)(void* const* addresses, const uint32_t* dims, uint32_t group, uint32_t thread);
+// The per-thread entry cooperative kernels export (see _cpu_lowering.py): starts thread
+// `thread` (linear index in its threadgroup) of threadgroup `group` (linear index) and runs
+// it to its first wait or its end; returns its coroutine frame, whose first word is the
+// function that resumes it.
+using ThreadFunction = void* (*)(void* const* addresses, const uint32_t* dims, uint32_t group, uint32_t thread);
 
 // How threads and threadgroups are ordered (torch_metallib.cpu_schedule). Within a barrier
 // interval, threads run one after another up to their next barrier or collective.
@@ -32,22 +36,33 @@ struct Schedule {
   bool strict_barriers = false;
 };
 
-// Runs every threadgroup of `plan` with fibers; `thread_functions` and `private_copies`
+// Runs every threadgroup of `plan`, its threads as coroutines; `thread_functions` and `private_copies`
 // as for cpu::launch. `kernel` names the kernel in errors. Call without the GIL.
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
                         bool private_copies, const std::string& kernel, const Schedule& schedule);
 
 }  // namespace torch_metallib::cpu
 
-// Called from JIT-compiled kernels (registered with LLVM by address):
+// Called from JIT-compiled kernels (registered with LLVM by address), always for the thread
+// the runtime is running. A call that makes the thread wait returns, and the kernel then
+// suspends; the runtime resumes it when it may go on.
 extern "C" {
-// air.wg.barrier: waits for every thread of the threadgroup.
+// The memory of the thread's coroutine frame (`bytes`, the same for every thread of a kernel).
+void* tm_rt_frame(uint64_t bytes);
+// air.wg.barrier: the thread waits for every thread of the threadgroup.
 void tm_rt_barrier();
-// A SIMD-group exchange: deposits `bytes` (<= 64) of this lane's value, waits for the
-// active lanes of its SIMD-group at this call site, and returns their 32 x 64-byte slots;
-// info[0] = mask of lanes that took part, info[1] = this lane, info[2] = 1 for the first
-// lane to return from this exchange (it may compute a result for all the lanes into the
-// slots' unused bytes, which stay until every lane has returned). `order` ranks the call site
+// The thread's kernel returned.
+void tm_rt_finished();
+// Where a waiting lane finds its exchange's result (in the kernel's coroutine frame).
+struct ExchangeWait {
+  const void* slots;  // set when the exchange completes; null: call tm_rt_simd_exchange again
+  uint32_t lane;      // this lane
+};
+// A SIMD-group exchange: deposits `bytes` (<= 64) of this lane's value for the active lanes
+// of its SIMD-group at call site `site` (a nonzero id). Returns the exchange's slots
+// (ExchangePhase in cooperative.cpp: 32 x 64 bytes of values, then the mask of lanes that
+// took part and a flag for the first reader) if this lane completed it, else null: the
+// kernel suspends, and when resumed reads waiting->slots. `order` ranks the call site
 // (_cpu_reconvergence.py): when lanes wait at several sites, the lowest goes first.
-const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, uint32_t* info, uint32_t order);
+const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site);
 }

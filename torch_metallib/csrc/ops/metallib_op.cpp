@@ -80,7 +80,7 @@ const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const
 void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
   ScheduleChoice schedule = current_schedule();
   bool parallel = schedule.mode == "parallel", permuted = schedule.mode == "permuted";
-  bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a fiber
+  bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a coroutine
   size_t copies = kernel.serial && parallel ? size_t(at::get_num_threads()) : 1;
   const CompiledEntry& entry = compiled_for(spec, kernel, plan.constants, cooperative, copies);
   if (cooperative) {

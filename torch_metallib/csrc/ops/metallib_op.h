@@ -61,7 +61,7 @@ struct DtypeKernel {
   c10::ScalarType dtype;
   const dispatch::KernelSpec* spec = nullptr;  // kept alive by the Python operator object
   int index = 0;                               // passed back to the compile callback
-  bool cooperative = false;                    // barriers or SIMD-group functions: fibers
+  bool cooperative = false;                    // barriers or SIMD-group functions: coroutines
   bool serial = false;                         // threadgroup variables: a copy per worker
   std::vector<ArgumentSource> sources;
   std::vector<ConstantSource> constants;

@@ -290,9 +290,10 @@ inline void run_thread(GroupRun& run, Thread& t) {
   }
 }
 
-// `run`: this OS thread's group_run, passed in (GCC recomputes a thread_local's address
-// after every call, which cost a __tls_get_addr call per resumed thread).
-void run_group(GroupRun& run, ThreadFunction function, const dispatch::Plan& plan, uint32_t group,
+// `run`: this OS thread's group_run, passed to a function GCC does not inline or specialize
+// for it (noipa): GCC recomputes a thread_local's address after every call it can see across,
+// which cost a __tls_get_addr call per resumed thread.
+__attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, const dispatch::Plan& plan, uint32_t group,
                const std::string& kernel, const Schedule& schedule) {
   const uint32_t* dims = plan.dims;
   uint32_t actual[3];

@@ -24,14 +24,14 @@ from ._cpu_reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
-SLOT_BYTES = 64
-RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)"]
-
-
-WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # in the entry block, not in a loop
-MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES  # after the slots: the mask of lanes that took part,
-CLAIMED_OFFSET = MASK_OFFSET + 4       # and 0 until a lane has read the result
+# An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
+# l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
+SLOT_BYTES = 64
+MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES
+CLAIMED_OFFSET = MASK_OFFSET + 4
+RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
+WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # ExchangeWait; in the entry block, not in a loop
 
 
 def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
@@ -49,8 +49,8 @@ def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
 
 def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
-    and %leads (this lane is the first to read the result). The definition takes the call site's order
-    (SITE_ORDER) as its last parameter."""
+    and %leads (this lane is the first to read the result). The definition takes the call
+    site's order (SITE_ORDER) as its last parameter."""
     lines = ["%buf = alloca [64 x i8], align 16", WAIT_ALLOCA]
     offset = 0
     for i, (type_name, operand) in enumerate(values):

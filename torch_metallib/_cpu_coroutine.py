@@ -86,7 +86,7 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
     if any(_MARKER.match(line) for line in outside):
         raise UnsupportedKernelError(
             f"{kernel}: a function the kernel calls waits at a barrier or SIMD-group function but "
-            f"could not be inlined (it is marked noinline or recursive), which the CPU backend needs. "
+            f"could not be inlined (it is recursive), which the CPU backend needs. "
             f"Run it on a Mac with MPS tensors")
     body: List[str] = []
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends

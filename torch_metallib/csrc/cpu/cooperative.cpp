@@ -38,10 +38,9 @@ struct Thread {
   State state = State::Ready;
   uint32_t site = 0;       // the collective it waits at or to enter,
   uint32_t order = 0;      // and that call site's order
-  uint32_t phase = 0;      // InExchange: the exchange phase it deposited in
-  bool deposited = false;     // its value is in the slots of `phase`
-  bool stepped_back = false;  // its exchange was undone so that lanes behind go first
-  ExchangeWait* waiting = nullptr;  // InExchange: where to put the slots when it completes
+  // InExchange: where to put the slots when the exchange completes. A lane resumed without
+  // them (stepped back, or waiting to enter) calls tm_rt_simd_exchange again.
+  ExchangeWait* waiting = nullptr;
 };
 
 // One SIMD-group's exchange: lanes deposit into the slots of the current phase; two
@@ -217,10 +216,7 @@ void complete_exchange(GroupRun& run, uint32_t simd) {
   auto [begin, end] = lanes_of(run, simd);
   for (size_t i = begin; i < end; ++i) {
     Thread& t = run.threads[i];
-    if (t.state == State::InExchange) {
-      t.waiting->slots = s.phases[p].slots;  // it reads them when resumed, without calling again
-      t.deposited = false;
-    }
+    if (t.state == State::InExchange) t.waiting->slots = s.phases[p].slots;  // read when resumed
     if (t.state == State::InExchange || t.state == State::WaitingToExchange) make_ready(run, t);
   }
 }
@@ -249,7 +245,6 @@ bool settle_exchanges(GroupRun& run, uint32_t simd) {
   s.deposited[s.phase & 1] = 0;
   for (size_t i = begin; i < end; ++i) {
     Thread& t = run.threads[i];
-    if (t.state == State::InExchange) t.stepped_back = true;
     if (t.state == State::InExchange || t.state == State::WaitingToExchange) make_ready(run, t);
   }
   return true;
@@ -420,16 +415,10 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, Ex
   auto& s = run.simds[t.simd];
   waiting->slots = nullptr;
   waiting->lane = t.lane;
-  if (t.deposited && !t.stepped_back) {  // resumed, but its exchange has not completed
-    wait(run, State::InExchange);
-    return nullptr;
-  }
-  t.stepped_back = false;
   t.site = site;  // read by settle_exchanges while this lane waits to enter
   t.order = order;
   // Wait while another collective gathers, or one that must go first (settle_exchanges).
   if ((s.arrived > 0 && s.site != site) || (s.reserved != 0 && s.reserved != site)) {
-    t.deposited = false;
     wait(run, State::WaitingToExchange);
     return nullptr;
   }
@@ -439,7 +428,6 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, Ex
   deposit(s.phases[p].slots[t.lane], value, std::min<uint32_t>(bytes, kSlotBytes));
   s.deposited[p] |= 1u << t.lane;
   if (++s.arrived != s.live) {
-    t.deposited = true;
     t.waiting = waiting;
     wait(run, State::InExchange);
     return nullptr;

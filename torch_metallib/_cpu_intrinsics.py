@@ -34,7 +34,7 @@ SIMD_WIDTH = 32  # threads per SIMD-group on Apple GPUs
 _FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
 _FLOAT_CODES = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
 
-_DECLARATION = re.compile(r"^declare (?:[\w ]+ )?(\S+|<[^>]+>) @([\w.]+)\(")
+_DECLARATION = re.compile(r"^declare (?:[\w ]+ )?(\{[^}]*\}|<[^>]+>|\S+) @([\w.]+)\(")
 _PARAMETER_TYPE = re.compile(r"ptr(?: addrspace\(\d+\))?|<\d+ x \w+>|\S+")
 
 
@@ -88,6 +88,8 @@ def type_bytes(type_name: str) -> int:
     match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
     count = int(match.group(1)) if match else 1
     element = element_type(type_name)
+    if element == "ptr":
+        return count * 8  # the host's pointers
     return count * (_FLOAT_BITS.get(element) or int(element[1:])) // 8
 
 

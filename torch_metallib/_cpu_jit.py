@@ -23,7 +23,7 @@ from ._disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 12  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 13  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,8 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
     try:
         modules.append(llvm.parse_bitcode(bytes(function.bitcode), context=context))
         text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
-                     machine.triple, machine.datalayout, cooperative)
+                     machine.triple, machine.datalayout, cooperative,
+                     unroll=lambda text: _unroll_loops(text, context, modules))
         modules.append(llvm.parse_assembly(text, context=context))
         if cooperative:  # inline every wait into the thread entry, then make them suspensions
             inliner = llvm.create_new_module_pass_manager()
@@ -105,6 +106,24 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
         for module in modules:
             module.close()
         context.close()
+
+
+def _unroll_loops(text: str, context, modules: list) -> str:
+    """`text` with its small constant-trip loops unrolled and its private arrays in
+    registers where that became possible, every value named (_cpu_matrix_batches moves
+    instructions, which numbered values forbid)."""
+    machine = host()
+    modules.append(llvm.parse_assembly(text, context=context))
+    passes = llvm.create_new_function_pass_manager()
+    for add in (passes.add_sroa_pass, passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass,
+                passes.add_loop_rotate_pass, passes.add_loop_unroll_pass, passes.add_sroa_pass,
+                passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass, passes.add_instruction_namer_pass):
+        add()
+    builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    for function in modules[-1].functions:
+        if not function.is_declaration:
+            passes.run(function, builder)
+    return str(modules[-1])
 
 
 def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:

@@ -11,6 +11,8 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, DESIGN
   an exported ``__tm_init_<symbol>``, run once when the object is loaded;
 * a variable index into a thread's private array is clamped to one spare element
   (_cpu_private_arrays);
+* in a cooperative kernel, loops around simdgroup-matrix products are unrolled and
+  independent products become one exchange (_cpu_matrix_batches);
 * ``air.*`` declarations get host definitions (_cpu_intrinsics); calls of SIMD-group
   collectives pass their call site's order (_cpu_reconvergence);
 * a launcher ``__tm_launch_<symbol>(ptr args, ptr dims, i64 first, i64 end)`` runs
@@ -22,7 +24,7 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, DESIGN
 
 import re
 import struct
-from typing import Dict, List
+from typing import Callable, Dict, List
 
 from ._cpu_collectives import RUNTIME_DECLARATIONS, define_collective
 from ._cpu_coroutine import thread_entry
@@ -30,7 +32,8 @@ from ._cpu_atomics import define_atomic
 from ._cpu_intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
 from ._cpu_private_arrays import clamp_private_array_indices
 from ._cpu_reconvergence import number_exchange_sites
-from ._cpu_simdgroup_matrix import define_matrix
+from ._cpu_matrix_batches import batch_matrix_products
+from ._cpu_simdgroup_matrix import define_matrix, define_product_batch
 from ._errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
@@ -101,10 +104,10 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     extra, unsupported = [], []
     def replace(match):
         parsed = parse_declaration(match.group(0))
-        if parsed is None or not parsed[1].startswith("air."):
+        if parsed is None or not parsed[1].startswith(("air.", "tm.")):
             return match.group(0)
         made = (define_intrinsic(*parsed) or define_atomic(*parsed) or define_matrix(*parsed)
-                or define_collective(*parsed))
+                or define_product_batch(*parsed) or define_collective(*parsed))
         if made is None:
             unsupported.append(parsed[1])
             return match.group(0)
@@ -291,15 +294,19 @@ def _thread_entry(symbol: str, kernel: str, arguments) -> str:
 
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
-          triple: str, datalayout: str, cooperative: bool = False) -> str:
+          triple: str, datalayout: str, cooperative: bool = False,
+          unroll: Callable[[str], str] = lambda text: text) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
     ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
-    thread)."""
+    thread). `unroll` optimizes a module with simdgroup-matrix products (names every
+    value) before they are batched."""
     text = _retarget(text, triple, datalayout)
     text = _internalize(text, kernel, cooperative)
     text = clamp_private_array_indices(_specialize_constants(text, constants))
     text, constructors = _take_constructors(text)
+    if cooperative:
+        text = batch_matrix_products(text, unroll)
     text = number_exchange_sites(_define_intrinsics(text, kernel))
     init_calls = "\n".join(f"  call void @{name}()" for name in constructors)
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))

@@ -13,12 +13,14 @@ memory with ``elements_per_row`` and ``matrix_origin`` (x = column, y = row);
 (column, row) coordinates].
 """
 
+import re
 from typing import List, Optional, Tuple
 
-from ._cpu_collectives import _definition, _exchange, _load_lane
-from ._cpu_intrinsics import element_type
+from ._cpu_collectives import MASK_OFFSET, SLOT_BYTES, _definition, _exchange
+from ._cpu_intrinsics import SIMD_WIDTH, element_type
+from ._cpu_matrix_batches import BATCH_PREFIX
 
-__all__ = ["define_matrix"]
+__all__ = ["define_matrix", "define_product_batch"]
 
 _PREFIX = "air.simdgroup_matrix_8x8_"
 
@@ -77,30 +79,65 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
         return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
-        lines: List[str] = []
-        values = []
-        for operand, type_name in zip("abc", params):
-            element = element_type(type_name)
-            for k in (0, 1):
-                lines += [f"%f{operand}{k}.e = extractelement {type_name} %a{'abc'.index(operand)}, i32 {k}"]
-                lines += _to_float(element, f"%f{operand}{k}.e", f"%f{operand}{k}")
-                values.append(("float", f"%f{operand}{k}"))
-        lines += _exchange(values)  # slot bytes: a0 a1 b0 b1 c0 c1, 4 each
-        lines += ["br i1 %leads, label %compute, label %read", "compute:",
-                  f"call void @{_MULTIPLY_ALL}(ptr %slots)", "br label %read", "read:"]
-        out = element_type(ret)
-        for k in (0, 1):
-            lines += _load_lane("float", "%lane", f"d{k}", _D_OFFSET + 4 * k)
-            lines.append(f"%o{k} = fptrunc float %d{k} to {out}" if out != "float" else f"%o{k} = fadd float %d{k}, -0.0")
-        lines += [f"%r0 = insertelement {ret} poison, {out} %o0, i32 0",
-                  f"%r = insertelement {ret} %r0, {out} %o1, i32 1"]
-        return _definition(ret, name, params, lines), [
-            _multiply_all(), "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"]
+        return _definition(ret, name, params, _products(params, [ret])), [_multiply_batch(), _FMA]
     return None
 
 
-_MULTIPLY_ALL = "tm.simdgroup_matrix_8x8.multiply_all"
-_D_OFFSET = 24  # in each lane's slot, after its a0 a1 b0 b1 c0 c1
+def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch<N>``
+    (_cpu_matrix_batches): N products at once, returned as a struct, or None."""
+    if not name.startswith(BATCH_PREFIX):
+        return None
+    results = re.findall(r"<64 x \w+>", ret)
+    if not results or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
+        return None
+    return _definition(ret, name, params, _products(params, results)), [_multiply_batch(), _FMA]
+
+
+def _products(params: List[str], results: List[str]) -> List[str]:
+    """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
+    them if more than one). The lane writes its fragments, as float, to %frags (a record
+    of _RECORD_BYTES per product: a0 a1 b0 b1 c0 c1 d0 d1) and deposits the record's
+    address; the first lane to read the exchange computes every product of every lane
+    (@tm.simdgroup_matrix_8x8.multiply_batch) into the records' d0 d1."""
+    count = len(results)
+    lines = [f"%frags = alloca [{count * _RECORD_BYTES} x i8], align 16"]
+    for m in range(count):
+        for index, operand in enumerate("abc"):
+            type_name = params[3 * m + index]
+            for k in (0, 1):
+                value = f"%f{m}{operand}{k}"
+                lines += [f"{value}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
+                lines += _to_float(element_type(type_name), f"{value}.e", value)
+                lines += [f"{value}.p = getelementptr i8, ptr %frags, i32 {m * _RECORD_BYTES + 8 * index + 4 * k}",
+                          f"store float {value}, ptr {value}.p"]
+    lines += _exchange([("ptr", "%frags")])
+    lines += ["br i1 %leads, label %compute, label %read", "compute:",
+              f"call void @{_MULTIPLY_BATCH}(ptr %slots, i32 {count})", "br label %read", "read:"]
+    for m, ret in enumerate(results):
+        out = element_type(ret)
+        for k in (0, 1):
+            value = f"%d{m}.{k}"
+            lines += [f"{value}.p = getelementptr i8, ptr %frags, i32 {m * _RECORD_BYTES + _D_OFFSET + 4 * k}",
+                      f"{value} = load float, ptr {value}.p",
+                      f"%o{m}.{k} = fptrunc float {value} to {out}" if out != "float" else f"%o{m}.{k} = fadd float {value}, -0.0"]
+        lines += [f"%v{m}.0 = insertelement {ret} poison, {out} %o{m}.0, i32 0",
+                  f"%v{m} = insertelement {ret} %v{m}.0, {out} %o{m}.1, i32 1"]
+    if count == 1:
+        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"]
+    struct = "{ " + ", ".join(results) + " }"
+    previous = "poison"
+    for m in range(count):
+        made = "%r" if m == count - 1 else f"%s{m}"
+        lines.append(f"{made} = insertvalue {struct} {previous}, {results[m]} %v{m}, {m}")
+        previous = made
+    return lines
+
+
+_MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
+_FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
+_RECORD_BYTES = 32
+_D_OFFSET = 24  # in a product's record, after a0 a1 b0 b1 c0 c1
 
 
 # (row, column) -> (lane, slot) holding M[row][column]: the layout in the docstring, inverted.
@@ -108,23 +145,36 @@ _HOLDERS = {(((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (la
             for lane in range(32) for slot in (0, 1)}
 
 
-def _multiply_all() -> str:
-    """``void @tm.simdgroup_matrix_8x8.multiply_all(ptr slots)``: D = A*B + C from the 32
-    lanes' deposited fragments, written into each lane's slot at _D_OFFSET. Rows of B, C
+def _multiply_batch() -> str:
+    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr slots, i32 count)``: for each of
+    `count` products, D = A*B + C from the records the 32 lanes deposited (a lane that did
+    not take part reads zeros), written into each lane's record at _D_OFFSET. Rows of B, C
     and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the
     same operations, in the same order, as one lane computing its elements."""
-    lines: List[str] = []
+    lines = [f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
+             "%scratch = alloca [32 x i8], align 16", "store <8 x float> zeroinitializer, ptr %scratch, align 16"]
+    for lane in range(SIMD_WIDTH):
+        lines += [f"%bit{lane} = and i32 %mask, {1 << lane}", f"%on{lane} = icmp ne i32 %bit{lane}, 0",
+                  f"%slot{lane} = getelementptr i8, ptr %slots, i32 {lane * SLOT_BYTES}",
+                  f"%record{lane} = load ptr, ptr %slot{lane}",
+                  f"%base{lane} = select i1 %on{lane}, ptr %record{lane}, ptr %scratch",
+                  f"%step{lane} = select i1 %on{lane}, i64 {_RECORD_BYTES}, i64 0"]
+    lines += ["br label %product", "product:", "%m = phi i32 [ 0, %entry ], [ %m.next, %product ]",
+              "%m.wide = zext i32 %m to i64"]
+    for lane in range(SIMD_WIDTH):
+        lines += [f"%at{lane} = mul i64 %m.wide, %step{lane}",
+                  f"%p{lane} = getelementptr i8, ptr %base{lane}, i64 %at{lane}"]
 
-    def element(name: str, row: int, column: int, base: int) -> str:
+    def element(name: str, row: int, column: int, offset: int) -> str:
         lane, slot = _HOLDERS[row, column]
-        lines.extend([f"%{name}.p = getelementptr i8, ptr %slots, i32 {lane * 64 + base + 4 * slot}",
+        lines.extend([f"%{name}.p = getelementptr i8, ptr %p{lane}, i32 {offset + 4 * slot}",
                       f"%{name} = load float, ptr %{name}.p"])
         return f"%{name}"
 
-    def row_vector(matrix: str, row: int, base: int) -> str:
+    def row_vector(matrix: str, row: int, offset: int) -> str:
         previous = "poison"
         for column in range(8):
-            value = element(f"{matrix}{row}.{column}", row, column, base)
+            value = element(f"{matrix}{row}.{column}", row, column, offset)
             lines.append(f"%{matrix}{row}.v{column} = insertelement <8 x float> {previous}, float {value}, i32 {column}")
             previous = f"%{matrix}{row}.v{column}"
         return previous
@@ -141,7 +191,9 @@ def _multiply_all() -> str:
         for column in range(8):
             lane, slot = _HOLDERS[r, column]
             lines += [f"%D{r}.e{column} = extractelement <8 x float> {acc}, i32 {column}",
-                      f"%D{r}.p{column} = getelementptr i8, ptr %slots, i32 {lane * 64 + _D_OFFSET + 4 * slot}",
+                      f"%D{r}.p{column} = getelementptr i8, ptr %p{lane}, i32 {_D_OFFSET + 4 * slot}",
                       f"store float %D{r}.e{column}, ptr %D{r}.p{column}"]
-    body = "\n  ".join(lines + ["ret void"])
-    return f"define internal void @{_MULTIPLY_ALL}(ptr %slots) noinline {{\n  {body}\n}}"
+    lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
+              "br i1 %more, label %product, label %done", "done:", "ret void"]
+    body = "\n  ".join(lines)
+    return f"define internal void @{_MULTIPLY_BATCH}(ptr %slots, i32 %count) noinline {{\nentry:\n  {body}\n}}"

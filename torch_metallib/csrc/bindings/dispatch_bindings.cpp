@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
+#include "cpu/float_conversions.h"
 #include "dispatch/binding_plan.h"
 
 namespace py = pybind11;
@@ -96,12 +97,13 @@ void bind_dispatch(py::module_& m) {
   }, py::arg("name"));
 
   m.def("runtime_symbols", []() {
-    // What JIT-compiled cooperative kernels call, by name -> address (for llvm.add_symbol).
+    // What JIT-compiled kernels call, by name -> address (for llvm.add_symbol).
     py::dict symbols;
     symbols["tm_rt_frame"] = reinterpret_cast<uintptr_t>(&tm_rt_frame);
     symbols["tm_rt_barrier"] = reinterpret_cast<uintptr_t>(&tm_rt_barrier);
     symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
+    symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;
   });
 }

@@ -1,0 +1,138 @@
+"""Independent simdgroup-matrix products as one exchange (DESIGN.md §4.3).
+
+Every ``simdgroup_matrix_8x8_multiply_accumulate`` makes the SIMD-group's 32 lanes meet:
+each lane suspends and is resumed once per product. MLX's GEMM tiles (steel) multiply a
+TM x TN grid of fragments per k-step, with a loop nest that the kernel's compiler left
+rolled; once LLVM unrolls it (``unroll``, given by the caller, runs only on modules with
+these products) a k-step is a block holding its TM x TN products, none of which needs
+another's result. This pass gathers such a run into one call of
+``tm.simdgroup_matrix_8x8.multiply_accumulate_batch<N>`` (_cpu_simdgroup_matrix), so the
+lanes meet once per k-step instead of once per product.
+
+Moving a product down its block to where the run ends is unobservable: a product reads
+no memory and only the lanes that run the block run it, before or after the move. What
+uses a product's result moves with it when it is a pure computation (vector shuffles,
+arithmetic); anything else that needs a result ends the run before it, and so does any
+call that could wait (every call but LLVM's own intrinsics and the memory-less
+``simdgroup_barrier(mem_none)``, a no-op here).
+"""
+
+import re
+from typing import Callable, Dict, List, Set, Tuple
+
+from ._ir_functions import edit_function_bodies
+
+__all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
+
+BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
+MAX_BATCH = 32  # products per exchange: each lane keeps 32 bytes per product in its frame
+
+_PRODUCT = re.compile(r"^\s*(%[-\w$.]+) = (?:tail )?call (<64 x \w+>) "
+                      r"@air\.simdgroup_matrix_8x8_multiply_accumulate\.([\w.]+)\((.*)\)(?: #\d+)?$")
+_DEFINES = re.compile(r'^\s*(%[-\w$.]+|%"[^"]*") = ')
+_VALUE = re.compile(r'%[-\w$.]+|%"[^"]*"')
+_OPCODE = re.compile(r"^\s*(?:%[-\w$.]+ = |%\"[^\"]*\" = )?(?:tail |notail |musttail )?(\w+)")
+_VECTOR = re.compile(r"<\d+ x \w+>")
+_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
+# Instructions without side effects whose operands are values: they can move down a block.
+_PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
+         "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
+         "lshr", "ashr", "icmp", "fcmp", "select", "getelementptr", "trunc", "zext", "sext", "fptrunc",
+         "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint", "inttoptr", "addrspacecast", "freeze"}
+_HARMLESS_CALL = re.compile(r"call void @air\.simdgroup\.barrier\(i32 0,|call [^@]*@llvm\.(?!coro)")
+
+
+def _arguments(text: str) -> List[str]:
+    """A call's argument list split at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for i, character in enumerate(text):
+        if character in "(<[{":
+            depth += 1
+        elif character in ")>]}":
+            depth -= 1
+        elif character == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return parts + [text[start:].strip()]
+
+
+class _Run:
+    """Products gathered in one block so far, and the pure lines that wait for them."""
+
+    def __init__(self):
+        self.products: List[Tuple[str, str, str, List[str]]] = []  # (result, type, overload, args)
+        self.deferred: List[str] = []
+        self.results: Set[str] = set()  # the products' results and what the deferred lines define
+
+    def emit(self, out: List[str], batches: List[int], declarations: Dict[str, str]) -> None:
+        if len(self.products) == 1:
+            result, ret, overload, args = self.products[0]
+            out.append(f"  {result} = call {ret} @air.simdgroup_matrix_8x8_multiply_accumulate.{overload}"
+                       f"({', '.join(args)})")
+        elif self.products:
+            ret, overload = self.products[0][1], self.products[0][2]
+            count = len(self.products)
+            name = f"{BATCH_PREFIX}{count}.{overload}"
+            struct = "{ " + ", ".join([ret] * count) + " }"
+            batch = f"%tm.batch.{len(batches)}"
+            batches.append(count)
+            out.append(f"  {batch} = call {struct} @{name}({', '.join(a for p in self.products for a in p[3])})")
+            out += [f"  {result} = extractvalue {struct} {batch}, {i}" for i, (result, *_) in enumerate(self.products)]
+            types = ", ".join(_VECTOR.match(a).group(0) for p in self.products for a in p[3])
+            declarations[name] = f"declare {struct} @{name}({types})"
+        out += self.deferred
+        self.__init__()
+
+
+def _batch_block(lines: List[str], batches: List[int], declarations: Dict[str, str]) -> List[str]:
+    out: List[str] = []
+    run = _Run()
+    for line in lines:
+        product = _PRODUCT.match(line)
+        defines = _DEFINES.match(line)
+        uses = set(_VALUE.findall(line[defines.end():] if defines else line))
+        depends = bool(uses & run.results)
+        if product:
+            args = _arguments(product.group(4))
+            same = not run.products or run.products[0][2] == product.group(3)
+            if depends or not same or len(run.products) == MAX_BATCH:
+                run.emit(out, batches, declarations)
+            run.products.append((product.group(1), product.group(2), product.group(3), args))
+            run.results.add(product.group(1))
+            continue
+        opcode = _OPCODE.match(line)
+        opcode = opcode.group(1) if opcode else ""
+        if depends and opcode in _PURE:
+            run.deferred.append(line)
+            run.results.add(defines.group(1))
+            continue
+        if depends or (opcode == "call" and not _HARMLESS_CALL.search(line)) or opcode in (
+                "br", "switch", "ret", "unreachable", "indirectbr", "resume", "invoke", "callbr"):
+            run.emit(out, batches, declarations)
+        out.append(line)
+    run.emit(out, batches, declarations)
+    return out
+
+
+def _batch_body(body: List[str], batches: List[int], declarations: Dict[str, str]) -> List[str]:
+    out: List[str] = []
+    block: List[str] = []
+    for line in body:
+        if _LABEL.match(line):
+            out += _batch_block(block, batches, declarations) + [line]
+            block = []
+        else:
+            block.append(line)
+    return out + _batch_block(block, batches, declarations)
+
+
+def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:
+    """`text` with runs of independent products batched; the module is first unrolled
+    with `unroll` if it has products at all."""
+    if "@air.simdgroup_matrix_8x8_multiply_accumulate." not in text:
+        return text
+    text = unroll(text)
+    batches: List[int] = []
+    declarations: Dict[str, str] = {}
+    text = edit_function_bodies(text, lambda body: _batch_body(body, batches, declarations))
+    return text + "\n" + "\n".join(declarations.values()) + "\n"

@@ -18,7 +18,7 @@ call that could wait (every call but LLVM's own intrinsics and the memory-less
 """
 
 import re
-from typing import Callable, Dict, List, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from ._ir_functions import edit_function_bodies
 
@@ -33,6 +33,8 @@ _DEFINES = re.compile(r'^\s*(%[-\w$.]+|%"[^"]*") = ')
 _VALUE = re.compile(r'%[-\w$.]+|%"[^"]*"')
 _OPCODE = re.compile(r"^\s*(?:%[-\w$.]+ = |%\"[^\"]*\" = )?(?:tail |notail |musttail )?(\w+)")
 _VECTOR = re.compile(r"<\d+ x \w+>")
+# A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
+_KEEPS_FRAGMENT = re.compile(r"^\s*(%[-\w$.]+) = shufflevector <64 x \w+> (%[-\w$.]+), .*<64 x i32> <i32 0, i32 1[,>]")
 _LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
@@ -61,8 +63,25 @@ class _Run:
 
     def __init__(self):
         self.products: List[Tuple[str, str, str, List[str]]] = []  # (result, type, overload, args)
+        self.sources: List[str] = []  # per product: "c" (its own C) or the product whose D is its C
         self.deferred: List[str] = []
         self.results: Set[str] = set()  # the products' results and what the deferred lines define
+        self.fragments: Dict[str, int] = {}  # value -> product whose D's lane elements it holds
+
+    def add(self, result: str, ret: str, overload: str, args: List[str], source: Optional[int]) -> None:
+        if source is not None:  # C is computed in the batch: the call passes none
+            args = args[:2] + [f"{_VECTOR.match(args[2]).group(0)} poison"]
+        self.products.append((result, ret, overload, args))
+        self.sources.append("c" if source is None else str(source))
+        self.fragments[result] = len(self.products) - 1
+        self.results.add(result)
+
+    def defer(self, line: str, defined: str) -> None:
+        self.deferred.append(line)
+        self.results.add(defined)
+        shuffle = _KEEPS_FRAGMENT.match(line)
+        if shuffle and shuffle.group(2) in self.fragments:
+            self.fragments[defined] = self.fragments[shuffle.group(2)]
 
     def emit(self, out: List[str], batches: List[int], declarations: Dict[str, str]) -> None:
         if len(self.products) == 1:
@@ -72,7 +91,7 @@ class _Run:
         elif self.products:
             ret, overload = self.products[0][1], self.products[0][2]
             count = len(self.products)
-            name = f"{BATCH_PREFIX}{count}.{overload}"
+            name = f"{BATCH_PREFIX}.{'_'.join(self.sources)}.{overload}"
             struct = "{ " + ", ".join([ret] * count) + " }"
             batch = f"%tm.batch.{len(batches)}"
             batches.append(count)
@@ -94,17 +113,19 @@ def _batch_block(lines: List[str], batches: List[int], declarations: Dict[str, s
         depends = bool(uses & run.results)
         if product:
             args = _arguments(product.group(4))
+            accumulator = set(_VALUE.findall(args[2])) & run.results
+            source = run.fragments.get(args[2].split(" ")[-1]) if accumulator else None
+            factors_depend = bool(set(_VALUE.findall(args[0] + " " + args[1])) & run.results)
             same = not run.products or run.products[0][2] == product.group(3)
-            if depends or not same or len(run.products) == MAX_BATCH:
+            if factors_depend or (accumulator and source is None) or not same or len(run.products) == MAX_BATCH:
                 run.emit(out, batches, declarations)
-            run.products.append((product.group(1), product.group(2), product.group(3), args))
-            run.results.add(product.group(1))
+                source = None
+            run.add(product.group(1), product.group(2), product.group(3), args, source)
             continue
         opcode = _OPCODE.match(line)
         opcode = opcode.group(1) if opcode else ""
         if depends and opcode in _PURE:
-            run.deferred.append(line)
-            run.results.add(defines.group(1))
+            run.defer(line, defines.group(1))
             continue
         if depends or (opcode == "call" and not _HARMLESS_CALL.search(line)) or opcode in (
                 "br", "switch", "ret", "unreachable", "indirectbr", "resume", "invoke", "callbr"):

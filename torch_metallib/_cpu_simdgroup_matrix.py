@@ -79,31 +79,38 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
         return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
-        return _definition(ret, name, params, _products(params, [ret])), [_multiply_batch(), _FMA]
+        return _definition(ret, name, params, _products(params, [ret], [None])), [_multiply_batch(), _FMA]
     return None
 
 
 def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
-    """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch<N>``
-    (_cpu_matrix_batches): N products at once, returned as a struct, or None."""
-    if not name.startswith(BATCH_PREFIX):
+    """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.
+    <sources>.<overload>`` (_cpu_matrix_batches): N products at once, returned as a struct;
+    `sources` says, per product, ``c`` (its C operand) or which earlier product's D is its
+    C. None if malformed."""
+    if not name.startswith(BATCH_PREFIX + "."):
         return None
     results = re.findall(r"<64 x \w+>", ret)
-    if not results or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
+    words = name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")
+    sources = [None if word == "c" else int(word) for word in words if word == "c" or word.isdigit()]
+    if not results or len(sources) != len(words) or len(words) != len(results) \
+            or any(j is not None and j >= m for m, j in enumerate(sources)) \
+            or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
         return None
-    return _definition(ret, name, params, _products(params, results)), [_multiply_batch(), _FMA]
+    return _definition(ret, name, params, _products(params, results, sources)), [_multiply_batch(), _FMA]
 
 
-def _products(params: List[str], results: List[str]) -> List[str]:
+def _products(params: List[str], results: List[str], sources: List[Optional[int]]) -> List[str]:
     """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
-    them if more than one). The lane writes its fragments, as float, to %frags (a record
-    of _RECORD_BYTES per product: a0 a1 b0 b1 c0 c1 d0 d1) and deposits the record's
-    address; the first lane to read the exchange computes every product of every lane
-    (@tm.simdgroup_matrix_8x8.multiply_batch) into the records' d0 d1."""
+    them if more than one), C being product j's D where sources[m] = j. The lane writes its
+    fragments, as float, to %frags (a record of _RECORD_BYTES per product: a0 a1 b0 b1 c0 c1
+    d0 d1) and deposits the record's address; the first lane to read the exchange computes
+    every product of every lane (@tm.simdgroup_matrix_8x8.multiply_batch) into the records'
+    d0 d1, in order."""
     count = len(results)
-    lines = [f"%frags = alloca [{count * _RECORD_BYTES} x i8], align 16"]
+    lines = [f"%frags = alloca [{count * _RECORD_BYTES} x i8], align 16", f"%sources = alloca [{count} x i32], align 4"]
     for m in range(count):
-        for index, operand in enumerate("abc"):
+        for index, operand in enumerate("abc" if sources[m] is None else "ab"):
             type_name = params[3 * m + index]
             for k in (0, 1):
                 value = f"%f{m}{operand}{k}"
@@ -112,8 +119,11 @@ def _products(params: List[str], results: List[str]) -> List[str]:
                 lines += [f"{value}.p = getelementptr i8, ptr %frags, i32 {m * _RECORD_BYTES + 8 * index + 4 * k}",
                           f"store float {value}, ptr {value}.p"]
     lines += _exchange([("ptr", "%frags")])
-    lines += ["br i1 %leads, label %compute, label %read", "compute:",
-              f"call void @{_MULTIPLY_BATCH}(ptr %slots, i32 {count})", "br label %read", "read:"]
+    lines += ["br i1 %leads, label %compute, label %read", "compute:"]
+    for m, j in enumerate(sources):  # where in a lane's records product m finds its C
+        offset = m * _RECORD_BYTES + _C_OFFSET if j is None else j * _RECORD_BYTES + _D_OFFSET
+        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}", f"store i32 {offset}, ptr %source{m}"]
+    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %slots, i32 {count}, ptr %sources)", "br label %read", "read:"]
     for m, ret in enumerate(results):
         out = element_type(ret)
         for k in (0, 1):
@@ -137,7 +147,8 @@ def _products(params: List[str], results: List[str]) -> List[str]:
 _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
 _FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
 _RECORD_BYTES = 32
-_D_OFFSET = 24  # in a product's record, after a0 a1 b0 b1 c0 c1
+_C_OFFSET = 16  # in a product's record: a0 a1 b0 b1 c0 c1 d0 d1
+_D_OFFSET = 24
 
 
 # (row, column) -> (lane, slot) holding M[row][column]: the layout in the docstring, inverted.
@@ -146,9 +157,10 @@ _HOLDERS = {(((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (la
 
 
 def _multiply_batch() -> str:
-    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr slots, i32 count)``: for each of
-    `count` products, D = A*B + C from the records the 32 lanes deposited (a lane that did
-    not take part reads zeros), written into each lane's record at _D_OFFSET. Rows of B, C
+    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr slots, i32 count, ptr sources)``:
+    for each of `count` products m in order, D = A*B + C from the records the 32 lanes
+    deposited, C at byte sources[m] of the lane's records (a lane that did not take part
+    reads zeros), written into each lane's record at _D_OFFSET. Rows of B, C
     and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the
     same operations, in the same order, as one lane computing its elements."""
     lines = [f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
@@ -160,40 +172,46 @@ def _multiply_batch() -> str:
                   f"%base{lane} = select i1 %on{lane}, ptr %record{lane}, ptr %scratch",
                   f"%step{lane} = select i1 %on{lane}, i64 {_RECORD_BYTES}, i64 0"]
     lines += ["br label %product", "product:", "%m = phi i32 [ 0, %entry ], [ %m.next, %product ]",
-              "%m.wide = zext i32 %m to i64"]
+              "%m.wide = zext i32 %m to i64", "%c.at = getelementptr i32, ptr %sources, i64 %m.wide",
+              "%c.off32 = load i32, ptr %c.at", "%c.off = zext i32 %c.off32 to i64"]
     for lane in range(SIMD_WIDTH):
         lines += [f"%at{lane} = mul i64 %m.wide, %step{lane}",
-                  f"%p{lane} = getelementptr i8, ptr %base{lane}, i64 %at{lane}"]
+                  f"%p{lane} = getelementptr i8, ptr %base{lane}, i64 %at{lane}",
+                  f"%coff{lane} = select i1 %on{lane}, i64 %c.off, i64 {_C_OFFSET}",
+                  f"%c{lane} = getelementptr i8, ptr %base{lane}, i64 %coff{lane}"]
 
-    def element(name: str, row: int, column: int, offset: int) -> str:
-        lane, slot = _HOLDERS[row, column]
-        lines.extend([f"%{name}.p = getelementptr i8, ptr %p{lane}, i32 {offset + 4 * slot}",
-                      f"%{name} = load float, ptr %{name}.p"])
+    def pair(name: str, row: int, column: int, offset: int, records: str) -> str:
+        """<2 x float> M[row][column], M[row][column + 1]: one lane's two elements, at
+        `offset` from its `records` pointer (%p: this product's record, %c: its C)."""
+        lane, _ = _HOLDERS[row, column]
+        lines.extend([f"%{name}.p = getelementptr i8, ptr {records}{lane}, i32 {offset}",
+                       f"%{name} = load <2 x float>, ptr %{name}.p, align 4"])
         return f"%{name}"
 
-    def row_vector(matrix: str, row: int, offset: int) -> str:
-        previous = "poison"
-        for column in range(8):
-            value = element(f"{matrix}{row}.{column}", row, column, offset)
-            lines.append(f"%{matrix}{row}.v{column} = insertelement <8 x float> {previous}, float {value}, i32 {column}")
-            previous = f"%{matrix}{row}.v{column}"
-        return previous
+    def row_vector(matrix: str, row: int, offset: int, records: str = "%p") -> str:
+        pairs = [pair(f"{matrix}{row}.{column}", row, column, offset, records) for column in range(0, 8, 2)]
+        lines.extend([f"%{matrix}{row}.lo = shufflevector <2 x float> {pairs[0]}, <2 x float> {pairs[1]}, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
+                      f"%{matrix}{row}.hi = shufflevector <2 x float> {pairs[2]}, <2 x float> {pairs[3]}, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
+                      f"%{matrix}{row} = shufflevector <4 x float> %{matrix}{row}.lo, <4 x float> %{matrix}{row}.hi, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 4, i32 5, i32 6, i32 7>"])
+        return f"%{matrix}{row}"
 
     rows_b = [row_vector("B", t, 8) for t in range(8)]
     for r in range(8):
-        acc = row_vector("C", r, 16)
+        acc = row_vector("C", r, 0, "%c")
         for t in range(8):
-            a = element(f"A{r}.{t}", r, t, 0)
-            lines += [f"%A{r}.{t}.i = insertelement <8 x float> poison, float {a}, i32 0",
+            lane, slot = _HOLDERS[r, t]
+            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %p{lane}, i32 {4 * slot}",
+                      f"%A{r}.{t} = load float, ptr %A{r}.{t}.p",
+                      f"%A{r}.{t}.i = insertelement <8 x float> poison, float %A{r}.{t}, i32 0",
                       f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
                       f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> {rows_b[t]}, <8 x float> {acc})"]
             acc = f"%D{r}.{t}"
-        for column in range(8):
-            lane, slot = _HOLDERS[r, column]
-            lines += [f"%D{r}.e{column} = extractelement <8 x float> {acc}, i32 {column}",
-                      f"%D{r}.p{column} = getelementptr i8, ptr %p{lane}, i32 {_D_OFFSET + 4 * slot}",
-                      f"store float %D{r}.e{column}, ptr %D{r}.p{column}"]
+        for column in range(0, 8, 2):
+            lane, _ = _HOLDERS[r, column]
+            lines += [f"%D{r}.e{column} = shufflevector <8 x float> {acc}, <8 x float> poison, <2 x i32> <i32 {column}, i32 {column + 1}>",
+                      f"%D{r}.p{column} = getelementptr i8, ptr %p{lane}, i32 {_D_OFFSET}",
+                      f"store <2 x float> %D{r}.e{column}, ptr %D{r}.p{column}, align 4"]
     lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
               "br i1 %more, label %product, label %done", "done:", "ret void"]
     body = "\n  ".join(lines)
-    return f"define internal void @{_MULTIPLY_BATCH}(ptr %slots, i32 %count) noinline {{\nentry:\n  {body}\n}}"
+    return f"define internal void @{_MULTIPLY_BATCH}(ptr %slots, i32 %count, ptr %sources) noinline {{\nentry:\n  {body}\n}}"

@@ -24,7 +24,8 @@ from ._cpu_reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)"]
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
+                        "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
 # An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
 # l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
 SLOT_BYTES = 64
@@ -58,10 +59,14 @@ def _exchange(values: List[Tuple[str, str]]) -> List[str]:
         offset += type_bytes(type_name)
     lines += _wait_for_exchange("%buf", offset) + [
               f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
-              "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep",
-              f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
-              "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
+              "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"] + _claim()
     return lines
+
+
+def _claim() -> List[str]:
+    """%leads, given %slots: this lane is the first to read the exchange's result."""
+    return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
+            "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
 
 
 def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]:

@@ -42,7 +42,7 @@ declare void @tm.suspend()
 
 _LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _MARKER = re.compile(r"^\s*(?:tail |notail )?call void @tm\.suspend\(\)")
-_EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_exchange\(.*), " + SITE_PLACEHOLDER + r"\)")
+_EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_(?:exchange|stage)\(.*), " + SITE_PLACEHOLDER + r"\)")
 
 
 def thread_entry(name: str, lines: List[str]) -> str:
@@ -104,7 +104,7 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
                      f"{resume}:"]
             moved[block] = resume
             continue
-        elif "@tm_rt_simd_exchange(" in line:
+        elif "@tm_rt_simd_exchange(" in line or "@tm_rt_simd_stage(" in line:
             sites += 1
             line = _EXCHANGE_SITE.sub(rf"\1, i32 {sites})", line)
         body.append(line)

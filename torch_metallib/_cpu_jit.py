@@ -23,7 +23,7 @@ from ._disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 16  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 17  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)

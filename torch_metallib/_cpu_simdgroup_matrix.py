@@ -16,9 +16,11 @@ memory with ``elements_per_row`` and ``matrix_origin`` (x = column, y = row);
 import re
 from typing import List, Optional, Tuple
 
-from ._cpu_collectives import MASK_OFFSET, SLOT_BYTES, _definition, _exchange
+from ._cpu_collectives import MASK_OFFSET, WAIT_ALLOCA, _claim, _definition, _exchange
+from ._cpu_coroutine import SITE_PLACEHOLDER, SUSPEND
 from ._cpu_intrinsics import SIMD_WIDTH, element_type
 from ._cpu_matrix_batches import BATCH_PREFIX
+from ._cpu_reconvergence import SITE_ORDER
 
 __all__ = ["define_matrix", "define_product_batch"]
 
@@ -102,35 +104,50 @@ def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tup
 
 def _products(params: List[str], results: List[str], sources: List[Optional[int]]) -> List[str]:
     """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
-    them if more than one), C being product j's D where sources[m] = j. The lane writes its
-    fragments, as float, to %frags (a record of _RECORD_BYTES per product: a0 a1 b0 b1 c0 c1
-    d0 d1) and deposits the record's address; the first lane to read the exchange computes
-    every product of every lane (@tm.simdgroup_matrix_8x8.multiply_batch) into the records'
-    d0 d1, in order."""
+    them if more than one), C being product j's D where sources[m] = j. Each lane writes its
+    element pairs, as float, into the SIMD-group's staging memory (tm_rt_simd_stage): per
+    product, A, B and C as row-major 8x8 matrices; the first lane to read the completed
+    exchange computes every product (@tm.simdgroup_matrix_8x8.multiply_batch), each D in
+    place of its C, and every lane reads its pair of each D."""
     count = len(results)
-    lines = [f"%frags = alloca [{count * _RECORD_BYTES} x i8], align 16", f"%sources = alloca [{count} x i32], align 4"]
+    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4", "br label %stage", "stage:",
+             f"%staged = call ptr @tm_rt_simd_stage(i64 {count * _PRODUCT_BYTES}, ptr %wait, {SITE_ORDER}, "
+             f"{SITE_PLACEHOLDER})",
+             "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
+             "enter.wait:", SUSPEND, "br label %stage",
+             "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"]
+    lines += _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
     for m in range(count):
         for index, operand in enumerate("abc" if sources[m] is None else "ab"):
             type_name = params[3 * m + index]
+            value = f"%f{m}{operand}"
             for k in (0, 1):
-                value = f"%f{m}{operand}{k}"
-                lines += [f"{value}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
-                lines += _to_float(element_type(type_name), f"{value}.e", value)
-                lines += [f"{value}.p = getelementptr i8, ptr %frags, i32 {m * _RECORD_BYTES + 8 * index + 4 * k}",
-                          f"store float {value}, ptr {value}.p"]
-    lines += _exchange([("ptr", "%frags")])
+                lines += [f"{value}{k}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
+                lines += _to_float(element_type(type_name), f"{value}{k}.e", f"{value}{k}")
+            lines += [f"{value}.v0 = insertelement <2 x float> poison, float {value}0, i32 0",
+                      f"{value}.v = insertelement <2 x float> {value}.v0, float {value}1, i32 1",
+                      f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
+                      f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
+                      f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
+    # Arrived when staged: the slots are there already if this lane completed the exchange.
+    lines += ["%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
+              "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
+              "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",  # stepped back: stage again
+              "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim()
     lines += ["br i1 %leads, label %compute, label %read", "compute:"]
-    for m, j in enumerate(sources):  # where in a lane's records product m finds its C
-        offset = m * _RECORD_BYTES + _C_OFFSET if j is None else j * _RECORD_BYTES + _D_OFFSET
-        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}", f"store i32 {offset}, ptr %source{m}"]
-    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %slots, i32 {count}, ptr %sources)", "br label %read", "read:"]
+    for m, j in enumerate(sources):  # the product whose matrices hold product m's C
+        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",
+                  f"store i32 {m if j is None else j}, ptr %source{m}"]
+    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 {count}, ptr %sources)",
+              "br label %read", "read:"]
     for m, ret in enumerate(results):
         out = element_type(ret)
+        lines += [f"%d{m}.o = add i32 %at, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
+                  f"%d{m}.p = getelementptr i8, ptr %staged, i32 %d{m}.o",
+                  f"%d{m} = load <2 x float>, ptr %d{m}.p, align 4"]
         for k in (0, 1):
-            value = f"%d{m}.{k}"
-            lines += [f"{value}.p = getelementptr i8, ptr %frags, i32 {m * _RECORD_BYTES + _D_OFFSET + 4 * k}",
-                      f"{value} = load float, ptr {value}.p",
-                      f"%o{m}.{k} = fptrunc float {value} to {out}" if out != "float" else f"%o{m}.{k} = fadd float {value}, -0.0"]
+            lines += [f"%d{m}.{k} = extractelement <2 x float> %d{m}, i32 {k}",
+                      f"%o{m}.{k} = fptrunc float %d{m}.{k} to {out}" if out != "float" else f"%o{m}.{k} = fadd float %d{m}.{k}, -0.0"]
         lines += [f"%v{m}.0 = insertelement {ret} poison, {out} %o{m}.0, i32 0",
                   f"%v{m} = insertelement {ret} %v{m}.0, {out} %o{m}.1, i32 1"]
     if count == 1:
@@ -146,72 +163,59 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
 
 _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
 _FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
-_RECORD_BYTES = 32
-_C_OFFSET = 16  # in a product's record: a0 a1 b0 b1 c0 c1 d0 d1
-_D_OFFSET = 24
+_MATRIX_BYTES = 8 * 8 * 4
+_PRODUCT_BYTES = 3 * _MATRIX_BYTES  # A, B, then C (D once computed)
 
-
-# (row, column) -> (lane, slot) holding M[row][column]: the layout in the docstring, inverted.
-_HOLDERS = {(((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (lane & 1) * 2 + slot): (lane, slot)
-            for lane in range(32) for slot in (0, 1)}
+# lane -> (row, column) of the first of the two elements it holds (the docstring's layout).
+_POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (lane & 1) * 2)
+              for lane in range(SIMD_WIDTH)}
 
 
 def _multiply_batch() -> str:
-    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr slots, i32 count, ptr sources)``:
-    for each of `count` products m in order, D = A*B + C from the records the 32 lanes
-    deposited, C at byte sources[m] of the lane's records (a lane that did not take part
-    reads zeros), written into each lane's record at _D_OFFSET. Rows of B, C
-    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the
-    same operations, in the same order, as one lane computing its elements."""
-    lines = [f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
-             "%scratch = alloca [32 x i8], align 16", "store <8 x float> zeroinitializer, ptr %scratch, align 16"]
-    for lane in range(SIMD_WIDTH):
-        lines += [f"%bit{lane} = and i32 %mask, {1 << lane}", f"%on{lane} = icmp ne i32 %bit{lane}, 0",
-                  f"%slot{lane} = getelementptr i8, ptr %slots, i32 {lane * SLOT_BYTES}",
-                  f"%record{lane} = load ptr, ptr %slot{lane}",
-                  f"%base{lane} = select i1 %on{lane}, ptr %record{lane}, ptr %scratch",
-                  f"%step{lane} = select i1 %on{lane}, i64 {_RECORD_BYTES}, i64 0"]
-    lines += ["br label %product", "product:", "%m = phi i32 [ 0, %entry ], [ %m.next, %product ]",
-              "%m.wide = zext i32 %m to i64", "%c.at = getelementptr i32, ptr %sources, i64 %m.wide",
-              "%c.off32 = load i32, ptr %c.at", "%c.off = zext i32 %c.off32 to i64"]
-    for lane in range(SIMD_WIDTH):
-        lines += [f"%at{lane} = mul i64 %m.wide, %step{lane}",
-                  f"%p{lane} = getelementptr i8, ptr %base{lane}, i64 %at{lane}",
-                  f"%coff{lane} = select i1 %on{lane}, i64 %c.off, i64 {_C_OFFSET}",
-                  f"%c{lane} = getelementptr i8, ptr %base{lane}, i64 %coff{lane}"]
-
-    def pair(name: str, row: int, column: int, offset: int, records: str) -> str:
-        """<2 x float> M[row][column], M[row][column + 1]: one lane's two elements, at
-        `offset` from its `records` pointer (%p: this product's record, %c: its C)."""
-        lane, _ = _HOLDERS[row, column]
-        lines.extend([f"%{name}.p = getelementptr i8, ptr {records}{lane}, i32 {offset}",
-                       f"%{name} = load <2 x float>, ptr %{name}.p, align 4"])
-        return f"%{name}"
-
-    def row_vector(matrix: str, row: int, offset: int, records: str = "%p") -> str:
-        pairs = [pair(f"{matrix}{row}.{column}", row, column, offset, records) for column in range(0, 8, 2)]
-        lines.extend([f"%{matrix}{row}.lo = shufflevector <2 x float> {pairs[0]}, <2 x float> {pairs[1]}, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-                      f"%{matrix}{row}.hi = shufflevector <2 x float> {pairs[2]}, <2 x float> {pairs[3]}, <4 x i32> <i32 0, i32 1, i32 2, i32 3>",
-                      f"%{matrix}{row} = shufflevector <4 x float> %{matrix}{row}.lo, <4 x float> %{matrix}{row}.hi, <8 x i32> <i32 0, i32 1, i32 2, i32 3, i32 4, i32 5, i32 6, i32 7>"])
-        return f"%{matrix}{row}"
-
-    rows_b = [row_vector("B", t, 8) for t in range(8)]
+    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
+    sources)``: for each of `count` products m in order, D = A*B + C from the staged
+    matrices, C from product sources[m]'s third matrix, D into product m's third matrix.
+    Lanes that did not take part (not in the exchange's mask) count as zeros. Rows of B, C
+    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the same
+    operations, in the same order, as one lane computing its elements."""
+    lines = ["%ignored = alloca <2 x float>, align 8",
+             f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
+             "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
+             # Zeros where absent lanes' elements go: stores to %ignored for the lanes present.
+             "clear:", "%k = phi i32 [ 0, %entry ], [ %k.next, %clear ]", "%k.wide = zext i32 %k to i64",
+             f"%k.at = mul i64 %k.wide, {_PRODUCT_BYTES}", "%k.p = getelementptr i8, ptr %staged, i64 %k.at"]
+    for lane, (row, column) in _POSITIONS.items():
+        lines += [f"%bit{lane} = and i32 %mask, {1 << lane}", f"%absent{lane} = icmp eq i32 %bit{lane}, 0"]
+        for matrix in range(3):
+            at = f"%z{lane}.{matrix}"
+            lines += [f"{at}.p = getelementptr i8, ptr %k.p, i32 {matrix * _MATRIX_BYTES + (row * 8 + column) * 4}",
+                      f"{at} = select i1 %absent{lane}, ptr {at}.p, ptr %ignored",
+                      f"store <2 x float> zeroinitializer, ptr {at}, align 4"]
+    lines += ["%k.next = add i32 %k, 1", "%k.more = icmp ult i32 %k.next, %count",
+              "br i1 %k.more, label %clear, label %product",
+              "product:", "%m = phi i32 [ 0, %entry ], [ 0, %clear ], [ %m.next, %product ]",
+              "%m.wide = zext i32 %m to i64", f"%m.at = mul i64 %m.wide, {_PRODUCT_BYTES}",
+              "%a = getelementptr i8, ptr %staged, i64 %m.at",
+              f"%b = getelementptr i8, ptr %a, i32 {_MATRIX_BYTES}", f"%d = getelementptr i8, ptr %a, i32 {2 * _MATRIX_BYTES}",
+              "%source.p = getelementptr i32, ptr %sources, i64 %m.wide", "%source = load i32, ptr %source.p",
+              "%source.wide = zext i32 %source to i64", f"%source.at = mul i64 %source.wide, {_PRODUCT_BYTES}",
+              "%source.a = getelementptr i8, ptr %staged, i64 %source.at",
+              f"%c = getelementptr i8, ptr %source.a, i32 {2 * _MATRIX_BYTES}"]
+    for t in range(8):
+        lines += [f"%B{t}.p = getelementptr i8, ptr %b, i32 {t * 32}", f"%B{t} = load <8 x float>, ptr %B{t}.p, align 4"]
     for r in range(8):
-        acc = row_vector("C", r, 0, "%c")
+        lines += [f"%C{r}.p = getelementptr i8, ptr %c, i32 {r * 32}", f"%C{r} = load <8 x float>, ptr %C{r}.p, align 4"]
+        acc = f"%C{r}"
         for t in range(8):
-            lane, slot = _HOLDERS[r, t]
-            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %p{lane}, i32 {4 * slot}",
+            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %a, i32 {(r * 8 + t) * 4}",
                       f"%A{r}.{t} = load float, ptr %A{r}.{t}.p",
                       f"%A{r}.{t}.i = insertelement <8 x float> poison, float %A{r}.{t}, i32 0",
                       f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
-                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> {rows_b[t]}, <8 x float> {acc})"]
+                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> %B{t}, <8 x float> {acc})"]
             acc = f"%D{r}.{t}"
-        for column in range(0, 8, 2):
-            lane, _ = _HOLDERS[r, column]
-            lines += [f"%D{r}.e{column} = shufflevector <8 x float> {acc}, <8 x float> poison, <2 x i32> <i32 {column}, i32 {column + 1}>",
-                      f"%D{r}.p{column} = getelementptr i8, ptr %p{lane}, i32 {_D_OFFSET}",
-                      f"store <2 x float> %D{r}.e{column}, ptr %D{r}.p{column}, align 4"]
+        lines += [f"%D{r}.p = getelementptr i8, ptr %d, i32 {r * 32}", f"store <8 x float> {acc}, ptr %D{r}.p, align 4"]
     lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
               "br i1 %more, label %product, label %done", "done:", "ret void"]
     body = "\n  ".join(lines)
-    return f"define internal void @{_MULTIPLY_BATCH}(ptr %slots, i32 %count, ptr %sources) noinline {{\nentry:\n  {body}\n}}"
+    return (f"define internal void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 %count, ptr %sources) noinline "
+            f"{{\nentry:\n  {body}\n}}")

@@ -103,6 +103,7 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_barrier"] = reinterpret_cast<uintptr_t>(&tm_rt_barrier);
     symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
+    symbols["tm_rt_simd_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_stage);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;
   });

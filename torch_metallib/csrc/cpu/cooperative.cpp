@@ -54,6 +54,7 @@ struct SimdGroup {
   uint32_t reserved = 0;      // when set, only this call site may start gathering
   uint32_t deposited[2] = {0, 0};
   ExchangePhase phases[2];
+  std::vector<float> staging[2];  // per phase: what tm_rt_simd_stage hands out (grown, kept)
 };
 
 // Coroutine frames of one OS thread, reused across threadgroups and calls: thread t's frame
@@ -348,6 +349,41 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
   current_run = nullptr;
 }
 
+// The running lane enters its SIMD-group's exchange at `site`, unless another collective
+// gathers or one must go first (settle_exchanges): then it waits to enter and this returns
+// false. Sets waiting->lane; waiting->slots stays null until the exchange completes.
+bool enter_exchange(GroupRun& run, ExchangeWait* waiting, uint32_t order, uint32_t site) {
+  auto& t = *run.current;
+  auto& s = run.simds[t.simd];
+  waiting->slots = nullptr;
+  waiting->lane = t.lane;
+  t.site = site;  // read by settle_exchanges while this lane waits to enter
+  t.order = order;
+  if ((s.arrived > 0 && s.site != site) || (s.reserved != 0 && s.reserved != site)) {
+    wait(run, State::WaitingToExchange);
+    return false;
+  }
+  s.site = site;
+  s.order = order;
+  return true;
+}
+
+// The entered lane has deposited: it waits, or, the last to arrive, completes the exchange
+// and finds the slots in waiting->slots.
+void arrive(GroupRun& run, ExchangeWait* waiting) {
+  auto& t = *run.current;
+  auto& s = run.simds[t.simd];
+  uint32_t p = s.phase & 1;
+  s.deposited[p] |= 1u << t.lane;
+  if (++s.arrived != s.live) {
+    t.waiting = waiting;
+    wait(run, State::InExchange);
+    return;
+  }
+  complete_exchange(run, t.simd);
+  waiting->slots = s.phases[p].slots;
+}
+
 }  // namespace
 
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
@@ -411,27 +447,22 @@ extern "C" const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, Ex
                                            uint32_t site) {
   using namespace torch_metallib::cpu;
   auto& run = *current_run;
-  auto& t = *run.current;
-  auto& s = run.simds[t.simd];
-  waiting->slots = nullptr;
-  waiting->lane = t.lane;
-  t.site = site;  // read by settle_exchanges while this lane waits to enter
-  t.order = order;
-  // Wait while another collective gathers, or one that must go first (settle_exchanges).
-  if ((s.arrived > 0 && s.site != site) || (s.reserved != 0 && s.reserved != site)) {
-    wait(run, State::WaitingToExchange);
-    return nullptr;
-  }
-  uint32_t p = s.phase & 1;
-  s.site = site;
-  s.order = order;
-  deposit(s.phases[p].slots[t.lane], value, std::min<uint32_t>(bytes, kSlotBytes));
-  s.deposited[p] |= 1u << t.lane;
-  if (++s.arrived != s.live) {
-    t.waiting = waiting;
-    wait(run, State::InExchange);
-    return nullptr;
-  }
-  complete_exchange(run, t.simd);
-  return s.phases[p].slots;
+  if (!enter_exchange(run, waiting, order, site)) return nullptr;
+  auto& s = run.simds[run.current->simd];
+  deposit(s.phases[s.phase & 1].slots[run.current->lane], value, std::min<uint32_t>(bytes, kSlotBytes));
+  arrive(run, waiting);
+  return waiting->slots;
+}
+
+extern "C" void* tm_rt_simd_stage(uint64_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site) {
+  using namespace torch_metallib::cpu;
+  auto& run = *current_run;
+  if (!enter_exchange(run, waiting, order, site)) return nullptr;
+  auto& s = run.simds[run.current->simd];
+  // Every lane at a site asks the same size; a buffer grows only while no lane uses it (its
+  // phase's lanes have all read it before any lane enters this phase again).
+  auto& staging = s.staging[s.phase & 1];
+  if (staging.size() * sizeof(float) < bytes) staging.resize((bytes + sizeof(float) - 1) / sizeof(float));
+  arrive(run, waiting);
+  return staging.data();
 }

@@ -65,4 +65,11 @@ struct ExchangeWait {
 // kernel suspends, and when resumed reads waiting->slots. `order` ranks the call site
 // (_cpu_reconvergence.py): when lanes wait at several sites, the lowest goes first.
 const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site);
+// An exchange whose lanes write their values into shared memory instead (simdgroup-matrix
+// products, _cpu_simdgroup_matrix.py): enters and arrives as tm_rt_simd_exchange does, and
+// returns `bytes` of memory for this SIMD-group and phase, which the lane fills before it
+// suspends; null if the lane may not enter yet (it suspends and asks again). If this lane
+// completed the exchange, waiting->slots is set already. A lane resumed with no slots
+// (stepped back) must stage again: the memory may have changed.
+void* tm_rt_simd_stage(uint64_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site);
 }

@@ -75,9 +75,9 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
-    from ._cpu_coroutine import split_at_suspends  # only on a cache miss
-    from ._cpu_lowering import lower
+def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str:
+    """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
+    from ._cpu_lowering import lower  # only on a cache miss
 
     machine = host()
     # Modules are closed before their context, explicitly: if lowering raises, the
@@ -87,9 +87,23 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> 
     modules = []
     try:
         modules.append(llvm.parse_bitcode(bytes(function.bitcode), context=context))
-        text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
+        return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
                      unroll=lambda text: _unroll_loops(text, context, modules))
+    finally:
+        for module in modules:
+            module.close()
+        context.close()
+
+
+def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
+    from ._cpu_coroutine import split_at_suspends  # only on a cache miss
+
+    machine = host()
+    text = lowered_ir(function, constants, symbol, cooperative)
+    context = llvm.create_context()
+    modules = []
+    try:
         modules.append(llvm.parse_assembly(text, context=context))
         if cooperative:  # inline every wait into the thread entry, then make them suspensions
             inliner = llvm.create_new_module_pass_manager()

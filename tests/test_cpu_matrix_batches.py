@@ -1,0 +1,188 @@
+"""Simdgroup-matrix products that need none of each other's results run as one exchange
+(_cpu_matrix_batches): the rewrite of the IR, the results against torch, and MLX's steel
+GEMM tiles as Apple built them.
+
+Apple's fragment layout (DESIGN.md §4.2): lane l holds M[r][c] and M[r][c + 1] with
+r = ((l >> 4) << 2) | ((l >> 1) & 3) and c = ((l >> 3) & 1) * 4 + (l & 1) * 2.
+"""
+
+import functools
+import re
+
+import llvmlite.binding as llvm
+import pytest
+import torch
+
+import torch_metallib as tm
+from conftest import fixture_bitcode
+from torch_metallib._cpu_jit import lowered_ir
+from torch_metallib._cpu_matrix_batches import MAX_BATCH, batch_matrix_products
+
+SENTINEL = -12345.0
+_BATCH_CALL = re.compile(r"call \{[^}]*\} @tm\.simdgroup_matrix_8x8\.multiply_accumulate_batch\.(\w+)\.")
+_SINGLE_CALL = re.compile(r"call <64 x \w+> @air\.simdgroup_matrix_8x8_multiply_accumulate\.")
+
+
+@functools.lru_cache(maxsize=None)
+def _fixture():
+    name = "simdgroup_matrix_batched"
+    return tm.load(tm.pack([tm.FunctionSource(name, fixture_bitcode(f"collectives/{name}"))]))[name]
+
+
+def _batches(text: str):
+    """The `sources` word of each batch call (``c`` or the index of the product whose D is
+    the accumulator), and the number of products called one at a time."""
+    return [m.split("_") for m in _BATCH_CALL.findall(text)], len(_SINGLE_CALL.findall(text))
+
+
+def test_independent_and_chained_products_run_as_one_exchange():
+    # d1 = a b + c, d2 = a2 b + c and d3 = a2 b + d1 (d1 through thread_elements' shuffle).
+    assert _batches(lowered_ir(_fixture(), {}, "t", True)) == ([["c", "c", "0"]], 0)
+
+
+@pytest.mark.parametrize("integers", [False, True])
+def test_batched_products_against_torch(integers):
+    g = torch.Generator().manual_seed(41)
+    if integers:  # every sum exact in float: the results must be equal
+        a, a2, b, c = (torch.randint(-8, 8, (8, 8), generator=g).float() for _ in range(4))
+    else:
+        a, a2, b, c = (torch.randn(8, 8, generator=g) for _ in range(4))
+    d1, d2, d3 = (torch.full((8, 8), SENTINEL) for _ in range(3))
+    _fixture()(a, a2, b, c, d1, d2, d3, threads=32, group_size=32)
+    expected = [a.double() @ b.double() + c.double(), a2.double() @ b.double() + c.double()]
+    expected.append(a2.double() @ b.double() + expected[0])
+    for actual, want in zip((d1, d2, d3), expected):
+        if integers:
+            assert torch.equal(actual.double(), want)
+        else:
+            torch.testing.assert_close(actual.double(), want, rtol=0, atol=1e-5 * want.abs().max().item())
+
+
+def _held_by(lanes):
+    """An 8x8 mask of the elements lanes `lanes` hold (Apple's layout, module docstring)."""
+    mask = torch.zeros(8, 8, dtype=torch.bool)
+    for lane in lanes:
+        row = ((lane >> 4) << 2) | ((lane >> 1) & 3)
+        column = ((lane >> 3) & 1) * 4 + (lane & 1) * 2
+        mask[row, column:column + 2] = True
+    return mask
+
+
+def test_lanes_outside_the_grid_count_as_zeros():
+    # 24 threads: lanes 24-31 of the SIMD-group do not exist. Metal leaves simdgroup
+    # matrices with missing lanes undefined; here their elements count as zeros, and the
+    # elements they would store stay untouched.
+    g = torch.Generator().manual_seed(42)
+    a, a2, b, c = (torch.randint(-8, 8, (8, 8), generator=g).float() for _ in range(4))
+    d1, d2, d3 = (torch.full((8, 8), SENTINEL) for _ in range(3))
+    _fixture()(a + 1, a2 + 1, b + 1, c + 1, d1, d2, d3, threads=32, group_size=32)  # leaves other values behind
+    d1, d2, d3 = (torch.full((8, 8), SENTINEL) for _ in range(3))
+    _fixture()(a, a2, b, c, d1, d2, d3, threads=24, group_size=32)
+    present = _held_by(range(24))
+    assert present.sum() == 48
+    a, a2, b, c = (torch.where(present, m, 0.0) for m in (a, a2, b, c))
+    expected = [a @ b + c, a2 @ b + c]
+    expected.append(a2 @ b + expected[0])
+    for actual, want in zip((d1, d2, d3), expected):
+        assert torch.equal(actual, torch.where(present, want, SENTINEL))
+
+
+# --- the rewrite, on hand-written blocks ------------------------------------------------
+
+_HEAD = """declare <64 x float> @air.simdgroup_matrix_8x8_multiply_accumulate.v64f32.v64f32.v64f32.v64f32(<64 x float>, <64 x float>, <64 x float>)
+declare void @air.wg.barrier(i32, i32)
+declare void @air.simdgroup.barrier(i32, i32)
+
+define void @k(<64 x float> %a, <64 x float> %b, <64 x float> %c, ptr %out) {
+"""
+_MMA = "call <64 x float> @air.simdgroup_matrix_8x8_multiply_accumulate.v64f32.v64f32.v64f32.v64f32"
+_KEEP = "<64 x i32> <i32 0, i32 1" + ", i32 poison" * 62 + ">"
+_SWAP = "<64 x i32> <i32 1, i32 0" + ", i32 poison" * 62 + ">"
+
+
+def _rewrite(body: str):
+    """(batches, single calls) of the block `body`, after checking the result is valid IR."""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    llvm.parse_assembly(text, context=llvm.create_context()).verify()
+    return _batches(text)
+
+
+def test_products_needing_nothing_of_each_other_form_one_batch():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  %e1 = extractelement <64 x float> %d1, i32 0
+  store float %e1, ptr %out
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %a, <64 x float> %c)"""
+    # The store needs d1: it ends the batch before it.
+    assert _rewrite(body) == ([], 2)
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  %e1 = extractelement <64 x float> %d1, i32 0
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %a, <64 x float> %c)
+  call void @air.simdgroup.barrier(i32 0, i32 1)
+  %d3 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)
+  store float %e1, ptr %out"""
+    # The pure extract moves below the batch; simdgroup_barrier(mem_none) is a no-op.
+    assert _rewrite(body) == ([["c", "c", "c"]], 0)
+
+
+def test_a_factor_from_the_batch_ends_it():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  %k1 = shufflevector <64 x float> %d1, <64 x float> poison, {_KEEP}
+  %d2 = {_MMA}(<64 x float> %k1, <64 x float> %b, <64 x float> %c)
+  %d3 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)"""
+    assert _rewrite(body) == ([["c", "c"]], 1)  # d1 alone, then d2 and d3
+
+
+def test_an_accumulator_from_the_batch_is_chained_only_if_the_lane_elements_are_kept():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %b, <64 x float> %c)
+  %k2 = shufflevector <64 x float> %d2, <64 x float> poison, {_KEEP}
+  %d3 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %k2)
+  %d4 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %d1)"""
+    assert _rewrite(body) == ([["c", "c", "1", "0"]], 0)
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  %s1 = shufflevector <64 x float> %d1, <64 x float> poison, {_SWAP}
+  %d2 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %s1)"""
+    assert _rewrite(body) == ([], 2)
+
+
+def test_a_call_that_may_wait_ends_the_batch():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
+  call void @air.wg.barrier(i32 2, i32 1)
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %a, <64 x float> %c)
+  call void @air.simdgroup.barrier(i32 1, i32 1)
+  %d3 = {_MMA}(<64 x float> %b, <64 x float> %b, <64 x float> %c)"""
+    assert _rewrite(body) == ([], 3)
+
+
+def test_batches_hold_at_most_max_batch_products():
+    body = "".join(f"\n  %d{i} = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)" for i in range(MAX_BATCH + 3))
+    batches, singles = _rewrite(body)
+    assert [len(b) for b in batches] == [MAX_BATCH, 3] and singles == 0
+
+
+# --- MLX's GEMM, as Apple built it --------------------------------------------------------
+
+@pytest.mark.parametrize("name", [
+    "steel_gemm_fused_nn_float32_float32_bm64_bn64_bk16_wm2_wn2",
+    "steel_gemm_fused_nt_bfloat16_bfloat16_bm64_bn64_bk16_wm2_wn2",
+    "steel_gemm_fused_tn_float16_float16_bm32_bn32_bk16_wm2_wn2",
+])
+def test_steel_gemm_k_blocks_are_one_exchange_each(mlx_lib, name):
+    # Each SIMD-group owns a (bm / wm) x (bn / wn) tile of 8x8 fragments, (bk / 8) k-steps
+    # per k-block; every product of a k-block lands in one batch, each k-step after the first
+    # chained to the one before.
+    bm, bn, bk, wm, wn = (int(v) for v in re.search(r"bm(\d+)_bn(\d+)_bk(\d+)_wm(\d+)_wn(\d+)", name).groups())
+    tile = (bm // wm // 8) * (bn // wn // 8)
+    per_block = tile * (bk // 8)
+    batches, singles = _batches(lowered_ir(mlx_lib[name], {}, "t", True))
+    assert batches and singles == 0
+    for sources in batches:
+        assert len(sources) == per_block
+        assert sources[:tile] == ["c"] * tile
+        assert all(0 <= int(s) < tile * step for step in range(1, bk // 8) for s in sources[tile * step:tile * (step + 1)])

@@ -1,13 +1,18 @@
-"""Independent simdgroup-matrix products as one exchange (DESIGN.md §4.3).
+"""Simdgroup-matrix products that need none of each other's results as one exchange
+(DESIGN.md §4.3).
 
 Every ``simdgroup_matrix_8x8_multiply_accumulate`` makes the SIMD-group's 32 lanes meet:
 each lane suspends and is resumed once per product. MLX's GEMM tiles (steel) multiply a
 TM x TN grid of fragments per k-step, with a loop nest that the kernel's compiler left
 rolled; once LLVM unrolls it (``unroll``, given by the caller, runs only on modules with
-these products) a k-step is a block holding its TM x TN products, none of which needs
-another's result. This pass gathers such a run into one call of
-``tm.simdgroup_matrix_8x8.multiply_accumulate_batch<N>`` (_cpu_simdgroup_matrix), so the
-lanes meet once per k-step instead of once per product.
+these products) a k-block is one block holding its TM x TN products per k-step. This
+pass gathers such a run into one call of
+``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.<sources>.<overload>``
+(_cpu_simdgroup_matrix), so the lanes meet once per k-block instead of once per product.
+A product may take an earlier product of the run as its accumulator C (the next k-step
+does), directly or through a shuffle that keeps the lane's elements 0 and 1 (Apple's
+``thread_elements()``): `sources` lists, per product, ``c`` (its own C) or that product's
+index, and the batch computes the products in order.
 
 Moving a product down its block to where the run ends is unobservable: a product reads
 no memory and only the lanes that run the block run it, before or after the move. What
@@ -25,7 +30,7 @@ from ._ir_functions import edit_function_bodies
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
 
 BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
-MAX_BATCH = 32  # products per exchange: each lane keeps 32 bytes per product in its frame
+MAX_BATCH = 32  # products per exchange: staged in 768 bytes each, per SIMD-group and phase
 
 _PRODUCT = re.compile(r"^\s*(%[-\w$.]+) = (?:tail )?call (<64 x \w+>) "
                       r"@air\.simdgroup_matrix_8x8_multiply_accumulate\.([\w.]+)\((.*)\)(?: #\d+)?$")

@@ -2,15 +2,18 @@
 
 A SIMD-group holds an 8x8 matrix as ``<64 x T>`` values of which only slots 0 and 1 are
 the lane's: lane l holds M[r][c] and M[r][c+1] with r = ((l>>4)<<2)|((l>>1)&3) and
-c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C) exchanges the lanes'
-fragments (as float, the accumulator type MLX uses) through ``tm_rt_simd_exchange``; the
-first lane to read the exchange computes all of D (``@tm.simdgroup_matrix_8x8.multiply_all``,
-with 8-wide vectors) into the slots, and each lane reads its two elements. Each element is
-C plus the eight products of a row of A and a column of B, in k order, each step one fused
-multiply-add. ``load`` / ``store`` move a lane's two elements between its fragment and
-memory with ``elements_per_row`` and ``matrix_origin`` (x = column, y = row);
-``transpose`` reads or writes the transposed matrix [ASSUMED: origin stays in the memory's
-(column, row) coordinates].
+c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C), alone or in a batch
+(``tm.simdgroup_matrix_8x8.multiply_accumulate_batch``, _cpu_matrix_batches), is one
+exchange: each lane writes its elements (as float, the accumulator type MLX uses) into
+row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``), the
+first lane to read the completed exchange computes every D with 8-wide vectors
+(``@tm.simdgroup_matrix_8x8.multiply_batch``), and each lane reads its two elements. Each
+element is C plus the eight products of a row of A and a column of B, in k order, each step
+one fused multiply-add. Lanes that do not exist (a SIMD-group cut short by the grid) count
+as zeros; Metal leaves that undefined. ``load`` / ``store`` move a lane's two elements
+between its fragment and memory with ``elements_per_row`` and ``matrix_origin`` (x =
+column, y = row); ``transpose`` reads or writes the transposed matrix [ASSUMED: origin
+stays in the memory's (column, row) coordinates].
 """
 
 import re

@@ -352,7 +352,7 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
 // The running lane enters its SIMD-group's exchange at `site`, unless another collective
 // gathers or one must go first (settle_exchanges): then it waits to enter and this returns
 // false. Sets waiting->lane; waiting->slots stays null until the exchange completes.
-bool enter_exchange(GroupRun& run, ExchangeWait* waiting, uint32_t order, uint32_t site) {
+[[gnu::always_inline]] inline bool enter_exchange(GroupRun& run, ExchangeWait* waiting, uint32_t order, uint32_t site) {
   auto& t = *run.current;
   auto& s = run.simds[t.simd];
   waiting->slots = nullptr;
@@ -370,7 +370,7 @@ bool enter_exchange(GroupRun& run, ExchangeWait* waiting, uint32_t order, uint32
 
 // The entered lane has deposited: it waits, or, the last to arrive, completes the exchange
 // and finds the slots in waiting->slots.
-void arrive(GroupRun& run, ExchangeWait* waiting) {
+[[gnu::always_inline]] inline void arrive(GroupRun& run, ExchangeWait* waiting) {
   auto& t = *run.current;
   auto& s = run.simds[t.simd];
   uint32_t p = s.phase & 1;

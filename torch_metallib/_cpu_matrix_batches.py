@@ -22,8 +22,9 @@ call that could wait (every call but LLVM's own intrinsics and the memory-less
 ``simdgroup_barrier(mem_none)``, a no-op here).
 """
 
+import itertools
 import re
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ._ir_functions import edit_function_bodies
 
@@ -88,7 +89,7 @@ class _Run:
         if shuffle and shuffle.group(2) in self.fragments:
             self.fragments[defined] = self.fragments[shuffle.group(2)]
 
-    def emit(self, out: List[str], batches: List[int], declarations: Dict[str, str]) -> None:
+    def emit(self, out: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> None:
         if len(self.products) == 1:
             result, ret, overload, args = self.products[0]
             out.append(f"  {result} = call {ret} @air.simdgroup_matrix_8x8_multiply_accumulate.{overload}"
@@ -98,8 +99,7 @@ class _Run:
             count = len(self.products)
             name = f"{BATCH_PREFIX}.{'_'.join(self.sources)}.{overload}"
             struct = "{ " + ", ".join([ret] * count) + " }"
-            batch = f"%tm.batch.{len(batches)}"
-            batches.append(count)
+            batch = f"%tm.batch.{next(numbers)}"
             out.append(f"  {batch} = call {struct} @{name}({', '.join(a for p in self.products for a in p[3])})")
             out += [f"  {result} = extractvalue {struct} {batch}, {i}" for i, (result, *_) in enumerate(self.products)]
             types = ", ".join(_VECTOR.match(a).group(0) for p in self.products for a in p[3])
@@ -108,7 +108,7 @@ class _Run:
         self.__init__()
 
 
-def _batch_block(lines: List[str], batches: List[int], declarations: Dict[str, str]) -> List[str]:
+def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
     out: List[str] = []
     run = _Run()
     for line in lines:
@@ -123,7 +123,7 @@ def _batch_block(lines: List[str], batches: List[int], declarations: Dict[str, s
             factors_depend = bool(set(_VALUE.findall(args[0] + " " + args[1])) & run.results)
             same = not run.products or run.products[0][2] == product.group(3)
             if factors_depend or (accumulator and source is None) or not same or len(run.products) == MAX_BATCH:
-                run.emit(out, batches, declarations)
+                run.emit(out, numbers, declarations)
                 source = None
             run.add(product.group(1), product.group(2), product.group(3), args, source)
             continue
@@ -134,22 +134,22 @@ def _batch_block(lines: List[str], batches: List[int], declarations: Dict[str, s
             continue
         if depends or (opcode == "call" and not _HARMLESS_CALL.search(line)) or opcode in (
                 "br", "switch", "ret", "unreachable", "indirectbr", "resume", "invoke", "callbr"):
-            run.emit(out, batches, declarations)
+            run.emit(out, numbers, declarations)
         out.append(line)
-    run.emit(out, batches, declarations)
+    run.emit(out, numbers, declarations)
     return out
 
 
-def _batch_body(body: List[str], batches: List[int], declarations: Dict[str, str]) -> List[str]:
+def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
     out: List[str] = []
     block: List[str] = []
     for line in body:
         if _LABEL.match(line):
-            out += _batch_block(block, batches, declarations) + [line]
+            out += _batch_block(block, numbers, declarations) + [line]
             block = []
         else:
             block.append(line)
-    return out + _batch_block(block, batches, declarations)
+    return out + _batch_block(block, numbers, declarations)
 
 
 def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:
@@ -158,7 +158,7 @@ def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:
     if "@air.simdgroup_matrix_8x8_multiply_accumulate." not in text:
         return text
     text = unroll(text)
-    batches: List[int] = []
+    numbers = itertools.count()  # names the batches' results
     declarations: Dict[str, str] = {}
-    text = edit_function_bodies(text, lambda body: _batch_body(body, batches, declarations))
+    text = edit_function_bodies(text, lambda body: _batch_body(body, numbers, declarations))
     return text + "\n" + "\n".join(declarations.values()) + "\n"

@@ -16,6 +16,7 @@ column, y = row); ``transpose`` reads or writes the transposed matrix [ASSUMED: 
 stays in the memory's (column, row) coordinates].
 """
 
+import functools
 import re
 from typing import List, Optional, Tuple
 
@@ -174,6 +175,7 @@ _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) *
               for lane in range(SIMD_WIDTH)}
 
 
+@functools.lru_cache(maxsize=None)  # the same text for every product declaration
 def _multiply_batch() -> str:
     """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
     sources)``: for each of `count` products m in order, D = A*B + C from the staged

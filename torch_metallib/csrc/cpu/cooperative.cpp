@@ -192,7 +192,7 @@ void release_barrier(GroupRun& run) {
 
 // Copies a lane's value in 4-byte pieces: the kernel has just stored it in pieces of at
 // least that size, and 8-byte loads spanning two 4-byte stores stall store forwarding
-// (memcpy's did: half the time of a simdgroup-matrix multiply went there).
+// (memcpy's did, when simdgroup-matrix products still deposited their fragments here).
 inline void deposit(unsigned char* slot, const void* value, uint32_t bytes) {
   const auto* from = static_cast<const unsigned char*>(value);
   uint32_t i = 0;

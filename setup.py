@@ -3,6 +3,10 @@
 Install into an environment that already has torch (the extension is built against it):
 
     pip install --no-build-isolation -e .
+
+`.ci/setup` builds the extension with `python setup.py build_ext --inplace` instead (its
+ninja files stay in build/, so a rebuild compiles only what changed) and then registers
+the package with TORCH_METALLIB_PREBUILT=1, which leaves the extension out of pip's build.
 """
 import glob
 import os
@@ -41,9 +45,9 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["torch_metallib", "torch_metallib.*"]),
     python_requires=">=3.9",
-    install_requires=["torch>=2.4", "llvmlite>=0.44"],
-    extras_require={"test": ["pytest>=7"]},
-    ext_modules=[
+    install_requires=["torch>=2.4", "llvmlite>=0.50"],
+    extras_require={"test": ["pytest>=7", "numpy"]},
+    ext_modules=[] if os.environ.get("TORCH_METALLIB_PREBUILT") == "1" else [
         CppExtension(
             name="torch_metallib._C",
             sources=native_sources(),

@@ -33,7 +33,7 @@ import torch
 
 import torch_metallib as tm
 from _timing import interleaved
-from torch_metallib._corpus import mlx_metallib_path
+from torch_metallib.cli.corpus import mlx_metallib_path
 
 SOFTMAX_TARGET = 10.0
 GEMM_TARGET = 25.0

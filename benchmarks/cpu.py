@@ -25,7 +25,7 @@ disk. Three costs matter to a user, each measured against a baseline in the same
   first use), the call record (reflection, or the disk cache) and native argument table,
   the host target machine,
   compile (cold) or cache read (warm) plus the MCJIT engine, then the call itself (binding
-  + launch). This uses private functions (``_dispatch_state``, ``_cpu_jit``); the sum of
+  + launch). This uses private functions (``_dispatch_state``, ``backends.cpu.jit``); the sum of
   the steps is shown next to the first result measured above, as a check.
   Python bytecode is cached (in a temporary ``PYTHONPYCACHEPREFIX`` filled by one untimed
   process) as in an ordinary install, so imports never include compiling source, even
@@ -56,7 +56,7 @@ import llvmlite
 import torch
 
 import torch_metallib
-from torch_metallib._corpus import mlx_metallib_path
+from torch_metallib.cli.corpus import mlx_metallib_path
 
 N = 2**24
 WARMUP = 3
@@ -138,8 +138,8 @@ def step(label, work):
 
 if mode == "split":
     def import_jit():
-        importlib.import_module("torch_metallib._dispatch")  # what __call__ imports
-        return importlib.import_module("torch_metallib._cpu_jit")
+        importlib.import_module("torch_metallib.dispatch.calls")  # what __call__ imports
+        return importlib.import_module("torch_metallib.backends.cpu.jit")
     jit = step("import the JIT modules", import_jit)
     state = step("call record (reflection or disk) + argument table", function._dispatch_state)
     step("host target machine", jit.host)
@@ -148,7 +148,7 @@ if mode == "split":
     step("call (bind + launch)", lambda: function(*args, threads=threads))
 else:
     step("first call", lambda: function(*args, threads=threads))
-jit = sys.modules["torch_metallib._cpu_jit"]
+jit = sys.modules["torch_metallib.backends.cpu.jit"]
 print(json.dumps({"import torch": (t1 - t0) * 1e3, "import torch_metallib": (t2 - t1) * 1e3,
                   "load(path)": (t3 - t2) * 1e3, "steps": steps, "correct": bool(check()),
                   "from_disk": any(c.from_disk for c in jit._compiled.values())}))

@@ -40,7 +40,7 @@ import sys
 import time
 
 import torch_metallib
-from torch_metallib._corpus import mlx_metallib_path
+from torch_metallib.cli.corpus import mlx_metallib_path
 
 WARMUP = 3
 RSS_RUNS = 5

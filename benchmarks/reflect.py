@@ -37,8 +37,8 @@ import llvmlite
 import llvmlite.binding as llvm
 
 import torch_metallib
-from torch_metallib._corpus import mlx_metallib_path
-from torch_metallib._reflection import reflect
+from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.reflection.reflect import reflect
 
 SAMPLE = 1000
 SEED = 0

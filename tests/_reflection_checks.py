@@ -7,8 +7,8 @@ import re
 import llvmlite.binding as llvm
 
 import torch_metallib as tm
-from torch_metallib._air_arguments import BUILTINS, decode_argument, decode_standard_argument
-from torch_metallib._air_text import ModuleText
+from torch_metallib.reflection.air_arguments import BUILTINS, decode_argument, decode_standard_argument
+from torch_metallib.reflection.air_text import ModuleText
 
 # Metal builtin type -> (components, bits per component).
 _BUILTIN_SHAPES = {"uint": (1, 32), "uint2": (2, 32), "uint3": (3, 32),

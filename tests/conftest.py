@@ -3,14 +3,16 @@
 import os
 import pathlib
 import struct
+import sys
 
-import llvmlite.binding as llvm
 import pytest
 
 import torch_metallib as tm
-from torch_metallib._corpus import mlx_metallib_path
+from torch_metallib.cli.corpus import mlx_metallib_path
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+sys.path.insert(0, str(FIXTURES))
+import pack_fixtures as fixtures_pack  # noqa: E402  (tests/fixtures/pack_fixtures.py)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -37,12 +39,7 @@ def mlx_lib(mlx_path) -> tm.Library:
     return tm.load(mlx_path)
 
 
-def fixture_bitcode(name: str) -> bytes:
-    """Assembles tests/fixtures/<name>.ll (AIR-style IR) into bitcode. For Apple triples
-    LLVM writes it inside the 20-byte Darwin wrapper, as Apple's compiler does."""
-    module = llvm.parse_assembly((FIXTURES / f"{name}.ll").read_text(), context=llvm.create_context())
-    module.verify()
-    return module.as_bitcode()
+fixture_bitcode = fixtures_pack.bitcode
 
 
 def raw_bitcode(bitcode: bytes) -> bytes:
@@ -52,24 +49,13 @@ def raw_bitcode(bitcode: bytes) -> bytes:
     return bitcode[offset:offset + size]
 
 
-FIXTURE_KERNELS = sorted(path.stem for path in FIXTURES.glob("*.ll"))
-
-# Function constants of function_constant_scale.ll, as its Metal source declares them.
-FIXTURE_CONSTANTS = {
-    "function_constant_scale": (
-        tm.FunctionConstant("use_bias", "bool", 0, True),
-        tm.FunctionConstant("alpha", "float", 1, True),
-    )
-}
+FIXTURE_KERNELS = fixtures_pack.KERNELS
+FIXTURE_CONSTANTS = fixtures_pack.CONSTANTS
 
 
 @pytest.fixture(scope="session")
 def fixture_sources():
-    return [
-        tm.FunctionSource(name, fixture_bitcode(name),
-                          function_constants=FIXTURE_CONSTANTS.get(name, ()))
-        for name in FIXTURE_KERNELS
-    ]
+    return fixtures_pack.sources()
 
 
 @pytest.fixture(scope="session")

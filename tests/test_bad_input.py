@@ -4,7 +4,7 @@ Each mutation parses a valid library with `struct` (header, section table, tag g
 metadata groups, modules, reflection list), breaks exactly one field, and keeps every
 other field consistent (sizes and offsets are fixed up after an insertion or deletion), so
 the reader must report that field: a `MetallibFormatError` (a ValueError) whose message
-names the field, the byte offset and what was expected (DESIGN.md §4.1 and §5).
+names the field, the byte offset and what was expected (docs/formats.md and ARCHITECTURE.md, "Rules").
 """
 
 import dataclasses

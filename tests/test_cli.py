@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import torch_metallib as tm
-from torch_metallib._inspect_reflection import reflection_record
+from torch_metallib.cli.inspect_reflection import reflection_record
 
 
 def run_cli(*args):
@@ -62,11 +62,27 @@ def test_inspect_reports_errors_without_a_traceback(fixture_file, tmp_path):
     result = run_cli("inspect", fixture_file, "--function", "vector_add_flot")
     assert result.returncode == 1
     assert "Did you mean: vector_add_float" in result.stderr and "Traceback" not in result.stderr
+    # The hint names a command the user can run, not Python API they do not have here.
+    assert f"Run `python -m torch_metallib inspect {fixture_file}` to list them." in result.stderr
+    assert "lib.function_names" not in result.stderr
     bad = tmp_path / "bad.metallib"
     bad.write_bytes(b"MTLB" + bytes(10))
     result = run_cli("inspect", str(bad))
     assert result.returncode == 1
     assert result.stderr.startswith("error: metallib: header at byte offset 0: expected at least 88 bytes")
+
+
+def test_console_script_names_itself(fixture_file):
+    """Installed as `torch-metallib`, its usage and hints say so (not `python -m`)."""
+    code = ("import sys; from torch_metallib.cli.main import main; "
+            "sys.argv[0] = '/usr/bin/torch-metallib'; sys.exit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", code, "inspect", fixture_file, "--function", "nope"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert f"Run `torch-metallib inspect {fixture_file}` to list them." in result.stderr
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stderr.startswith("usage: torch-metallib ")
+    assert run_cli().stderr.startswith("usage: python -m torch_metallib ")
 
 
 def test_corpus_command_prints_the_cached_path(mlx_path):

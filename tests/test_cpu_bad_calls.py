@@ -250,9 +250,9 @@ case("meta_input_after_cpu", "mlx", ADD, KAE,
 case("cpu_output_after_meta_inputs", "mlx", ADD, KAE,
      ["argument 2 'c'", "on meta", "on cpu", "one device"],
      lambda: ((meta(4), meta(4), out(4)), {}))
-case("all_meta", "mlx", ADD, UKE,
-     ["tensors are on meta", "CPU only", "Pass CPU tensors"],
-     lambda: ((meta(4), meta(4), meta(4)), {}))
+case("all_meta_of_wrong_dtype", "mlx", ADD, KAE,
+     ["argument 0 'a'", "expected a tensor of torch.float32", "got torch.float64"],
+     lambda: ((meta(4).double(), meta(4), meta(4)), {}))
 # A 0-d CPU tensor for a value argument is read with .item(); a meta one has no value and
 # binds as a buffer, so the call mixes devices and must be refused as such, not fail
 # inside torch. (A 0-d tensor of the wrong dtype is refused for its dtype first.)
@@ -372,7 +372,7 @@ case("unknown_intrinsic", "unknown_intrinsic", "vector_add_float", UKE,
       "Run it on a Mac with MPS tensors, or report the intrinsic"],
      lambda: ((inp(4), inp(4), out(4)), {}))
 case("vertex_function", "vertex", "vector_add_float", UKE,
-     ["cannot run on the CPU", "vertex function", "only kernel functions"],
+     ["cannot be called", "vertex function", "only kernel functions"],
      lambda: ((inp(4), inp(4), out(4)), {}))
 
 

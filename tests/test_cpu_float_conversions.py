@@ -8,7 +8,7 @@ import llvmlite.binding as llvm
 import pytest
 import torch
 
-from torch_metallib import _cpu_jit
+from torch_metallib.backends.cpu import jit as _cpu_jit
 
 _MODULE = """
 define i16 @to_bfloat(float %x) {

@@ -2,7 +2,7 @@
 (_cpu_matrix_batches): the rewrite of the IR, the results against torch, and MLX's steel
 GEMM tiles as Apple built them.
 
-Apple's fragment layout (DESIGN.md §4.2): lane l holds M[r][c] and M[r][c + 1] with
+Apple's fragment layout (docs/formats.md, AIR): lane l holds M[r][c] and M[r][c + 1] with
 r = ((l >> 4) << 2) | ((l >> 1) & 3) and c = ((l >> 3) & 1) * 4 + (l & 1) * 2.
 """
 
@@ -15,8 +15,8 @@ import torch
 
 import torch_metallib as tm
 from conftest import fixture_bitcode
-from torch_metallib._cpu_jit import lowered_ir
-from torch_metallib._cpu_matrix_batches import MAX_BATCH, batch_matrix_products
+from torch_metallib.backends.cpu.jit import lowered_ir
+from torch_metallib.backends.cpu.matrix_batches import MAX_BATCH, batch_matrix_products
 
 SENTINEL = -12345.0
 _BATCH_CALL = re.compile(r"call \{[^}]*\} @tm\.simdgroup_matrix_8x8\.multiply_accumulate_batch\.(\w+)\.")

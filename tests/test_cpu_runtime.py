@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import torch_metallib as tm
-from torch_metallib import _cpu_jit
+from torch_metallib.backends.cpu import jit as _cpu_jit
 
 MAGIC_SIZE = 8
 ENTRY_HEADER = MAGIC_SIZE + 8 + 32  # 8-byte magic, u64 payload length, SHA-256 of the payload
@@ -129,7 +129,7 @@ def test_torch_set_num_threads_is_respected(mlx_lib):
 # vv_Addfloat32-like kernel argv[2] of library argv[1], once, checked against torch.
 ADD_SCRIPT = r"""
 import json, sys, torch, torch_metallib as tm
-from torch_metallib import _cpu_jit
+from torch_metallib.backends.cpu import jit as _cpu_jit
 kernel = tm.load(sys.argv[1])[sys.argv[2]]
 a = torch.arange(1000, dtype=torch.float32) * 0.5
 b = torch.full((1000,), 3.25)
@@ -142,7 +142,7 @@ print(json.dumps({"from_disk": [k.from_disk for k in _cpu_jit._compiled.values()
 # argv[4] to exist, so that several processes reach the compile at the same moment.
 RACE_SCRIPT = r"""
 import json, os, sys, time, torch, torch_metallib as tm
-from torch_metallib import _cpu_jit
+from torch_metallib.backends.cpu import jit as _cpu_jit
 kernel = tm.load(sys.argv[1])[sys.argv[2]]
 kernel.reflection
 a = torch.arange(1000, dtype=torch.float32) * 0.5
@@ -162,7 +162,7 @@ print(json.dumps({"from_disk": [k.from_disk for k in _cpu_jit._compiled.values()
 # in order, each checked against torch.
 CONSTANTS_SCRIPT = r"""
 import json, sys, torch, torch_metallib as tm
-from torch_metallib import _cpu_jit
+from torch_metallib.backends.cpu import jit as _cpu_jit
 kernel = tm.load(sys.argv[1]).function_constant_scale
 x = torch.arange(64, dtype=torch.float32) - 20
 bias = torch.full((64,), 0.5)

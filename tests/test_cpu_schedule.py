@@ -86,7 +86,7 @@ def test_debug_modes_run_mlx_kernels_correctly(mlx_lib, mode):
 
 
 def test_schedule_is_scoped_and_nests():
-    from torch_metallib._schedule import current_schedule
+    from torch_metallib.backends.cpu.schedule import current_schedule
 
     outer = current_schedule()
     with tm.cpu_schedule("permuted", seed=5):

@@ -1,4 +1,4 @@
-"""Mutation fuzzing of the container reader over real bytes (DESIGN.md §5).
+"""Mutation fuzzing of the container reader over real bytes (ARCHITECTURE.md, "Rules").
 
 Every mutated input must either load or raise `MetallibFormatError`; when it loads, every
 attribute, every function's bitcode, `to_bytes()` and `verify()` must too, and bytes that

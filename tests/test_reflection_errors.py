@@ -18,8 +18,8 @@ import llvmlite.binding as llvm
 import pytest
 
 import torch_metallib as tm
-import torch_metallib._function as function_module
-import torch_metallib._reflection as reflection_module
+import torch_metallib.library.function as function_module
+import torch_metallib.reflection.reflect as reflection_module
 from conftest import FIXTURES, fixture_bitcode
 
 NEIGHBOUR = "scale_shift_float"  # the untouched fixture packed after every edited one

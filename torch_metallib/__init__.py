@@ -7,8 +7,11 @@
 
 import torch  # noqa: F401  (loads libtorch, which the native module links against)
 
-from ._air_arguments import Argument, StructField
-from ._errors import (
+from . import backends  # noqa: F401  (registers the backends with the dispatch seam)
+from .backends.cpu.schedule import cpu_schedule
+from .container.function_constant import FunctionConstant
+from .container.pack import FunctionSource, pack
+from .errors import (
     DispatchError,
     KernelArgumentError,
     KernelExecutionError,
@@ -16,14 +19,13 @@ from ._errors import (
     OpDefinitionError,
     ReflectionError,
     TorchMetallibError,
+    UnsupportedDeviceError,
     UnsupportedKernelError,
 )
-from ._function import KernelFunction
-from ._function_constant import FunctionConstant
-from ._library import Library, load
-from ._pack import FunctionSource, pack
-from ._reflection import Reflection, ThreadgroupVariable
-from ._schedule import cpu_schedule
+from .library.function import KernelFunction
+from .library.library import Library, load
+from .reflection.air_arguments import Argument, StructField
+from .reflection.reflect import Reflection, ThreadgroupVariable
 
 __all__ = [
     "load",
@@ -42,6 +44,7 @@ __all__ = [
     "KernelArgumentError",
     "DispatchError",
     "UnsupportedKernelError",
+    "UnsupportedDeviceError",
     "KernelExecutionError",
     "OpDefinitionError",
     "TorchMetallibError",

@@ -1,46 +1,10 @@
-"""Command line: ``python -m torch_metallib {inspect,corpus} ...``."""
+"""``python -m torch_metallib``: the command line (see ``torch_metallib.cli``)."""
 
-import argparse
-import os
 import sys
 
-from . import _inspect
-from ._errors import TorchMetallibError
+from .cli.main import main
 
 __all__ = ["main"]
-
-
-def _add_corpus_parser(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "corpus", help="download the Apple-built MLX reference metallib; print its path",
-        description="Fetch mlx.metallib (17,248 Apple-compiled kernels) from the mlx-metal "
-                    "macOS wheel on PyPI into the cache, once, and print its path.")
-    parser.set_defaults(run=_run_corpus)
-
-
-def _run_corpus(args) -> int:
-    from ._corpus import mlx_metallib_path
-
-    print(mlx_metallib_path())
-    return 0
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torch_metallib")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    _inspect.add_parser(subparsers)
-    _add_corpus_parser(subparsers)
-    args = parser.parse_args(argv)
-    try:
-        return args.run(args)
-    except BrokenPipeError:  # e.g. piped into `head`: stop quietly, as other tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except (TorchMetallibError, KeyError, OSError) as error:
-        message = error.args[0] if isinstance(error, KeyError) and error.args else error
-        print(f"error: {message}", file=sys.stderr)
-        return 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

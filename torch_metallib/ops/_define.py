@@ -16,9 +16,9 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 
 from .. import _C
-from .._cpu_jit import compile_kernel
-from .._errors import DispatchError, KernelArgumentError, OpDefinitionError
-from .._schedule import register_environment_schedule
+from ..backends.cpu.jit import compile_kernel
+from ..errors import DispatchError, KernelArgumentError, OpDefinitionError
+from ..backends.cpu.schedule import register_environment_schedule
 from ._outputs import Output
 from ._rules import Rule, as_rule
 

@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-from .._errors import DispatchError, TorchMetallibError
+from ..errors import DispatchError, TorchMetallibError
 from ._rules import Rule, as_rule
 
 __all__ = ["Output", "like", "empty"]

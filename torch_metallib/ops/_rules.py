@@ -11,7 +11,7 @@ import operator
 
 import torch
 
-from .._errors import TorchMetallibError
+from ..errors import TorchMetallibError
 
 __all__ = ["Rule", "numel", "size", "stride", "dim", "arg", "present", "as_rule", "cdiv"]
 

@@ -18,7 +18,7 @@ py::str lenient_str(const std::string& text) {
 }
 
 void raise(const char* name, const std::string& message) {
-  py::object cls = py::module_::import("torch_metallib._errors").attr(name);
+  py::object cls = py::module_::import("torch_metallib.errors").attr(name);
   PyErr_SetObject(cls.ptr(), cls(lenient_str(message)).ptr());
 }
 
@@ -36,9 +36,9 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const metallib::FormatError& e) {
-      // The Python class lives in torch_metallib._errors so users can import and catch it
+      // The Python class lives in torch_metallib.errors so users can import and catch it
       // without the native module; it carries the byte offset and field as attributes.
-      py::object cls = py::module_::import("torch_metallib._errors").attr("MetallibFormatError");
+      py::object cls = py::module_::import("torch_metallib.errors").attr("MetallibFormatError");
       py::object error = cls(lenient_str(e.what()), py::arg("offset") = e.offset(),
                              py::arg("field") = lenient_str(e.field()));
       PyErr_SetObject(cls.ptr(), error.ptr());

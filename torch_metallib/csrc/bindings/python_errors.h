@@ -6,7 +6,7 @@
 
 namespace torch_metallib::bindings {
 
-// Sets torch_metallib._errors.<class_name>(message) as the Python error and throws
+// Sets torch_metallib.errors.<class_name>(message) as the Python error and throws
 // pybind11::error_already_set. Takes the GIL itself.
 [[noreturn]] void throw_python_error(const char* class_name, const std::string& message);
 

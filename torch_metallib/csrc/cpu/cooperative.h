@@ -1,7 +1,7 @@
 // Running kernels whose threads cooperate (threadgroup barriers, SIMD-group functions):
 // every thread of a threadgroup is a coroutine (LLVM's switch-resumed lowering, see
 // _cpu_coroutine.py) that suspends at a barrier or SIMD-group collective; one OS thread
-// resumes the threadgroup's coroutines in turn until their partners arrive (DESIGN.md §4.3:
+// resumes the threadgroup's coroutines in turn until their partners arrive (ARCHITECTURE.md, "Rules":
 // continuation-based synchronization, with LLVM splitting the kernel at each wait).
 #pragma once
 

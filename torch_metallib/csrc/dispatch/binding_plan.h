@@ -2,7 +2,7 @@
 // reflected signature and turned into what every backend consumes: one address per IR
 // parameter, packed bytes for values, the grid and threadgroup size, and the function
 // constant values. Nothing is launched while a plan is built, so a refused call writes
-// nothing (DESIGN.md §5).
+// nothing (ARCHITECTURE.md, "Rules").
 #pragma once
 
 #include <pybind11/pybind11.h>

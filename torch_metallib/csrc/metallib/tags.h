@@ -52,7 +52,7 @@ struct TagSpec {
 // Entries in the tag table.
 constexpr size_t kTagCount = 28;
 
-// Sizes and meanings from DESIGN.md §4.1, checked against Apple-built files where the
+// Sizes and meanings from docs/formats.md, container, checked against Apple-built files where the
 // corpus has them (NAME..RFLT, RLST, UUID, CNST, RBUF); the others are kept raw.
 inline constexpr TagSpec kTagTable[kTagCount] = {
     {fourcc("NAME"), "NAME", kFunctionList, TagKind::kName, kVariableSize, false, "function name"},

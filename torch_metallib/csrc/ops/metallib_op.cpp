@@ -29,7 +29,7 @@ struct ScheduleChoice {
 ScheduleChoice current_schedule() {
   if (debug_schedule_users.load(std::memory_order_relaxed) == 0) return {};
   py::gil_scoped_acquire gil;
-  py::tuple schedule = py::module_::import("torch_metallib._schedule").attr("current_schedule")();
+  py::tuple schedule = py::module_::import("torch_metallib.backends.cpu.schedule").attr("current_schedule")();
   return {schedule[0].cast<std::string>(), schedule[1].cast<uint64_t>()};
 }
 

@@ -1,0 +1,75 @@
+"""The backend seam: a call's backend comes from its tensors' device; devices without a
+backend are refused with UnsupportedDeviceError; meta tensors are validated, not run."""
+
+import pytest
+import torch
+
+import torch_metallib as tm
+from torch_metallib.dispatch import backend as seam
+
+
+def meta(n, dtype=torch.float32):
+    return torch.empty(n, dtype=dtype, device="meta")
+
+
+def test_meta_call_is_validated_and_runs_nothing(mlx_lib):
+    assert mlx_lib.vv_Addfloat32(meta(8), meta(8), meta(8)) is None
+    with pytest.raises(tm.KernelArgumentError, match="argument 2 'c'.*torch.float32"):
+        mlx_lib.vv_Addfloat32(meta(8), meta(8), meta(8, torch.float16))
+
+
+@pytest.mark.parametrize("device", ["cuda:0", "mps", "xpu:1"])
+def test_device_without_backend_is_named_with_the_available_ones(device):
+    with pytest.raises(tm.UnsupportedDeviceError) as caught:
+        seam.backend_for(device, "vv_Addfloat32")
+    error = caught.value
+    assert isinstance(error, tm.UnsupportedKernelError) and isinstance(error, NotImplementedError)
+    assert error.device == device and error.available == ("cpu", "meta")
+    message = str(error)
+    assert message.startswith(f"vv_Addfloat32: tensors are on {device}; expected a device with a backend "
+                              f"(cpu, meta), got {device.split(':')[0]}.")
+    assert "Move the tensors with .to('cpu')" in message
+    assert ("Metal backend needs a macOS build" in message) == (device == "mps")
+
+
+def test_call_on_a_device_without_backend_raises_and_writes_nothing(mlx_lib, monkeypatch):
+    monkeypatch.delitem(seam._backends, "meta")
+    with pytest.raises(tm.UnsupportedDeviceError, match=r"^vv_Addfloat32: tensors are on meta; .*\(cpu\)"):
+        mlx_lib.vv_Addfloat32(meta(8), meta(8), meta(8))
+
+
+class RecordingBackend(seam.Backend):
+    """Stands in for a device's backend: records what the seam hands it."""
+    device_type = "meta"
+
+    def __init__(self):
+        self.prepared, self.runs = [], []
+
+    def prepare(self, function, state, constants):
+        self.prepared.append((function.name, constants))
+        return ("prepared", constants)
+
+    def run(self, function, prepared, plan):
+        self.runs.append((function.name, prepared, plan.device, plan.constants))
+
+
+def test_backend_gets_constants_then_the_validated_plan(fixture_metallib, monkeypatch):
+    recorder = RecordingBackend()
+    monkeypatch.setitem(seam._backends, "meta", recorder)
+    lib = tm.load(fixture_metallib)
+    lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False, "alpha": 2.5})
+    (name, constants), = recorder.prepared
+    assert name == "function_constant_scale"
+    assert dict(constants) == {0: False, 1: 2.5}
+    assert recorder.runs == [(name, ("prepared", constants), "meta", constants)]
+    # A refused call reaches no backend.
+    with pytest.raises(tm.DispatchError):
+        lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False})
+    assert len(recorder.runs) == 1
+
+
+def test_cpu_tensors_run_on_the_cpu_backend(mlx_lib):
+    assert isinstance(seam.backend_for("cpu", "k"), tm.backends.cpu.backend.CpuBackend)
+    a, b, c = torch.randn(100), torch.randn(100), torch.empty(100)
+    mlx_lib.vv_Addfloat32(a, b, c)
+    assert torch.equal(c, a + b)

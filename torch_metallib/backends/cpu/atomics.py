@@ -1,0 +1,54 @@
+"""Host definitions of AIR's atomic intrinsics, as LLVM IR text (docs/formats.md, AIR).
+
+``air.atomic.{global|local}.<op>[.s|.u].<type>(ptr, T, i32 order, i32 scope, i1 volatile)``
+becomes an LLVM ``atomicrmw``: threadgroups run in parallel on torch's threads, so device
+atomics must be real atomics (threads of one threadgroup are coroutines on one OS thread, for
+which any atomic is trivially atomic). Metal only has relaxed ordering (``monotonic``);
+``air.atomic.fence`` is a full fence. Only ``global.add.f32`` appears in the MLX corpus;
+the other spellings (load, store, xchg, cmpxchg.weak, fence) follow the same pattern
+[ASSUMED, not checked against Apple output].
+"""
+
+from typing import List, Optional, Tuple
+
+from .intrinsics import is_float_type, type_bytes
+
+__all__ = ["define_atomic"]
+
+# air op -> atomicrmw operation: the same for either signedness, except min and max.
+_RMW = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor", "xchg": "xchg"}
+_ORDERED_RMW = {("min", "s"): "min", ("min", "u"): "umin", ("max", "s"): "max", ("max", "u"): "umax"}
+_FLOAT_RMW = {"add": "fadd", "sub": "fsub", "min": "fmin", "max": "fmax", "xchg": "xchg"}
+
+
+def define_atomic(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of an atomic intrinsic, None if not one we implement."""
+    parts = name.split(".")
+    if parts[:2] != ["air", "atomic"]:
+        return None
+    signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
+    if parts[2:] == ["fence"] and ret == "void":
+        return f"define internal void @{name}({signature}) alwaysinline {{\n  fence seq_cst\n  ret void\n}}", []
+    if len(parts) < 5 or parts[2] not in ("global", "local") or not params or not params[0].startswith("ptr"):
+        return None
+    op, sign = parts[3], parts[4] if parts[4] in ("s", "u") else ""
+    if op == "cmpxchg":  # cmpxchg.weak: (ptr object, ptr expected, T desired, orders..., scope, volatile) -> i1
+        value = params[2] if len(params) >= 3 else ""
+        if parts[4:5] != ["weak"] or ret != "i1" or params[1] != "ptr" or is_float_type(value):
+            return None
+        lines = [f"%e = load {value}, ptr %a1", f"%p = cmpxchg weak {params[0]} %a0, {value} %e, {value} %a2 monotonic monotonic",
+                 f"%old = extractvalue {{ {value}, i1 }} %p, 0", "%r = extractvalue { " + value + ", i1 } %p, 1",
+                 f"store {value} %old, ptr %a1"]  # what C++'s compare_exchange writes back
+    elif op == "load" and len(params) == 4:
+        lines = [f"%r = load atomic {ret}, {params[0]} %a0 monotonic, align {type_bytes(ret)}"]
+    elif op == "store" and ret == "void" and len(params) == 5:
+        lines = [f"store atomic {params[1]} %a1, {params[0]} %a0 monotonic, align {type_bytes(params[1])}"]
+    elif len(params) == 5 and params[1] == ret:
+        operation = _FLOAT_RMW.get(op) if is_float_type(ret) else (_RMW.get(op) or _ORDERED_RMW.get((op, sign)))
+        if operation is None:
+            return None
+        lines = [f"%r = atomicrmw {operation} {params[0]} %a0, {ret} %a1 monotonic, align {type_bytes(ret)}"]
+    else:
+        return None
+    body = "\n  ".join(lines + ["ret void" if ret == "void" else f"ret {ret} %r"])
+    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}", []

@@ -1,0 +1,318 @@
+"""Host definitions of AIR's cooperative intrinsics: threadgroup and SIMD-group barriers
+and the SIMD-group functions (docs/formats.md, AIR; ARCHITECTURE.md, "Rules").
+
+Each collective deposits the lane's value with the C++ runtime (``tm_rt_simd_exchange``,
+csrc/cpu/cooperative.cpp) and waits (suspends, _cpu_coroutine) until the active lanes of
+the SIMD-group have arrived at the same call site; the runtime then returns every lane's
+value in 32 slots of 64 bytes and the mask of lanes that took part, and the lane computes
+its result from the slots here, in IR. Shuffles whose source lane is outside the
+SIMD-group or did not take part return the lane's own value (``simd_shuffle_up``/``down``
+do not wrap). A result that is the same for every lane (a SIMD-group reduction) is
+computed once, by the first lane to read the exchange (``%leads``), into the slots' unused
+bytes (RESULT_OFFSET), where the others read it.
+
+``simdgroup_barrier(mem_flags::mem_none)`` (MLX's GEMM loops call it between loads and
+multiplies) orders no memory, so no lane can observe it: it is a no-op here, and only
+barriers with memory flags make the SIMD-group meet.
+"""
+
+from typing import List, Optional, Tuple
+
+from .coroutine import SITE_PLACEHOLDER, SUSPEND
+from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
+from .reconvergence import SITE_ORDER
+
+__all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
+
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
+                        "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
+# An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
+# l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
+SLOT_BYTES = 64
+MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES
+CLAIMED_OFFSET = MASK_OFFSET + 4
+RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
+WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # ExchangeWait; in the entry block, not in a loop
+
+
+def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
+    """Leaves %slots, given %wait (WAIT_ALLOCA: {slots, lane}): deposits `value` with the
+    runtime and, unless that completed the exchange, suspends until it has (or asks again:
+    a lane that had to step back or wait for another collective finds no slots)."""
+    return ["br label %xpoll", "xpoll:",
+            f"%now = call ptr @tm_rt_simd_exchange(ptr {value}, i32 {bytes_}, ptr %wait, {SITE_ORDER}, "
+            f"{SITE_PLACEHOLDER})",
+            "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
+            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
+            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %xpoll",
+            "xgot:", "%slots = phi ptr [ %now, %xpoll ], [ %later, %xwait ]"]
+
+
+def _exchange(values: List[Tuple[str, str]]) -> List[str]:
+    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
+    and %leads (this lane is the first to read the result). The definition takes the call
+    site's order (SITE_ORDER) as its last parameter."""
+    lines = ["%buf = alloca [64 x i8], align 16", WAIT_ALLOCA]
+    offset = 0
+    for i, (type_name, operand) in enumerate(values):
+        lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
+        offset += type_bytes(type_name)
+    lines += _wait_for_exchange("%buf", offset) + [
+              f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
+              "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"] + _claim()
+    return lines
+
+
+def _claim() -> List[str]:
+    """%leads, given %slots: this lane is the first to read the exchange's result."""
+    return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
+            "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
+
+
+def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]:
+    """%r = `result` of the `compute` lines, which only the leading lane runs: the others
+    read what it stored in the slots."""
+    return (["%shared = getelementptr i8, ptr %slots, i32 " + str(RESULT_OFFSET),
+             "br i1 %leads, label %compute, label %read", "compute:"] + compute
+            + [f"store {type_name} {result}, ptr %shared", "br label %read",
+               "read:", f"%r = load {type_name}, ptr %shared"])
+
+
+def _load_lane(type_name: str, lane: str, name: str, offset: int = 0) -> List[str]:
+    return [f"%{name}.off = mul i32 {lane}, {SLOT_BYTES}",
+            f"%{name}.off2 = add i32 %{name}.off, {offset}",
+            f"%{name}.p = getelementptr i8, ptr %slots, i32 %{name}.off2",
+            f"%{name} = load {type_name}, ptr %{name}.p"]
+
+
+def _from_lane(type_name: str, source: str, own: str, offset: int = 0) -> List[str]:
+    """%r = the value at `source` lane if it is in range and took part, else `own`."""
+    return [f"%src.in = icmp ult i32 {source}, {SIMD_WIDTH}",
+            f"%src.safe = select i1 %src.in, i32 {source}, i32 0",
+            "%src.bit = shl i32 1, %src.safe",
+            "%src.set = and i32 %mask, %src.bit",
+            "%src.took = icmp ne i32 %src.set, 0",
+            "%src.ok = and i1 %src.in, %src.took"] + _load_lane(type_name, "%src.safe", "v", offset) + [
+            f"%r = select i1 %src.ok, {type_name} %v, {type_name} {own}"]
+
+
+def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) -> Tuple[List[str], List[str]]:
+    floating = is_float_type(type_name)
+    suffix = overload_suffix(type_name)
+    if op in ("sum", "product"):
+        instruction = ("fadd" if op == "sum" else "fmul") if floating else ("add" if op == "sum" else "mul")
+        return [f"{out} = {instruction} {type_name} {a}, {b}"], []
+    if op in ("and", "or", "xor"):
+        return [f"{out} = {op} {type_name} {a}, {b}"], []
+    if floating:
+        callee = f"llvm.{'minnum' if op == 'min' else 'maxnum'}.{suffix}"
+    else:
+        callee = f"llvm.{'s' if signed else 'u'}{op}.{suffix}"
+    return [f"{out} = call {type_name} @{callee}({type_name} {a}, {type_name} {b})"], \
+        [f"declare {type_name} @{callee}({type_name}, {type_name})"]
+
+
+def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
+    if is_float_type(type_name):
+        element = element_type(type_name)
+        value = {"sum": "-0.0", "product": "1.0", "min": "0x7FF0000000000000", "max": "0xFFF0000000000000"}.get(op)
+        if value is None:
+            return None
+        if element == "half" and op in ("min", "max"):
+            value = "0xH7C00" if op == "min" else "0xHFC00"
+        if element == "bfloat":
+            value = {"sum": "0xR8000", "product": "0xR3F80", "min": "0xR7F80", "max": "0xRFF80"}[op]
+        return value if not type_name.startswith("<") else f"splat ({element} {value})"
+    bits = int(element_type(type_name)[1:])
+    value = {"sum": 0, "product": 1, "or": 0, "xor": 0, "and": -1,
+             "min": (1 << (bits - 1)) - 1 if signed else -1,
+             "max": -(1 << (bits - 1)) if signed else 0}[op]
+    return str(value) if not type_name.startswith("<") else f"splat (i{bits} {value})"
+
+
+def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], List[str], str]:
+    """(lines, declarations, result): `op` over the lanes j that took part and for which
+    `condition(j)` (an IR i1 instruction, or None) holds, in lane order."""
+    identity = _identity(op, signed, type_name)
+    lines, declarations, acc = [], [], identity
+    for j in range(SIMD_WIDTH):
+        lines += [f"%b{j} = and i32 %mask, {1 << j}", f"%in{j} = icmp ne i32 %b{j}, 0"]
+        keep = f"%in{j}"
+        extra = condition(j)
+        if extra:
+            lines += [f"%c{j} = {extra}", f"%k{j} = and i1 %in{j}, %c{j}"]
+            keep = f"%k{j}"
+        lines += _load_lane(type_name, str(j), f"x{j}")
+        combined, needs = _combine(op, signed, type_name, acc, f"%x{j}", f"%y{j}")
+        lines += combined
+        declarations += needs
+        lines.append(f"%acc{j} = select i1 {keep}, {type_name} %y{j}, {type_name} {acc}")
+        acc = f"%acc{j}"
+    return lines, declarations[:1], acc
+
+
+def _quad_source(op: str, lines: List[str]) -> str:
+    """Appends lines computing the source lane of quad shuffle `op` from %lane and %d (32:
+    outside the quad, so the lane keeps its own value); returns its operand."""
+    if op in ("shuffle", "broadcast"):
+        lines += ["%q.base = and i32 %lane, -4", "%q.at = add i32 %q.base, %d", "%q.ok = icmp ult i32 %d, 4"]
+    elif op == "shuffle_xor":
+        lines += ["%q.at = xor i32 %lane, %d", "%q.hi = lshr i32 %q.at, 2", "%q.ok = icmp eq i32 %q.hi, %quad"]
+    elif op == "shuffle_up":
+        lines += ["%q.at = sub i32 %lane, %d", "%q.ok = icmp uge i32 %quadlane, %d"]
+    else:  # shuffle_down
+        lines += ["%q.at = add i32 %lane, %d", "%q.end = add i32 %quadlane, %d", "%q.ok = icmp ult i32 %q.end, 4"]
+    lines.append("%q.src = select i1 %q.ok, i32 %q.at, i32 32")
+    return "%q.src"
+
+
+def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
+    """ballot / active_threads_mask / is_first: lines leaving %r."""
+    if op == "ballot":
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + ["%acc.init = and i32 %mask, 0"]
+        acc = "%acc.init"
+        for j in range(SIMD_WIDTH):
+            lines += _load_lane("i8", str(j), f"x{j}") + [
+                f"%t{j} = icmp ne i8 %x{j}, 0", f"%bit{j} = and i32 %mask, {1 << j}",
+                f"%on{j} = select i1 %t{j}, i32 %bit{j}, i32 0", f"%acc{j} = or i32 {acc}, %on{j}"]
+            acc = f"%acc{j}"
+        lines.append(f"%votes = or i32 {acc}, 0")
+    elif op in ("active_threads_mask", "is_first"):
+        lines = _exchange([]) + ["%votes = or i32 %mask, 0"]
+    else:
+        return None
+    if quad:  # the quad's 4 bits, from bit 0 [ASSUMED layout of quad_vote]
+        lines += ["%q.shift = and i32 %lane, -4", "%q.bits = lshr i32 %votes, %q.shift", "%own = and i32 %q.bits, 15"]
+    else:
+        lines.append("%own = or i32 %votes, 0")
+    if op == "is_first":
+        lines += ["%first = call i32 @llvm.cttz.i32(i32 %own, i1 true)",
+                  "%mine = and i32 %lane, " + ("3" if quad else "31"), "%r = icmp eq i32 %first, %mine"]
+    elif ret == "i32":
+        lines.append("%r = or i32 %own, 0")
+    else:
+        lines.append(f"%r = zext i32 %own to {ret}")
+    return lines
+
+
+def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
+    if name == "air.wg.barrier" and params == ["i32", "i32"]:
+        return _definition("void", name, params, ["call void @tm_rt_barrier()", SUSPEND]), []
+    if name == "air.simdgroup.barrier" and params == ["i32", "i32"]:
+        lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
+                 + _wait_for_exchange("null", 0) + ["br label %done", "done:"])
+        return _definition("void", name, params, lines), []
+    parts = name.split(".")
+    if len(parts) < 2 or parts[0] != "air":
+        return None
+    lines: List[str] = []
+    declarations: List[str] = []
+    if parts[1] == "is_uniform" and len(params) == 1 and ret == "i1" and params[0].startswith("i"):
+        # True when every active lane holds the same value.
+        value_type = params[0]
+        lines = _exchange([(value_type, "%a0")]) + ["%diff.init = icmp ne i32 %mask, %mask"]
+        differs = "%diff.init"
+        for j in range(SIMD_WIDTH):
+            lines += _load_lane(value_type, str(j), f"x{j}") + [
+                f"%ne{j} = icmp ne {value_type} %x{j}, %a0", f"%b{j} = and i32 %mask, {1 << j}",
+                f"%in{j} = icmp ne i32 %b{j}, 0", f"%d{j} = and i1 %ne{j}, %in{j}", f"%any{j} = or i1 {differs}, %d{j}"]
+            differs = f"%any{j}"
+        lines.append(f"%r = xor i1 {differs}, true")
+        return _definition(ret, name, params, lines), declarations
+    scope, _, op = parts[1].partition("_")
+    if scope not in ("simd", "quad") or not op:
+        return None
+    quad = scope == "quad"
+    signed = len(parts) > 2 and parts[2] == "s"
+    # Lanes of this lane's quad (for quad_*), as an extra fold condition.
+    quad_lines = ["%quad = lshr i32 %lane, 2", "%quadlane = and i32 %lane, 3"] if quad else []
+    in_quad = (lambda j: f"icmp eq i32 %quad, {j >> 2}") if quad else (lambda j: None)
+    if op in ("ballot", "active_threads_mask", "is_first"):
+        lines = _vote(op, ret, quad)
+        declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"] if op == "is_first" else []
+        if lines is None or (op == "ballot" and params != ["i1"]) or (op != "ballot" and params):
+            return None
+        return _definition(ret, name, params, lines), declarations
+    if not params:
+        return None
+    value_type = params[0]
+    if op in ("sum", "product", "min", "max", "and", "or", "xor") and len(params) == 1:
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        folded, declarations, result = _fold(op, signed, value_type, in_quad)
+        if quad or type_bytes(value_type) > SLOT_BYTES - RESULT_OFFSET:  # a result per quad
+            lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+        else:
+            lines += _computed_once(value_type, folded, result)
+    elif op.startswith("prefix_") and len(params) == 1:
+        _, kind, reduction = op.split("_")
+        compare = "ule" if kind == "inclusive" else "ult"
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        if quad:  # lane j counts if it is in this lane's quad and before it
+            for j in range(SIMD_WIDTH):
+                lines += [f"%qs{j} = icmp eq i32 %quad, {j >> 2}", f"%qp{j} = icmp {compare} i32 {j}, %lane"]
+            before = lambda j: f"and i1 %qs{j}, %qp{j}"  # noqa: E731
+        else:
+            before = lambda j: f"icmp {compare} i32 {j}, %lane"  # noqa: E731
+        folded, declarations, result = _fold(reduction, signed, value_type, before)
+        lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+    elif op in ("shuffle", "broadcast", "shuffle_xor", "shuffle_up", "shuffle_down") and len(params) == 2:
+        lines = _exchange([(value_type, "%a0")]) + quad_lines + [f"%d = zext {params[1]} %a1 to i32"]
+        if quad:
+            source = _quad_source(op, lines)
+        else:
+            source = {"shuffle": "%d", "broadcast": "%d"}.get(op)
+            if op == "shuffle_xor":
+                lines.append("%s.x = xor i32 %lane, %d")
+                source = "%s.x"
+            elif op == "shuffle_up":
+                lines.append("%s.x = sub i32 %lane, %d")  # wraps to a huge index: out of range
+                source = "%s.x"
+            elif op == "shuffle_down":
+                lines.append("%s.x = add i32 %lane, %d")
+                source = "%s.x"
+        lines += _from_lane(value_type, source, "%a0")
+    elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) in (3, 4):
+        size = type_bytes(value_type)
+        width = "%a3" if len(params) == 4 else str(4 if quad else SIMD_WIDTH)  # modulo: the group by default
+        lines = _exchange([(value_type, "%a0"), (value_type, "%a1")]) + [
+            f"%d = zext {params[2]} %a2 to i32",
+            f"%m = zext {params[3]} %a3 to i32" if len(params) == 4 else f"%m = add i32 0, {width}",
+            "%i = urem i32 %lane, %m", "%base = sub i32 %lane, %i"]
+        if op == "shuffle_and_fill_up":  # i >= d: data[l - d]; else filling[base + m - d + i]
+            lines += ["%fromdata = icmp uge i32 %i, %d", "%s.d = sub i32 %lane, %d",
+                      "%s.f0 = add i32 %base, %m", "%s.f1 = sub i32 %s.f0, %d", "%s.f = add i32 %s.f1, %i"]
+        else:  # i + d < m: data[l + d]; else filling[base + i + d - m]
+            lines += ["%id = add i32 %i, %d", "%fromdata = icmp ult i32 %id, %m", "%s.d = add i32 %lane, %d",
+                      "%s.f0 = add i32 %base, %id", "%s.f = sub i32 %s.f0, %m"]
+        lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f",
+                  f"%off = select i1 %fromdata, i32 0, i32 {size}"]
+        lines += [f"%v.off = mul i32 %src, {SLOT_BYTES}", "%v.off2 = add i32 %v.off, %off",
+                  "%v.p = getelementptr i8, ptr %slots, i32 %v.off2", f"%r = load {value_type}, ptr %v.p"]
+    elif op == "broadcast_first" and len(params) == 1:
+        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        own = "%mask"
+        if quad:
+            lines += ["%q.shift = and i32 %lane, -4", "%q.bits = lshr i32 %mask, %q.shift", "%q.own = and i32 %q.bits, 15"]
+            own = "%q.own"
+        lines += [f"%first0 = call i32 @llvm.cttz.i32(i32 {own}, i1 true)"]
+        lines += ["%first = add i32 %first0, %q.shift"] if quad else ["%first = or i32 %first0, 0"]
+        lines += _load_lane(value_type, "%first", "r0") + [f"%r = bitcast {value_type} %r0 to {value_type}"]
+        declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"]
+    elif op in ("all", "any") and params == ["i1"] and ret == "i1":
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + quad_lines
+        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", in_quad)
+        lines += folded + [f"%r = icmp ne i8 {result}, 0"]
+    else:
+        return None
+    return _definition(ret, name, params, lines), declarations
+
+
+def _definition(ret: str, name: str, params: List[str], lines: List[str], names: Optional[List[str]] = None) -> str:
+    """`lines` as the body of intrinsic `name`, returning %r; parameters %a0... (or `names`),
+    plus the call site's order when the body exchanges."""
+    signature = [f"{t} {n}" for t, n in zip(params, names or [f"%a{i}" for i in range(len(params))])]
+    if any(SITE_ORDER in line for line in lines):
+        signature.append(SITE_ORDER)
+    body = "\n  ".join(lines + ["ret void" if ret == "void" else f"ret {ret} %r"])
+    return f"define internal {ret} @{name}({', '.join(signature)}) alwaysinline {{\n  {body}\n}}"

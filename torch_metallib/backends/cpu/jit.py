@@ -1,0 +1,185 @@
+"""Compiles lowered kernels to host machine code with LLVM and caches the result.
+
+Each compiled object gets its own MCJIT engine (one shared engine resolved a second
+object's references into the first one's data). A compiled kernel is keyed by
+content (ARCHITECTURE.md, "Rules"): the function's SHA-256 ``HASH``, its function-constant values,
+the host target and the toolchain. Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
+concurrent processes at worst compile the same kernel twice and rename identical files
+over each other.
+"""
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from ... import _C
+from ...cache.disk_cache import cache_directory, read_entry, write_entry
+
+__all__ = ["CompiledKernel", "compile_kernel"]
+
+LOWERING_VERSION = 17  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    # Address of __tm_launch_<symbol> (or __tm_thread_<symbol> if cooperative), one per
+    # loaded copy of the object. A kernel with threadgroup variables gets a copy per worker
+    # thread, so threadgroups running at the same time each have their own variables.
+    launchers: Tuple[int, ...]
+    serial: bool        # it has threadgroup variables
+    cooperative: bool   # threads meet at barriers / SIMD-group functions: run as coroutines
+    from_disk: bool
+
+
+class _Host:
+    """The host target machine, created on first use."""
+
+    def __init__(self):
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.triple = llvm.get_process_triple()
+        features = llvm.get_host_cpu_features().flatten()
+        self.cpu = llvm.get_host_cpu_name()
+        self.machine = llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
+        self.datalayout = str(self.machine.target_data)
+        for name, address in _C.runtime_symbols().items():  # what cooperative kernels call
+            llvm.add_symbol(name, address)
+        self.toolchain = (f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
+                          f"{self.triple} {self.cpu} {features} lowering {LOWERING_VERSION}")
+
+
+_host: Optional[_Host] = None
+_compiled: Dict[str, CompiledKernel] = {}
+_payloads: Dict[str, bytes] = {}  # object bytes of kernels that may need more copies
+_engines = []  # every engine lives as long as the process: launchers point into them
+_lock = threading.RLock()  # one compile at a time; llvmlite serializes LLVM calls anyway
+
+
+def host() -> _Host:
+    global _host
+    with _lock:
+        if _host is None:
+            _host = _Host()
+        return _host
+
+
+def _cache_key(function_hash: str, constants: tuple) -> str:
+    text = f"{function_hash}|{constants!r}|{host().toolchain}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str:
+    """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
+    from .lowering import lower  # only on a cache miss
+
+    machine = host()
+    # Modules are closed before their context, explicitly: if lowering raises, the
+    # traceback would otherwise keep them for the cyclic collector, which may free the
+    # context first (and LLVM then crashes freeing the module).
+    context = llvm.create_context()
+    modules = []
+    try:
+        modules.append(llvm.parse_bitcode(bytes(function.bitcode), context=context))
+        return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
+                     machine.triple, machine.datalayout, cooperative,
+                     unroll=lambda text: _unroll_loops(text, context, modules))
+    finally:
+        for module in modules:
+            module.close()
+        context.close()
+
+
+def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
+    from .coroutine import split_at_suspends  # only on a cache miss
+
+    machine = host()
+    text = lowered_ir(function, constants, symbol, cooperative)
+    context = llvm.create_context()
+    modules = []
+    try:
+        modules.append(llvm.parse_assembly(text, context=context))
+        if cooperative:  # inline every wait into the thread entry, then make them suspensions
+            inliner = llvm.create_new_module_pass_manager()
+            inliner.add_always_inliner_pass()
+            inliner.run(modules[-1], llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options()))
+            text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
+            modules.append(llvm.parse_assembly(text, context=context))
+        module = modules[-1]
+        module.verify()
+        builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(module, builder)
+        return machine.machine.emit_object(module)
+    finally:
+        for module in modules:
+            module.close()
+        context.close()
+
+
+def _unroll_loops(text: str, context, modules: list) -> str:
+    """`text` with its small constant-trip loops unrolled and its private arrays in
+    registers where that became possible, every value named (_cpu_matrix_batches moves
+    instructions, which numbered values forbid)."""
+    machine = host()
+    modules.append(llvm.parse_assembly(text, context=context))
+    passes = llvm.create_new_function_pass_manager()
+    for add in (passes.add_sroa_pass, passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass,
+                passes.add_loop_rotate_pass, passes.add_loop_unroll_pass, passes.add_sroa_pass,
+                passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass, passes.add_instruction_namer_pass):
+        add()
+    builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    for function in modules[-1].functions:
+        if not function.is_declaration:
+            passes.run(function, builder)
+    return str(modules[-1])
+
+
+def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:
+    """Loads one copy of the object in its own engine; runs its constructors; returns its
+    entry point. Engines live as long as the process: launchers point into them."""
+    machine = host()
+    engine = llvm.create_mcjit_compiler(
+        llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
+    _engines.append(engine)
+    engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
+    ctypes.CFUNCTYPE(None)(engine.get_function_address(f"__tm_init_{symbol}"))()  # air.static_init
+    return engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
+
+
+def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1) -> CompiledKernel:
+    """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
+    least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
+    threads meet."""
+    key = _cache_key(function.hash, (constants, cooperative))
+    compiled = _compiled.get(key)
+    if compiled is not None and len(compiled.launchers) >= copies:
+        return compiled
+    with _lock:
+        compiled = _compiled.get(key)
+        if compiled is not None and len(compiled.launchers) >= copies:
+            return compiled  # another thread compiled it while this one waited
+        symbol = key[:24]
+        if compiled is None:
+            directory = cache_directory("jit")
+            path = os.path.join(directory, f"{key}.o") if directory else None
+            payload = read_entry(path) if path else None
+            from_disk = payload is not None
+            if payload is None:
+                payload = _build_object(function, dict(constants), symbol, cooperative)
+                if path:
+                    write_entry(path, payload)
+            launchers = ()
+        else:
+            payload, from_disk, launchers = _payloads[key], compiled.from_disk, compiled.launchers
+        while len(launchers) < copies:
+            launchers += (_load_copy(payload, symbol, cooperative),)
+        if serial:
+            _payloads[key] = payload
+        compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk)
+        return compiled

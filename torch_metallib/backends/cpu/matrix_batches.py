@@ -1,0 +1,164 @@
+"""Simdgroup-matrix products that need none of each other's results as one exchange
+(ARCHITECTURE.md, "Rules").
+
+Every ``simdgroup_matrix_8x8_multiply_accumulate`` makes the SIMD-group's 32 lanes meet:
+each lane suspends and is resumed once per product. MLX's GEMM tiles (steel) multiply a
+TM x TN grid of fragments per k-step, with a loop nest that the kernel's compiler left
+rolled; once LLVM unrolls it (``unroll``, given by the caller, runs only on modules with
+these products) a k-block is one block holding its TM x TN products per k-step. This
+pass gathers such a run into one call of
+``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.<sources>.<overload>``
+(_cpu_simdgroup_matrix), so the lanes meet once per k-block instead of once per product.
+A product may take an earlier product of the run as its accumulator C (the next k-step
+does), directly or through a shuffle that keeps the lane's elements 0 and 1 (Apple's
+``thread_elements()``): `sources` lists, per product, ``c`` (its own C) or that product's
+index, and the batch computes the products in order.
+
+Moving a product down its block to where the run ends is unobservable: a product reads
+no memory and only the lanes that run the block run it, before or after the move. What
+uses a product's result moves with it when it is a pure computation (vector shuffles,
+arithmetic); anything else that needs a result ends the run before it, and so does any
+call that could wait (every call but LLVM's own intrinsics and the memory-less
+``simdgroup_barrier(mem_none)``, a no-op here).
+"""
+
+import itertools
+import re
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
+
+from .ir_functions import edit_function_bodies
+
+__all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
+
+BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
+MAX_BATCH = 32  # products per exchange: staged in 768 bytes each, per SIMD-group and phase
+
+_PRODUCT = re.compile(r"^\s*(%[-\w$.]+) = (?:tail )?call (<64 x \w+>) "
+                      r"@air\.simdgroup_matrix_8x8_multiply_accumulate\.([\w.]+)\((.*)\)(?: #\d+)?$")
+_DEFINES = re.compile(r'^\s*(%[-\w$.]+|%"[^"]*") = ')
+_VALUE = re.compile(r'%[-\w$.]+|%"[^"]*"')
+_OPCODE = re.compile(r"^\s*(?:%[-\w$.]+ = |%\"[^\"]*\" = )?(?:tail |notail |musttail )?(\w+)")
+_VECTOR = re.compile(r"<\d+ x \w+>")
+# A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
+_KEEPS_FRAGMENT = re.compile(r"^\s*(%[-\w$.]+) = shufflevector <64 x \w+> (%[-\w$.]+), .*<64 x i32> <i32 0, i32 1[,>]")
+_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
+# Instructions without side effects whose operands are values: they can move down a block.
+_PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
+         "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
+         "lshr", "ashr", "icmp", "fcmp", "select", "getelementptr", "trunc", "zext", "sext", "fptrunc",
+         "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint", "inttoptr", "addrspacecast", "freeze"}
+_HARMLESS_CALL = re.compile(r"call void @air\.simdgroup\.barrier\(i32 0,|call [^@]*@llvm\.(?!coro)")
+
+
+def _arguments(text: str) -> List[str]:
+    """A call's argument list split at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for i, character in enumerate(text):
+        if character in "(<[{":
+            depth += 1
+        elif character in ")>]}":
+            depth -= 1
+        elif character == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return parts + [text[start:].strip()]
+
+
+class _Run:
+    """Products gathered in one block so far, and the pure lines that wait for them."""
+
+    def __init__(self):
+        self.products: List[Tuple[str, str, str, List[str]]] = []  # (result, type, overload, args)
+        self.sources: List[str] = []  # per product: "c" (its own C) or the product whose D is its C
+        self.deferred: List[str] = []
+        self.results: Set[str] = set()  # the products' results and what the deferred lines define
+        self.fragments: Dict[str, int] = {}  # value -> product whose D's lane elements it holds
+
+    def add(self, result: str, ret: str, overload: str, args: List[str], source: Optional[int]) -> None:
+        if source is not None:  # C is computed in the batch: the call passes none
+            args = args[:2] + [f"{_VECTOR.match(args[2]).group(0)} poison"]
+        self.products.append((result, ret, overload, args))
+        self.sources.append("c" if source is None else str(source))
+        self.fragments[result] = len(self.products) - 1
+        self.results.add(result)
+
+    def defer(self, line: str, defined: str) -> None:
+        self.deferred.append(line)
+        self.results.add(defined)
+        shuffle = _KEEPS_FRAGMENT.match(line)
+        if shuffle and shuffle.group(2) in self.fragments:
+            self.fragments[defined] = self.fragments[shuffle.group(2)]
+
+    def emit(self, out: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> None:
+        if len(self.products) == 1:
+            result, ret, overload, args = self.products[0]
+            out.append(f"  {result} = call {ret} @air.simdgroup_matrix_8x8_multiply_accumulate.{overload}"
+                       f"({', '.join(args)})")
+        elif self.products:
+            ret, overload = self.products[0][1], self.products[0][2]
+            count = len(self.products)
+            name = f"{BATCH_PREFIX}.{'_'.join(self.sources)}.{overload}"
+            struct = "{ " + ", ".join([ret] * count) + " }"
+            batch = f"%tm.batch.{next(numbers)}"
+            out.append(f"  {batch} = call {struct} @{name}({', '.join(a for p in self.products for a in p[3])})")
+            out += [f"  {result} = extractvalue {struct} {batch}, {i}" for i, (result, *_) in enumerate(self.products)]
+            types = ", ".join(_VECTOR.match(a).group(0) for p in self.products for a in p[3])
+            declarations[name] = f"declare {struct} @{name}({types})"
+        out += self.deferred
+        self.__init__()
+
+
+def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
+    out: List[str] = []
+    run = _Run()
+    for line in lines:
+        product = _PRODUCT.match(line)
+        defines = _DEFINES.match(line)
+        uses = set(_VALUE.findall(line[defines.end():] if defines else line))
+        depends = bool(uses & run.results)
+        if product:
+            args = _arguments(product.group(4))
+            accumulator = set(_VALUE.findall(args[2])) & run.results
+            source = run.fragments.get(args[2].split(" ")[-1]) if accumulator else None
+            factors_depend = bool(set(_VALUE.findall(args[0] + " " + args[1])) & run.results)
+            same = not run.products or run.products[0][2] == product.group(3)
+            if factors_depend or (accumulator and source is None) or not same or len(run.products) == MAX_BATCH:
+                run.emit(out, numbers, declarations)
+                source = None
+            run.add(product.group(1), product.group(2), product.group(3), args, source)
+            continue
+        opcode = _OPCODE.match(line)
+        opcode = opcode.group(1) if opcode else ""
+        if depends and opcode in _PURE:
+            run.defer(line, defines.group(1))
+            continue
+        if depends or (opcode == "call" and not _HARMLESS_CALL.search(line)) or opcode in (
+                "br", "switch", "ret", "unreachable", "indirectbr", "resume", "invoke", "callbr"):
+            run.emit(out, numbers, declarations)
+        out.append(line)
+    run.emit(out, numbers, declarations)
+    return out
+
+
+def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
+    out: List[str] = []
+    block: List[str] = []
+    for line in body:
+        if _LABEL.match(line):
+            out += _batch_block(block, numbers, declarations) + [line]
+            block = []
+        else:
+            block.append(line)
+    return out + _batch_block(block, numbers, declarations)
+
+
+def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:
+    """`text` with runs of independent products batched; the module is first unrolled
+    with `unroll` if it has products at all."""
+    if "@air.simdgroup_matrix_8x8_multiply_accumulate." not in text:
+        return text
+    text = unroll(text)
+    numbers = itertools.count()  # names the batches' results
+    declarations: Dict[str, str] = {}
+    text = edit_function_bodies(text, lambda body: _batch_body(body, numbers, declarations))
+    return text + "\n" + "\n".join(declarations.values()) + "\n"

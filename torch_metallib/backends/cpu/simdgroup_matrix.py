@@ -1,0 +1,226 @@
+"""Host definitions of AIR's ``simdgroup_matrix_8x8`` intrinsics (docs/formats.md, AIR).
+
+A SIMD-group holds an 8x8 matrix as ``<64 x T>`` values of which only slots 0 and 1 are
+the lane's: lane l holds M[r][c] and M[r][c+1] with r = ((l>>4)<<2)|((l>>1)&3) and
+c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C), alone or in a batch
+(``tm.simdgroup_matrix_8x8.multiply_accumulate_batch``, _cpu_matrix_batches), is one
+exchange: each lane writes its elements (as float, the accumulator type MLX uses) into
+row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``), the
+first lane to read the completed exchange computes every D with 8-wide vectors
+(``@tm.simdgroup_matrix_8x8.multiply_batch``), and each lane reads its two elements. Each
+element is C plus the eight products of a row of A and a column of B, in k order, each step
+one fused multiply-add. Lanes that do not exist (a SIMD-group cut short by the grid) count
+as zeros; Metal leaves that undefined. ``load`` / ``store`` move a lane's two elements
+between its fragment and memory with ``elements_per_row`` and ``matrix_origin`` (x =
+column, y = row); ``transpose`` reads or writes the transposed matrix [ASSUMED: origin
+stays in the memory's (column, row) coordinates].
+"""
+
+import functools
+import re
+from typing import List, Optional, Tuple
+
+from .collectives import MASK_OFFSET, WAIT_ALLOCA, _claim, _definition, _exchange
+from .coroutine import SITE_PLACEHOLDER, SUSPEND
+from .intrinsics import SIMD_WIDTH, element_type
+from .matrix_batches import BATCH_PREFIX
+from .reconvergence import SITE_ORDER
+
+__all__ = ["define_matrix", "define_product_batch"]
+
+_PREFIX = "air.simdgroup_matrix_8x8_"
+
+
+def _lane_position() -> List[str]:
+    """%row and %col (the first of the lane's two columns) from %lane."""
+    return ["%r.hi = lshr i32 %lane, 4", "%r.hi2 = shl i32 %r.hi, 2", "%r.lo0 = lshr i32 %lane, 1",
+            "%r.lo = and i32 %r.lo0, 3", "%row = or i32 %r.hi2, %r.lo",
+            "%c.hi0 = lshr i32 %lane, 3", "%c.hi1 = and i32 %c.hi0, 1", "%c.hi = shl i32 %c.hi1, 2",
+            "%c.lo0 = and i32 %lane, 1", "%c.lo = shl i32 %c.lo0, 1", "%col = or i32 %c.hi, %c.lo"]
+
+
+def _to_float(type_name: str, value: str, out: str) -> List[str]:
+    return [f"{out} = fpext {type_name} {value} to float" if type_name != "float" else f"{out} = fadd float {value}, -0.0"]
+
+
+def _memory_element_lines(params: List[str], k: int) -> List[str]:
+    """%p{k}: the address of the lane's element k (at row %row, column %col + k)."""
+    element = "%elem"
+    return [f"%cc{k} = add i32 %col, {k}",
+            f"%i{k} = select i1 %a3, i32 %cc{k}, i32 %row",   # memory row
+            f"%j{k} = select i1 %a3, i32 %row, i32 %cc{k}",   # memory column
+            f"%i{k}.w = zext i32 %i{k} to i64", f"%j{k}.w = zext i32 %j{k} to i64",
+            f"%mi{k} = add i64 %oy, %i{k}.w", f"%mj{k} = add i64 %ox, %j{k}.w",
+            f"%ro{k} = mul i64 %mi{k}, %a1", f"%at{k}.i = add i64 %ro{k}, %mj{k}",
+            f"%p{k} = getelementptr {element}, {params[0]} %a0, i64 %at{k}.i"]
+
+
+def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of a simdgroup_matrix_8x8 intrinsic, or None."""
+    if not name.startswith(_PREFIX):
+        return None
+    op = name[len(_PREFIX):].split(".")[0]
+    if op == "init_filled" and len(params) == 1 and ret == f"<64 x {params[0]}>":
+        lines = [f"%one = insertelement {ret} poison, {params[0]} %a0, i32 0",
+                 f"%r = insertelement {ret} %one, {params[0]} %a0, i32 1"]
+        return _definition(ret, name, params, lines), []
+    if op in ("load", "store"):
+        matrix = ret if op == "load" else (params[0] if params else "")
+        memory = params if op == "load" else params[1:]
+        if not matrix.startswith("<64 x ") or len(memory) != 4 or not memory[0].startswith("ptr") \
+                or memory[1:] != ["i64", "<2 x i64>", "i1"]:
+            return None
+        element = element_type(matrix)
+        lines = _exchange([]) + _lane_position() + [
+            "%ox = extractelement <2 x i64> %a2, i32 0", "%oy = extractelement <2 x i64> %a2, i32 1"]
+        for k in (0, 1):
+            lines += [line.replace("%elem", element) for line in _memory_element_lines(memory, k)]
+        if op == "load":
+            lines += [f"%v0 = load {element}, {memory[0]} %p0", f"%v1 = load {element}, {memory[0]} %p1",
+                      f"%r0 = insertelement {matrix} poison, {element} %v0, i32 0",
+                      f"%r = insertelement {matrix} %r0, {element} %v1, i32 1"]
+            return _definition(ret, name, params, lines), []
+        lines += [f"%v0 = extractelement {matrix} %m, i32 0", f"%v1 = extractelement {matrix} %m, i32 1",
+                  f"store {element} %v0, {memory[0]} %p0", f"store {element} %v1, {memory[0]} %p1"]
+        # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
+        return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
+    if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
+        return _definition(ret, name, params, _products(params, [ret], [None])), [_multiply_batch(), _FMA]
+    return None
+
+
+def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.
+    <sources>.<overload>`` (_cpu_matrix_batches): N products at once, returned as a struct;
+    `sources` says, per product, ``c`` (its C operand) or which earlier product's D is its
+    C. None if malformed."""
+    if not name.startswith(BATCH_PREFIX + "."):
+        return None
+    results = re.findall(r"<64 x \w+>", ret)
+    words = name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")
+    sources = [None if word == "c" else int(word) for word in words if word == "c" or word.isdigit()]
+    if not results or len(sources) != len(words) or len(words) != len(results) \
+            or any(j is not None and j >= m for m, j in enumerate(sources)) \
+            or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
+        return None
+    return _definition(ret, name, params, _products(params, results, sources)), [_multiply_batch(), _FMA]
+
+
+def _products(params: List[str], results: List[str], sources: List[Optional[int]]) -> List[str]:
+    """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
+    them if more than one), C being product j's D where sources[m] = j. Each lane writes its
+    element pairs, as float, into the SIMD-group's staging memory (tm_rt_simd_stage): per
+    product, A, B and C as row-major 8x8 matrices; the first lane to read the completed
+    exchange computes every product (@tm.simdgroup_matrix_8x8.multiply_batch), each D in
+    place of its C, and every lane reads its pair of each D."""
+    count = len(results)
+    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4", "br label %stage", "stage:",
+             f"%staged = call ptr @tm_rt_simd_stage(i64 {count * _PRODUCT_BYTES}, ptr %wait, {SITE_ORDER}, "
+             f"{SITE_PLACEHOLDER})",
+             "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
+             "enter.wait:", SUSPEND, "br label %stage",
+             "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"]
+    lines += _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
+    for m in range(count):
+        for index, operand in enumerate("abc" if sources[m] is None else "ab"):
+            type_name = params[3 * m + index]
+            value = f"%f{m}{operand}"
+            for k in (0, 1):
+                lines += [f"{value}{k}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
+                lines += _to_float(element_type(type_name), f"{value}{k}.e", f"{value}{k}")
+            lines += [f"{value}.v0 = insertelement <2 x float> poison, float {value}0, i32 0",
+                      f"{value}.v = insertelement <2 x float> {value}.v0, float {value}1, i32 1",
+                      f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
+                      f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
+                      f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
+    # Arrived when staged: the slots are there already if this lane completed the exchange.
+    lines += ["%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
+              "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
+              "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",  # stepped back: stage again
+              "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim()
+    lines += ["br i1 %leads, label %compute, label %read", "compute:"]
+    for m, j in enumerate(sources):  # the product whose matrices hold product m's C
+        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",
+                  f"store i32 {m if j is None else j}, ptr %source{m}"]
+    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 {count}, ptr %sources)",
+              "br label %read", "read:"]
+    for m, ret in enumerate(results):
+        out = element_type(ret)
+        lines += [f"%d{m}.o = add i32 %at, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
+                  f"%d{m}.p = getelementptr i8, ptr %staged, i32 %d{m}.o",
+                  f"%d{m} = load <2 x float>, ptr %d{m}.p, align 4"]
+        for k in (0, 1):
+            lines += [f"%d{m}.{k} = extractelement <2 x float> %d{m}, i32 {k}",
+                      f"%o{m}.{k} = fptrunc float %d{m}.{k} to {out}" if out != "float" else f"%o{m}.{k} = fadd float %d{m}.{k}, -0.0"]
+        lines += [f"%v{m}.0 = insertelement {ret} poison, {out} %o{m}.0, i32 0",
+                  f"%v{m} = insertelement {ret} %v{m}.0, {out} %o{m}.1, i32 1"]
+    if count == 1:
+        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"]
+    struct = "{ " + ", ".join(results) + " }"
+    previous = "poison"
+    for m in range(count):
+        made = "%r" if m == count - 1 else f"%s{m}"
+        lines.append(f"{made} = insertvalue {struct} {previous}, {results[m]} %v{m}, {m}")
+        previous = made
+    return lines
+
+
+_MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
+_FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
+_MATRIX_BYTES = 8 * 8 * 4
+_PRODUCT_BYTES = 3 * _MATRIX_BYTES  # A, B, then C (D once computed)
+
+# lane -> (row, column) of the first of the two elements it holds (the docstring's layout).
+_POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (lane & 1) * 2)
+              for lane in range(SIMD_WIDTH)}
+
+
+@functools.lru_cache(maxsize=None)  # the same text for every product declaration
+def _multiply_batch() -> str:
+    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
+    sources)``: for each of `count` products m in order, D = A*B + C from the staged
+    matrices, C from product sources[m]'s third matrix, D into product m's third matrix.
+    Lanes that did not take part (not in the exchange's mask) count as zeros. Rows of B, C
+    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the same
+    operations, in the same order, as one lane computing its elements."""
+    lines = ["%ignored = alloca <2 x float>, align 8",
+             f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
+             "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
+             # Zeros where absent lanes' elements go: stores to %ignored for the lanes present.
+             "clear:", "%k = phi i32 [ 0, %entry ], [ %k.next, %clear ]", "%k.wide = zext i32 %k to i64",
+             f"%k.at = mul i64 %k.wide, {_PRODUCT_BYTES}", "%k.p = getelementptr i8, ptr %staged, i64 %k.at"]
+    for lane, (row, column) in _POSITIONS.items():
+        lines += [f"%bit{lane} = and i32 %mask, {1 << lane}", f"%absent{lane} = icmp eq i32 %bit{lane}, 0"]
+        for matrix in range(3):
+            at = f"%z{lane}.{matrix}"
+            lines += [f"{at}.p = getelementptr i8, ptr %k.p, i32 {matrix * _MATRIX_BYTES + (row * 8 + column) * 4}",
+                      f"{at} = select i1 %absent{lane}, ptr {at}.p, ptr %ignored",
+                      f"store <2 x float> zeroinitializer, ptr {at}, align 4"]
+    lines += ["%k.next = add i32 %k, 1", "%k.more = icmp ult i32 %k.next, %count",
+              "br i1 %k.more, label %clear, label %product",
+              "product:", "%m = phi i32 [ 0, %entry ], [ 0, %clear ], [ %m.next, %product ]",
+              "%m.wide = zext i32 %m to i64", f"%m.at = mul i64 %m.wide, {_PRODUCT_BYTES}",
+              "%a = getelementptr i8, ptr %staged, i64 %m.at",
+              f"%b = getelementptr i8, ptr %a, i32 {_MATRIX_BYTES}", f"%d = getelementptr i8, ptr %a, i32 {2 * _MATRIX_BYTES}",
+              "%source.p = getelementptr i32, ptr %sources, i64 %m.wide", "%source = load i32, ptr %source.p",
+              "%source.wide = zext i32 %source to i64", f"%source.at = mul i64 %source.wide, {_PRODUCT_BYTES}",
+              "%source.a = getelementptr i8, ptr %staged, i64 %source.at",
+              f"%c = getelementptr i8, ptr %source.a, i32 {2 * _MATRIX_BYTES}"]
+    for t in range(8):
+        lines += [f"%B{t}.p = getelementptr i8, ptr %b, i32 {t * 32}", f"%B{t} = load <8 x float>, ptr %B{t}.p, align 4"]
+    for r in range(8):
+        lines += [f"%C{r}.p = getelementptr i8, ptr %c, i32 {r * 32}", f"%C{r} = load <8 x float>, ptr %C{r}.p, align 4"]
+        acc = f"%C{r}"
+        for t in range(8):
+            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %a, i32 {(r * 8 + t) * 4}",
+                      f"%A{r}.{t} = load float, ptr %A{r}.{t}.p",
+                      f"%A{r}.{t}.i = insertelement <8 x float> poison, float %A{r}.{t}, i32 0",
+                      f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
+                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> %B{t}, <8 x float> {acc})"]
+            acc = f"%D{r}.{t}"
+        lines += [f"%D{r}.p = getelementptr i8, ptr %d, i32 {r * 32}", f"store <8 x float> {acc}, ptr %D{r}.p, align 4"]
+    lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
+              "br i1 %more, label %product, label %done", "done:", "ret void"]
+    body = "\n  ".join(lines)
+    return (f"define internal void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 %count, ptr %sources) noinline "
+            f"{{\nentry:\n  {body}\n}}")

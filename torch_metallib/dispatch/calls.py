@@ -1,0 +1,46 @@
+"""Calling a kernel: reflection -> binding plan (C++) -> backend.
+
+``KernelFunction.__call__`` lands here. The plan (``_C.KernelSpec.bind``) validates the
+whole call before anything runs; the backend chosen by the tensors' device then prepares
+the function for the plan's function-constant values and runs the plan.
+"""
+
+from .. import _C
+from ..errors import UnsupportedKernelError
+from .backend import backend_for
+from .call_record import cached_call_record
+
+__all__ = ["DispatchState", "dispatch_state", "call"]
+
+
+class DispatchState:
+    """What calling a function needs, built once per KernelFunction."""
+
+    __slots__ = ("spec", "problem", "serial", "cooperative", "prepared")
+
+    def __init__(self, spec, problem: str, serial: bool, cooperative: bool):
+        self.spec = spec                # _C.KernelSpec, None when the function cannot be called
+        self.problem = problem          # why it cannot be called, or ""
+        self.serial = serial            # it has threadgroup variables
+        self.cooperative = cooperative  # barriers / SIMD-group functions / threadgroup arguments
+        self.prepared = {}              # the backends' per-function caches, keyed as they choose
+
+
+def dispatch_state(function) -> DispatchState:
+    if function.type != "kernel":
+        return DispatchState(None, f"it is a {function.type} function; only kernel functions can be "
+                                   f"called", False, False)
+    record = cached_call_record(function)
+    spec = None if record["problem"] else _C.KernelSpec(
+        function.name, record["parameter_count"], record["arguments"],
+        [tuple(c) for c in record["constants"]], record["max_threads"], record["static_threadgroup_bytes"])
+    return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
+
+
+def call(function, args: tuple, kwargs: dict, threads, group_size, constants, threadgroup_memory) -> None:
+    state = function._dispatch_state()
+    if state.problem:
+        raise UnsupportedKernelError(f"{function.name}: cannot be called: {state.problem}")
+    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory)
+    backend = backend_for(plan.device, function.name)
+    backend.run(function, backend.prepare(function, state, plan.constants), plan)

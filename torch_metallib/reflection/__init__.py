@@ -1,0 +1,3 @@
+"""Stage 2: reflection, what a kernel's AIR bitcode says about calling it (``reflect``),
+read from the printed module (``air_text``), one argument node at a time
+(``air_arguments``), and shown as a Metal-like declaration (``signature``)."""

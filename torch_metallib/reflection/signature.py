@@ -1,0 +1,44 @@
+"""A Metal-like signature for a reflected kernel, e.g.
+``kernel void f(device const float* a [[buffer(0)]], uint i [[thread_position_in_grid]])``."""
+
+from typing import Sequence
+
+from .air_arguments import Argument
+
+__all__ = ["format_signature", "format_argument"]
+
+# Argument.kind -> the Metal attribute naming its binding slot.
+_BINDING_ATTRIBUTES = {"buffer": "buffer", "indirect_buffer": "buffer", "threadgroup": "threadgroup",
+                       "texture": "texture", "sampler": "sampler"}
+
+
+def format_argument(argument: Argument) -> str:
+    """One parameter as Metal source would declare it."""
+    type_name = argument.type_name or argument.ir_type or "?"  # no air.arg_type_name: say what IR says
+    if argument.is_builtin:
+        declaration = f"{type_name} {argument.name}"
+        attributes = [argument.builtin]
+    elif argument.address_space is None:  # textures, samplers and unknown kinds: by value
+        declaration = f"{type_name} {argument.name}"
+        attributes = [f"{_BINDING_ATTRIBUTES.get(argument.kind, argument.kind)}({argument.binding})"]
+    else:
+        const = " const" if argument.access == "read" and argument.address_space == "device" else ""
+        declaration = f"{argument.address_space}{const} {type_name}{_declarator(argument)}"
+        attributes = [f"{_BINDING_ATTRIBUTES.get(argument.kind, argument.kind)}({argument.binding})"]
+    if argument.function_constant is not None:
+        attributes.append(f"function_constant({argument.function_constant})")
+    return f"{declaration} [[{', '.join(attributes)}]]"
+
+
+def _declarator(argument: Argument) -> str:
+    """``* name`` for a pointer, ``& name`` for a reference (``buffer_size`` declared) and
+    ``(&name)[n]`` for a reference to an array of n elements."""
+    if argument.buffer_size is None:
+        return f"* {argument.name}"
+    count = argument.buffer_size // argument.type_size if argument.type_size else 1
+    return f"& {argument.name}" if count == 1 else f" (&{argument.name})[{count}]"
+
+
+def format_signature(name: str, arguments: Sequence[Argument]) -> str:
+    ordered = sorted(arguments, key=lambda argument: argument.position)
+    return f"kernel void {name}({', '.join(format_argument(a) for a in ordered)})"

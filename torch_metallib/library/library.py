@@ -1,6 +1,7 @@
 """Library: a loaded .metallib and the entry point `load`."""
 
 import difflib
+import hashlib
 import uuid as uuid_module
 from typing import Iterable, Iterator, Optional, Tuple
 
@@ -91,6 +92,13 @@ class Library:
     def platform_version(self) -> Tuple[int, int, int]:
         """Minimum OS version the library targets, e.g. ``(14, 0, 0)``."""
         return tuple(self._header["platform_version"])
+
+    @property
+    def group_size_convention(self) -> str:
+        """How the file sizes its metadata tag groups: ``"current"`` (the u32 size counts
+        its own 4 bytes) or ``"older"`` (it does not; toolchains before RFLT/RLST/UUID).
+        `to_bytes` and `subset` keep it; `pack` writes ``"current"``."""
+        return "current" if self._header["group_sizes_count_themselves"] else "older"
 
     @property
     def uuid(self) -> Optional[uuid_module.UUID]:
@@ -206,7 +214,11 @@ class Library:
         Raises:
             MetallibFormatError: naming the first function and byte offset that is wrong.
         """
-        self._container.verify()
+        self._container.verify()  # wrappers, bitcode magic, reflection groups
+        view = self._view
+        for index, (offset, size, expected) in enumerate(self._container.module_hashes()):
+            if len(expected) == 32 and hashlib.sha256(view[offset : offset + size]).digest() != expected:
+                self[self.function_names[index]]._check_hash()  # raises, naming the function
 
     def __repr__(self) -> str:
         version = ".".join(map(str, self.platform_version))

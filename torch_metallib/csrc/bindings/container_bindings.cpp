@@ -143,6 +143,8 @@ void bind_container(py::module_& m) {
         d["file_type"] = h.file_type;
         d["platform"] = h.platform;
         d["platform_version"] = py::make_tuple(h.platform_major, h.platform_minor, h.platform_patch);
+        d["group_sizes_count_themselves"] =
+            s.container().metadata_sizes == GroupSizeConvention::kCountsItself;
         return d;
       })
       .def("names", [](const LoadedContainer& s) {
@@ -184,11 +186,20 @@ void bind_container(py::module_& m) {
         }
         return out;
       })
+      .def("module_hashes", [](const LoadedContainer& s) {
+        const Container& c = s.container();
+        py::list out;
+        for (size_t i = 0; i < c.functions.size(); ++i) {
+          const Function& f = c.functions[i];
+          out.append(py::make_tuple(f.module_offset, f.module.size(), py::bytes(f.hash.data(), f.hash.size())));
+        }
+        return out;
+      }, "[(module offset, module size, HASH bytes)] per function, for checking every HASH at once")
       .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.container()); })
       .def("verify", [](const LoadedContainer& s) {
         py::gil_scoped_release unlocked;
         verify_container(s.container());
-      }, "Validates every module wrapper, reflection group and HASH.")
+      }, "Validates every module wrapper and reflection group (HASHes: Library.verify).")
       .def("subset", [](const LoadedContainer& s, const std::vector<size_t>& indices) {
         for (size_t i : indices) {
           if (i >= s.container().functions.size()) throw py::index_error("function index out of range");

@@ -70,9 +70,17 @@ struct UnknownTag {
   uint64_t size;
 };
 
+// How the u32 before each public/private metadata group counts its bytes. Current
+// toolchains count the u32 itself (a group holding only ENDT says 8); older ones (no RFLT,
+// no RLST/UUID extension tags) do not (the same group says 4). Function-list groups count
+// themselves in both. Read per file, and written back the same way.
+enum class GroupSizeConvention : uint8_t { kCountsItself, kExcludesItself };
+
 struct Container {
   std::string_view source;  // the parsed input (empty for a built container)
   Header header;
+  GroupSizeConvention metadata_sizes = GroupSizeConvention::kCountsItself;
+  bool metadata_sizes_known = false;  // set by the first metadata group the reader sees
   std::vector<Function> functions;
   bool has_extension = false;
   std::vector<Tag> extension;  // header-extension tags in file order

@@ -9,7 +9,6 @@
 #include "function_constants.h"
 #include "module_wrapper.h"
 #include "name_index.h"
-#include "sha256.h"
 #include "tag_group.h"
 #include "tags.h"
 
@@ -199,9 +198,25 @@ void place_trailing_sections(const ByteReader& in, Container& c,
   c.tail = in.bytes(previous_end, in.size() - previous_end, "trailing bytes");
 }
 
-// One per-function metadata group: u32 size (counting itself), tags, ENDT.
+bool ends_with_endt(const ByteReader& in, uint64_t group_at, uint64_t group_size, uint64_t limit) {
+  return group_size >= 8 && range_fits(group_at, group_size, limit) &&
+         in.read<uint32_t>(group_at + group_size - 4, "ENDT") == kEndTag;
+}
+
+// The file's metadata group-size convention, from its first group: the one under which the
+// group's last 4 bytes are ENDT (the current one when both or neither fit).
+GroupSizeConvention detect_convention(const ByteReader& in, uint64_t at, uint32_t size,
+                                      uint64_t section_end) {
+  if (!ends_with_endt(in, at, size, section_end) && ends_with_endt(in, at, uint64_t(size) + 4, section_end)) {
+    return GroupSizeConvention::kExcludesItself;
+  }
+  return GroupSizeConvention::kCountsItself;
+}
+
+// One per-function metadata group: u32 size, tags, ENDT. The size counts its own 4 bytes
+// or not, as the file's convention says (Container::metadata_sizes).
 template <typename Visit>
-std::string_view read_metadata_group(const ByteReader& in, const Region& section,
+std::string_view read_metadata_group(const ByteReader& in, Container& c, const Region& section,
                                      uint64_t relative, const Place& where,
                                      uint64_t offsets_tag_at, Visit&& visit) {
   if (!range_fits(relative, 4, section.size)) {
@@ -211,12 +226,20 @@ std::string_view read_metadata_group(const ByteReader& in, const Region& section
   }
   const uint64_t at = section.offset + relative;
   const uint32_t size = in.read<uint32_t>(at, "group size");
-  if (size < 8 || !range_fits(relative, size, section.size)) {
+  if (!c.metadata_sizes_known) {
+    c.metadata_sizes = detect_convention(in, at, size, section.end());
+    c.metadata_sizes_known = true;
+  }
+  const bool counts_itself = c.metadata_sizes == GroupSizeConvention::kCountsItself;
+  const uint64_t extent = uint64_t(size) + (counts_itself ? 0 : 4);
+  if (extent < 8 || !range_fits(relative, extent, section.size)) {
+    const uint64_t room = section.size - relative;
     throw FormatError(at, where.describe() + " group size",
-                      "8 to " + std::to_string(section.size - relative) + " bytes",
+                      counts_itself ? "8 to " + std::to_string(room) + " bytes (counting its own 4, as this file's first group does)"
+                                    : "4 to " + std::to_string(room - 4) + " bytes (not counting its own 4, as this file's first group does)",
                       std::to_string(size));
   }
-  return read_tag_group(in, at + 4, at + size, where, visit);
+  return read_tag_group(in, at + 4, at + extent, where, visit);
 }
 
 struct FunctionFields {
@@ -291,7 +314,7 @@ std::string_view read_metadata(const ByteReader& in, Container& c, const Region&
                                uint64_t relative, TagPlace place, const Place& where,
                                uint64_t offsets_tag_at) {
   TagChecker checker(c, place, where);
-  return read_metadata_group(in, section, relative, where, offsets_tag_at, [&](const Tag& tag) {
+  return read_metadata_group(in, c, section, relative, where, offsets_tag_at, [&](const Tag& tag) {
     const TagSpec* spec = checker.check(tag);
     if (spec != nullptr && spec->kind == TagKind::kConstants) {
       decode_constants(tag.payload, tag.offset, where.describe());
@@ -352,16 +375,8 @@ std::string_view function_reflection(const Container& container, size_t index) {
 
 void verify_container(const Container& container) {
   for (size_t i = 0; i < container.functions.size(); ++i) {
-    const Function& f = container.functions[i];
     function_bitcode(container, i);
     function_reflection(container, i);
-    const std::array<uint8_t, 32> digest = sha256(f.module);
-    if (f.hash.size() == 32 && std::memcmp(digest.data(), f.hash.data(), 32) != 0) {
-      const uint64_t hash_at = uint64_t(f.hash.data() - container.source.data());
-      throw FormatError(hash_at, describe_function(container, i) + " HASH",
-                        "the SHA-256 of its " + std::to_string(f.module.size()) + "-byte module",
-                        "a different digest (the module or its HASH tag is corrupt)");
-    }
   }
 }
 

@@ -17,7 +17,8 @@ namespace torch_metallib::metallib {
 // does not touch the pages of the 100+ MB module section.
 Container read_container(const uint8_t* data, uint64_t size);
 
-// Validates every module wrapper, reflection-list group and HASH (SHA-256 of the module).
+// Validates every module wrapper and reflection-list group. HASHes are checked in Python
+// (hashlib, OpenSSL), on first use of a function and by Library.verify.
 void verify_container(const Container& container);
 
 // "function 12 'name'", the prefix of every per-function message.

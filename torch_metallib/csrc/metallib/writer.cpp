@@ -84,9 +84,12 @@ std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layou
   return tags;
 }
 
-// A metadata or function-list group: u32 size (counting itself), tags, ENDT.
-void put_group(std::string& out, std::string_view encoded) {
-  put_le<uint32_t>(out, static_cast<uint32_t>(4 + encoded.size()));
+// A metadata or function-list group: u32 size (counting itself unless the convention says
+// otherwise), tags, ENDT.
+void put_group(std::string& out, std::string_view encoded,
+               GroupSizeConvention sizes = GroupSizeConvention::kCountsItself) {
+  const size_t own = sizes == GroupSizeConvention::kCountsItself ? 4 : 0;
+  put_le<uint32_t>(out, static_cast<uint32_t>(own + encoded.size()));
   out.append(encoded);
 }
 
@@ -168,9 +171,9 @@ std::string write_container(const Container& c) {
   out.append(c.gaps[0]);
   out.append(list);
   if (c.has_extension) write_tag_group(out, extension);
-  for (const Function& f : c.functions) put_group(out, f.public_metadata);
+  for (const Function& f : c.functions) put_group(out, f.public_metadata, c.metadata_sizes);
   out.append(c.gaps[1]);
-  for (const Function& f : c.functions) put_group(out, f.private_metadata);
+  for (const Function& f : c.functions) put_group(out, f.private_metadata, c.metadata_sizes);
   out.append(c.gaps[2]);
   for (const Function& f : c.functions) out.append(f.module);
   for (size_t k = 0; k < c.trailing.size(); ++k) {
@@ -200,6 +203,7 @@ Container select_functions(const Container& source, const std::vector<size_t>& i
   Container out;
   out.source = source.source;
   out.header = source.header;
+  out.metadata_sizes = source.metadata_sizes;
   out.has_extension = source.has_extension;
   out.extension = source.extension;
   out.gaps = source.gaps;

@@ -239,15 +239,24 @@ def test_reference_to_missing_node(monkeypatch):
     assert_others_unaffected(library, data, name)
 
 
-def test_vertex_function_without_kernel_entry():
-    """A non-kernel function has no !air.kernel entry: the message says reflection reads
-    kernels and names the function's type rather than calling the metadata malformed."""
+def test_vertex_function_is_read_from_its_own_entry():
+    """A vertex function is listed in !air.vertex: one whose module has only an
+    !air.kernel entry is malformed, and the message names the metadata it looked for."""
     library, data, _ = edited_library("vector_add_float", "!air.kernel", "!air.kernel = !{!15}", "",
                                       type="vertex")
     assert library["vector_add_float"].type == "vertex"
-    error = assert_reflection_error(library, data, "vector_add_float", "!air.kernel",
-                                    "reflection reads kernel functions", "vertex function",
-                                    "no !air.kernel entry")
+    assert_reflection_error(library, data, "vector_add_float", "!air.vertex",
+                            "expected an entry for @vector_add_float; found no !air.vertex metadata")
+
+
+def test_function_type_without_argument_table_is_refused_by_name():
+    """A visible function has no argument table: reflection says so instead of calling the
+    metadata malformed."""
+    library, data, _ = edited_library("vector_add_float", "!air.kernel", "!air.kernel = !{!15}", "",
+                                      type="visible")
+    error = assert_reflection_error(library, data, "vector_add_float", None,
+                                    "reflection reads kernel, vertex and fragment functions",
+                                    "this is a visible function")
     assert "please report" not in str(error)
 
 

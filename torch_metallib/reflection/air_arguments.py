@@ -240,6 +240,16 @@ def decode_standard_argument(body: str, ir_type: Optional[str]) -> Optional[Argu
     return None
 
 
+_IR_ADDRESS_SPACE = re.compile(r"addrspace\((\d+)\)")
+
+
+def _ir_address_space(ir_type: Optional[str]) -> Optional[int]:
+    """The address space of a pointer parameter type (``ptr addrspace(1)``, typed
+    ``float addrspace(1)*``); None for anything else."""
+    match = _IR_ADDRESS_SPACE.search(ir_type or "")
+    return int(match.group(1)) if match else None
+
+
 def decode_argument(node: str, elements: list, ir_type: Optional[str], read_node) -> Argument:
     """Decodes one argument node. `read_node(ref)` returns the elements of another node.
 
@@ -286,7 +296,14 @@ def decode_argument(node: str, elements: list, ir_type: Optional[str], read_node
         if kind == "buffer" and address_space == "threadgroup":
             kind = "threadgroup"
     elif kind in ("buffer", "indirect_buffer"):
-        raise MalformedNode(node, f"buffer argument {name!r} has no 'air.address_space'")
+        # AIR 2.3/2.4 leave the key out: the IR pointer type's address space is the truth.
+        address_space = _ADDRESS_SPACES.get(_ir_address_space(ir_type))
+        if address_space is None:
+            raise MalformedNode(node, f"buffer argument {name!r} has no 'air.address_space', and its IR "
+                                      f"type {ir_type!r} is not a pointer into address space 1 (device), "
+                                      f"2 (constant) or 3 (threadgroup)")
+        if kind == "buffer" and address_space == "threadgroup":
+            kind = "threadgroup"
     struct = keys.get("air.struct_type_info")
     access = [_ACCESS[key] for key in keys if key in _ACCESS]
     if len(access) > 1:

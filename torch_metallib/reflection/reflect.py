@@ -53,6 +53,7 @@ class Reflection:
     intrinsics: Tuple[str, ...]
     triple: str
     extra: Tuple[Tuple[str, tuple], ...] = ()
+    function_type: str = "kernel"  # or "vertex", "fragment"
 
     @property
     def buffers(self) -> Tuple[Argument, ...]:
@@ -80,7 +81,7 @@ class Reflection:
 
     @property
     def signature(self) -> str:
-        return format_signature(self.function, self.arguments)
+        return format_signature(self.function, self.arguments, self.function_type)
 
 
 def reflect(name: str, bitcode, function_type: str = "kernel") -> Reflection:
@@ -134,22 +135,28 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
         intrinsics=tuple(sorted(text.declarations("air."))),
         triple=module.triple,
         extra=extra,
+        function_type=function_type,
     )
 
 
+# The named metadata listing a function of each type: (function, outputs, arguments, ...).
+_ENTRY_METADATA = {"kernel": "air.kernel", "vertex": "air.vertex", "fragment": "air.fragment"}
+
+
 def _kernel_entry(name: str, function_type: str, text: ModuleText) -> list:
-    kernels = text.named("air.kernel")
-    for ref in kernels or ():
+    metadata = _ENTRY_METADATA.get(function_type)
+    if metadata is None:
+        raise ReflectionError(
+            f"{name}: reflection reads kernel, vertex and fragment functions; this is a {function_type} "
+            f"function, whose bitcode has no argument table", function=name, node=None)
+    entries = text.named(metadata)
+    for ref in entries or ():
         entry = text.node(ref)
         if entry and isinstance(entry[0], GlobalRef) and entry[0] == name:
             return entry
-    if function_type != "kernel":
-        raise ReflectionError(
-            f"{name}: reflection reads kernel functions; this is a {function_type} function "
-            f"(no !air.kernel entry)", function=name, node="!air.kernel")
-    found = ("no !air.kernel metadata" if kernels is None
-             else f"{len(kernels)} !air.kernel entries, none for @{name}")
-    raise MalformedNode("!air.kernel", f"expected an entry for @{name}; found {found}")
+    found = (f"no !{metadata} metadata" if entries is None
+             else f"{len(entries)} !{metadata} entries, none for @{name}")
+    raise MalformedNode(f"!{metadata}", f"expected an entry for @{name}; found {found}")
 
 
 def _argument(text: ModuleText, argument_list: str, ref, parameters: list) -> Argument:

@@ -39,6 +39,8 @@ def _declarator(argument: Argument) -> str:
     return f"& {argument.name}" if count == 1 else f" (&{argument.name})[{count}]"
 
 
-def format_signature(name: str, arguments: Sequence[Argument]) -> str:
+def format_signature(name: str, arguments: Sequence[Argument], function_type: str = "kernel") -> str:
+    """The declaration; vertex and fragment functions show ``auto`` for their outputs."""
     ordered = sorted(arguments, key=lambda argument: argument.position)
-    return f"kernel void {name}({', '.join(format_argument(a) for a in ordered)})"
+    result = "void" if function_type == "kernel" else "auto"
+    return f"{function_type} {result} {name}({', '.join(format_argument(a) for a in ordered)})"

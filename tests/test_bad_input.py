@@ -652,7 +652,8 @@ CASES = [
     Bad("rflt-length-4", "apple",
         lambda L: (replace_payload(L, L.fn(0).group.tag(b"RFLT"), bytes(4)), L.fn(0).group.tag(b"RFLT").offset),
         ("tag RFLT length", "8 bytes")),
-    # --- lazily checked: module wrapper, bitcode magic, reflection groups, HASH --------------
+    # --- lazily checked: module wrapper, bitcode magic, HASH (all on first use of the
+    # function's bitcode, before LLVM sees it), reflection groups --------------------------
     Bad("wrapper-magic", "fixture", module_field(1, 0, "<I", lambda L, f: 0x0B17C0DF, 0),
         ("function 1 'scale_shift_float' module wrapper magic", "0x0B17C0DE", "0x0B17C0DF"), when="bitcode"),
     Bad("wrapper-magic-in-non-utf8-named-function", "fixture", non_utf8_name_bad_wrapper,
@@ -669,13 +670,13 @@ CASES = [
         ("function 4 'vector_add_float' module size (MDSZ)", "24 bytes"), when="bitcode"),
     Bad("hash-tag-mismatch", "fixture",
         flip(lambda L: L.fn(2).group.tag(b"HASH").payload_at + 5, in_group(2)),
-        ("function 2 'struct_arg_axpy' HASH", "SHA-256"), when="verify"),
+        ("function 2 'struct_arg_axpy' HASH", "SHA-256"), when="bitcode"),
     Bad("hash-module-byte-flipped", "fixture",
         flip(lambda L: L.fn(3).module_at + 100, in_group(3)),
-        ("function 3 'threadgroup_sum_float' HASH", "SHA-256"), when="verify"),
+        ("function 3 'threadgroup_sum_float' HASH", "SHA-256"), when="bitcode"),
     Bad("apple-hash-mismatch", "apple",
         flip(lambda L: L.fn(1).module_at + L.fn(1).module_size - 1, in_group(1)),
-        ("function 1", "HASH"), when="verify"),
+        ("function 1", "HASH"), when="bitcode"),
     Bad("reflection-group-size-0", "apple", reflection_group(lambda L, g: 0),
         ("function 0 'vv_Addfloat32' reflection-list group size", "got 0"), when="reflection"),
     Bad("reflection-group-size-past-list", "apple",

@@ -1,11 +1,13 @@
 """KernelFunction: one function of a loaded library, a thin view over the native container."""
 
+import hashlib
 import threading
 from typing import Optional, Tuple
 
 from ..container.function_constant import FunctionConstant
 from ..container.tables import DATA_TYPES, FUNCTION_TYPES, name_of
 from ..dispatch.calls import call, dispatch_state
+from ..errors import MetallibFormatError
 from ..reflection.air_arguments import Argument
 from ..reflection.reflect import Reflection, ThreadgroupVariable, reflect
 
@@ -94,13 +96,32 @@ class KernelFunction:
     def bitcode(self) -> memoryview:
         """The raw LLVM bitcode (without the Darwin wrapper): a read-only, zero-copy view.
 
+        On first use the module is checked against the function's ``HASH`` (SHA-256), so
+        damaged bytes never reach LLVM (reflection, the JIT).
+
         Raises:
-            MetallibFormatError: the module's wrapper or bitcode magic is malformed.
+            MetallibFormatError: the module's wrapper or bitcode magic is malformed, or its
+                SHA-256 is not the ``HASH`` the file records.
         """
         if self._bitcode is None:
             offset, size = self._library._container.bitcode_range(self._index)
+            self._check_hash()
             self._bitcode = self._library._view[offset : offset + size]
         return self._bitcode
+
+    def _check_hash(self) -> None:
+        """Raises MetallibFormatError unless the module's SHA-256 is its HASH tag."""
+        expected = self._record["hash"]
+        module = self.module
+        if len(expected) != 32 or hashlib.sha256(module).digest() == expected:
+            return
+        start = self._record["module_offset"]
+        hash_at = next(offset for tag, offset, _payload in self._record["tags"] if tag == "HASH")
+        field = f"function {self._index} '{self.name}' HASH"
+        raise MetallibFormatError(
+            f"metallib: {field} at byte offset {hash_at}: expected the SHA-256 of its {len(module)}-byte "
+            f"module (bytes {start} to {start + len(module)}), got a different digest. The module or its "
+            f"HASH is damaged: rebuild or re-download the .metallib", offset=hash_at, field=field)
 
     @property
     def tags(self) -> list:

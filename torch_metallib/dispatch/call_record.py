@@ -11,7 +11,7 @@ from ..cache.disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CALL_RECORD_VERSION", "call_record", "cached_call_record", "binding_problem"]
 
-CALL_RECORD_VERSION = 4  # bump when call_record's fields change
+CALL_RECORD_VERSION = 5  # bump when call_record's fields change
 
 
 def call_record(function) -> dict:
@@ -22,7 +22,7 @@ def call_record(function) -> dict:
               "type_size", "buffer_size", "function_constant", "unused")
     return {
         "parameter_count": len(reflection.arguments),
-        "arguments": [{f: getattr(a, f) for f in fields} for a in reflection.arguments if not a.is_builtin],
+        "arguments": [_argument_record(a, fields) for a in reflection.arguments if not a.is_builtin],
         "constants": [[c.name, c.type, c.index, c.required] for c in reflection.function_constants],
         "max_threads": reflection.max_total_threads_per_threadgroup or 0,
         "static_threadgroup_bytes": reflection.threadgroup_memory_static,
@@ -32,6 +32,34 @@ def call_record(function) -> dict:
         "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops
         or any(a.kind == "threadgroup" for a in reflection.arguments),
     }
+
+
+def _argument_record(argument, fields) -> dict:
+    record = {f: getattr(argument, f) for f in fields}
+    if argument.kind == "indirect_buffer":
+        record["members"] = argument_buffer_members(argument)
+    return record
+
+
+def argument_buffer_members(argument) -> list:
+    """An argument buffer's members as the binding plan binds them: a pointer (``count``
+    of them for an array of pointers) or a value, at its byte offset, by ``[[id(n)]]``.
+    Members binding textures or samplers, or without an id, come back with
+    ``"pointer": None`` (binding_problem refuses them)."""
+    members = []
+    for field in argument.struct_fields:
+        indirect = field.indirect
+        pointer = None if indirect is None else {"buffer": True, "indirect_constant": False}.get(indirect.kind)
+        element = next((f for f in field.fields if f.indirect is not None), None)
+        members.append({
+            "name": field.name, "id": indirect.binding if indirect else -1, "pointer": pointer,
+            "offset": field.offset, "count": max(1, (element or field).array_length),
+            "address_space": indirect.address_space if indirect else None,
+            "access": indirect.access if indirect else None,
+            "type_name": indirect.type_name if indirect else field.type_name,
+            "type_size": (indirect.type_size or field.size) if indirect else field.size,
+        })
+    return members
 
 
 def cached_call_record(function) -> dict:
@@ -51,8 +79,16 @@ def cached_call_record(function) -> dict:
 def binding_problem(function) -> str:
     """Why no call of kernel `function` can be bound yet ("" if it can)."""
     reflection = function.reflection
-    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in ("buffer", "threadgroup", "builtin")})
+    bound = ("buffer", "threadgroup", "builtin", "indirect_buffer")
+    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in bound})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the binding plan does not bind yet. "
                 f"Run it on a Mac with MPS tensors")
+    for argument in reflection.arguments:
+        if argument.kind != "indirect_buffer":
+            continue
+        odd = [m["name"] for m in argument_buffer_members(argument) if m["pointer"] is None]
+        if odd:
+            return (f"argument buffer '{argument.name}' has members that are not device/constant "
+                    f"pointers or values ({', '.join(odd)}), which the binding plan does not bind yet")
     return ""

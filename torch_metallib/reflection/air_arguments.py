@@ -24,6 +24,10 @@ class StructField(NamedTuple):
         type_name: the member's type as written, e.g. ``"long"``.
         name: the member's name.
         fields: the members of a struct-typed member, else empty.
+        indirect: for a member of an argument buffer (``air.indirect_argument``), what
+            it binds: an Argument whose ``binding`` is the member's ``[[id(n)]]`` and whose
+            ``kind`` is ``"buffer"`` (a pointer; with ``address_space`` and ``access``),
+            ``"indirect_constant"`` (a value), ``"texture"`` or ``"sampler"``; else None.
     """
 
     offset: int
@@ -32,6 +36,7 @@ class StructField(NamedTuple):
     type_name: str
     name: str
     fields: Tuple["StructField", ...] = ()
+    indirect: Optional["Argument"] = None
 
 
 class Argument(NamedTuple):
@@ -189,8 +194,25 @@ def decode_struct_fields(node: str, elements: list, read_node, depth: int = 0) -
         if [type(value) for value in member] != [int, int, int, str, str]:
             raise MalformedNode(node, f"element {i}: expected a member (offset, size, array length, "
                                       f"type, name), got {member!r}")
-        members.append(StructField(*member, fields=nested))
         i += 5
+        indirect = None
+        if i < len(elements) and elements[i] == "air.indirect_argument" and type(elements[i]) is str:
+            # A node describing the member, or, for an aggregate (an array of pointers), its
+            # first [[id(n)]]: the aggregate's element member carries the node.
+            target = elements[i + 1] if i + 1 < len(elements) else None
+            if type(target) is Ref:
+                indirect = decode_argument(str(target), read_node(target), None, read_node)
+            elif type(target) is int:
+                inner = next((f.indirect for f in nested if f.indirect is not None), None)
+                if inner is None:
+                    raise MalformedNode(node, f"element {i + 1}: member {member[4]!r} has id {target} "
+                                              f"but no member that describes what it binds")
+                indirect = inner._replace(binding=target)
+            else:
+                raise MalformedNode(node, f"element {i + 1}: expected a node reference or an id after "
+                                          f"'air.indirect_argument', got {_describe(target) if target is not None else 'nothing'}")
+            i += 2
+        members.append(StructField(*member, fields=nested, indirect=indirect))
     return tuple(members)
 
 

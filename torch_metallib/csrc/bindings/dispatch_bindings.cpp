@@ -1,8 +1,11 @@
 // torch_metallib._C.KernelSpec / Plan / launch_cpu: the binding plan and the CPU runner.
 #include <pybind11/stl.h>
 
+#include <algorithm>
+
 #include <torch/csrc/utils/tensor_dtypes.h>
 #include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include "bindings.h"
 #include "cpu/cooperative.h"
@@ -13,6 +16,42 @@
 namespace py = pybind11;
 
 namespace torch_metallib::bindings {
+
+namespace {
+
+// An argument buffer's members from its call record: [{name, id, pointer, offset, count,
+// address_space, access, type_name, type_size}].
+std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& argument, const py::handle& records) {
+  std::vector<dispatch::MemberSpec> members;
+  for (const py::handle& item : records) {
+    auto r = py::reinterpret_borrow<py::dict>(item);
+    dispatch::MemberSpec member;
+    member.id = r["id"].cast<int>();
+    member.pointer = r["pointer"].cast<bool>();
+    member.offset = r["offset"].cast<int64_t>();
+    member.count = r["count"].cast<int64_t>();
+    auto element = std::make_shared<dispatch::ArgumentSpec>();
+    element->name = argument.name + "." + r["name"].cast<std::string>();
+    element->position = argument.position;
+    element->kind = "buffer";
+    element->binding = argument.binding;
+    element->address_space = r["address_space"].is_none() ? "" : r["address_space"].cast<std::string>();
+    element->access = r["access"].is_none() ? "read" : r["access"].cast<std::string>();
+    element->type_name = r["type_name"].cast<std::string>();
+    element->type_size = r["type_size"].is_none() ? 0 : r["type_size"].cast<int64_t>();
+    element->buffer_size = member.pointer ? -1 : element->type_size;
+    element->type = dispatch::find_metal_type(element->type_name);
+    element->description = "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" +
+                           r["name"].cast<std::string>() + "' [[id(" + std::to_string(member.id) + ")]] (" +
+                           (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
+    member.element = std::move(element);
+    members.push_back(std::move(member));
+  }
+  std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  return members;
+}
+
+}  // namespace
 
 void bind_dispatch(py::module_& m) {
   using dispatch::ArgumentSpec;
@@ -38,6 +77,7 @@ void bind_dispatch(py::module_& m) {
                spec.buffer_size = a["buffer_size"].is_none() ? -1 : a["buffer_size"].cast<int64_t>();
                spec.guard = a["function_constant"].is_none() ? "" : a["function_constant"].cast<std::string>();
                spec.unused = a["unused"].cast<bool>();
+               if (a.contains("members")) spec.members = read_members(spec, a["members"]);
                specs.push_back(std::move(spec));
              }
              std::vector<ConstantSpec> constant_specs;
@@ -63,7 +103,20 @@ void bind_dispatch(py::module_& m) {
       .def_property_readonly("constants", [](const Plan& plan) { return constants_tuple(plan.constants); })
       .def_property_readonly("device", [](const Plan& plan) { return plan.device.str(); })
       .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
-      .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; });
+      .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; })
+      .def_property_readonly("argument_buffers", [](const Plan& plan) {
+        py::list out;
+        for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
+          py::list slots;
+          for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
+            slots.append(py::make_tuple(slot.offset, py::reinterpret_steal<py::object>(THPVariable_Wrap(slot.tensor)),
+                                        slot.writable));
+          }
+          out.append(py::make_tuple(buffer.binding, py::bytes(reinterpret_cast<const char*>(buffer.bytes->data()),
+                                                              buffer.bytes->size() * 8), slots));
+        }
+        return out;
+      }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes");
 
   m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
                          bool parallel) {

@@ -1,4 +1,5 @@
 #include "dispatch/binding_plan.h"
+#include "dispatch/python_values.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -17,6 +18,8 @@ namespace {
 constexpr int64_t kMetalMaxThreadsPerGroup = 1024;
 constexpr int64_t kMetalMaxThreadgroupBytes = 32768;  // Apple GPUs' threadgroup memory
 constexpr int64_t kMetalMaxGroupDim[3] = {1024, 1024, 64};
+
+}  // namespace
 
 std::string python_type(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
 
@@ -44,10 +47,13 @@ std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes) {
   return std::make_shared<std::vector<uint64_t>>((bytes + 7) / 8 + 1, 0);
 }
 
-}  // namespace
-
 std::string ArgumentSpec::describe() const {
+  if (!description.empty()) return description;
   std::ostringstream out;
+  if (kind == "indirect_buffer") {
+    out << "argument " << position << " '" << name << "' (buffer(" << binding << "), argument buffer " << type_name << ")";
+    return out.str();
+  }
   out << "argument " << position << " '" << name << "' (" << (kind == "threadgroup" ? "threadgroup" : "buffer")
       << "(" << binding << "), " << address_space << (access == "read" && address_space == "device" ? " const " : " ")
       << type_name;
@@ -73,7 +79,9 @@ KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<Argume
   for (ArgumentSpec& argument : arguments_) argument.type = find_metal_type(argument.type_name);
   for (ConstantSpec& constant : constants_) constant.type = find_metal_type(constant.type_name);
   std::stable_sort(arguments_.begin(), arguments_.end(), [](const ArgumentSpec& a, const ArgumentSpec& b) {
-    return std::make_pair(a.kind != "buffer", a.binding) < std::make_pair(b.kind != "buffer", b.binding);
+    // Buffer slots first ([[buffer(n)]], argument buffers included), in binding order.
+    auto buffer_slot = [](const ArgumentSpec& x) { return x.kind != "buffer" && x.kind != "indirect_buffer"; };
+    return std::make_pair(buffer_slot(a), a.binding) < std::make_pair(buffer_slot(b), b.binding);
   });
 }
 
@@ -165,8 +173,6 @@ py::tuple constants_tuple(const std::vector<ConstantValue>& constants) {
   return out;
 }
 
-namespace {
-
 // "an integer that fits uint" and the like: what `type` wants.
 std::string wanted(const MetalType& type) {
   return type.kind == ScalarKind::Float ? "a number" : type.kind == ScalarKind::Bool ? "a bool"
@@ -195,17 +201,20 @@ std::string number_text(const Number& number) {
   }
 }
 
-}  // namespace
-
-void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
-                             bool& device_seen) const {
-  auto where = [&] { return name_ + ": " + argument.describe(); };
+void KernelSpec::check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
+                              bool& device_seen) const {
   if (device_seen && tensor.device() != plan.device) {
-    throw ArgumentError(where() + ": expected a tensor on " + plan.device.str() + " like the arguments before it, got one on " +
-                        tensor.device().str() + ". Move all tensors to one device");
+    throw ArgumentError(name_ + ": " + argument.describe() + ": expected a tensor on " + plan.device.str() +
+                        " like the arguments before it, got one on " + tensor.device().str() +
+                        ". Move all tensors to one device");
   }
   plan.device = tensor.device();
   device_seen = true;
+}
+
+void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
+                             bool& device_seen) const {
+  check_device(plan, argument, tensor, device_seen);
   if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
       tensor.scalar_type() != argument.type->dtypes.front()) {
     // A 0-d tensor read as a value: pass its value converted to the kernel's type.
@@ -214,6 +223,14 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
                                 : item.isBoolean() ? Number::of_bool(item.toBool()) : Number::of(item.toLong()));
     return;
   }
+  check_tensor(plan, argument, tensor, device_seen);
+  plan.addresses[argument.position] = tensor.data_ptr();
+}
+
+void KernelSpec::check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
+                              bool& device_seen) const {
+  auto where = [&] { return name_ + ": " + argument.describe(); };
+  check_device(plan, argument, tensor, device_seen);
   if (argument.type != nullptr) {
     const auto& dtypes = argument.type->dtypes;
     if (std::find(dtypes.begin(), dtypes.end(), tensor.scalar_type()) == dtypes.end()) {
@@ -228,7 +245,6 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
     throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
                           std::to_string(bytes) + " bytes from its first element to the end of its storage");
   }
-  plan.addresses[argument.position] = tensor.data_ptr();
 }
 
 void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const {
@@ -260,6 +276,10 @@ void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::share
 
 void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::handle& value,
                             bool& device_seen) const {
+  if (argument.kind == "indirect_buffer") {
+    bind_argument_buffer(plan, argument, value, device_seen);
+    return;
+  }
   if (is_tensor(value)) {
     bind_tensor(plan, argument, THPVariable_Unpack(value.ptr()), device_seen);
     return;
@@ -588,6 +608,10 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   for (const ArgumentSpec& argument : arguments_) {
     if (argument.kind == "threadgroup" || !guard_on(argument, plan.constants)) continue;
     const NativeArgument& value = values.at(size_t(argument.position));
+    if (argument.kind == "indirect_buffer" && (value.tensor != nullptr || value.has_number)) {
+      throw ArgumentError(name_ + ": " + argument.describe() + ": operators cannot bind argument buffers yet; "
+                          "call the kernel with a dict of its members instead");
+    }
     if (value.tensor != nullptr) {
       bind_tensor(plan, argument, *value.tensor, device_seen);
     } else if (value.has_number) {

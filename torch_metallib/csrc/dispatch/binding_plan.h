@@ -29,6 +29,17 @@ struct DispatchFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+struct ArgumentSpec;
+
+// One member of an argument buffer (a struct argument whose members carry [[id(n)]]).
+struct MemberSpec {
+  int id = 0;
+  bool pointer = true;      // device/constant T* (`count` of them); else a value of `element`'s type
+  int64_t offset = 0;       // byte offset in the struct
+  int64_t count = 1;        // pointers in an array member
+  std::shared_ptr<ArgumentSpec> element;  // name, type, access, address space (for checks and messages)
+};
+
 // One bindable kernel argument (everything but builtins), from reflection.
 struct ArgumentSpec {
   std::string name;
@@ -43,6 +54,8 @@ struct ArgumentSpec {
   std::string guard;            // function constant that must be true for it to exist
   bool unused = false;
   const MetalType* type = nullptr;  // nullptr for structs and other non-scalar types
+  std::vector<MemberSpec> members;  // kind "indirect_buffer": the argument buffer's members, by id
+  std::string description;          // set for argument-buffer members: what describe() says
   bool writable() const { return access != "read"; }
   std::string describe() const;     // "argument 2 'c' (buffer(2), device float*)"
 };
@@ -96,6 +109,23 @@ struct NativeArgument {
   Number number;
 };
 
+// A pointer inside an argument buffer: where it sits and the tensor it points into.
+struct ArgumentBufferSlot {
+  int64_t offset = 0;     // byte offset of the 8-byte pointer in the struct
+  at::Tensor tensor;      // bound at its data_ptr() (storage offset included)
+  bool writable = false;  // the kernel may write through it
+};
+
+// An argument buffer: the struct's bytes (pointers already hold host addresses, which the
+// CPU backend uses as they are) and its pointer slots, which a GPU backend re-encodes with
+// its own addresses and makes resident.
+struct ArgumentBuffer {
+  int position = 0;  // IR parameter
+  int binding = 0;   // [[buffer(n)]]
+  std::shared_ptr<std::vector<uint64_t>> bytes;
+  std::vector<ArgumentBufferSlot> slots;
+};
+
 // What a call binds: the backend-neutral plan.
 struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
@@ -105,6 +135,7 @@ struct Plan {
   std::vector<ConstantValue> constants;     // by index, every declared constant that is set
   // Threadgroup-memory arguments: (IR parameter, bytes), allocated per threadgroup by the backend.
   std::vector<std::pair<int, int64_t>> threadgroup_buffers;
+  std::vector<ArgumentBuffer> argument_buffers;
   c10::Device device = c10::Device(c10::kCPU);
 };
 
@@ -141,6 +172,11 @@ class KernelSpec {
   void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                   bool& device_seen) const;
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  // The checks of bind_tensor for a tensor bound by pointer (no 0-d value shortcut).
+  void check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
+                            bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
   // `source` words the value for the error message, only when there is one.
   void bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,

@@ -1,0 +1,98 @@
+"""One kernel (or more) per producer of the public corpus runs on the CPU backend and
+matches torch: other toolchains and AIR versions (2.4 typed pointers, 2.7, 2.8), the older
+group-size convention, struct arguments laid out from reflection, function constants and
+cooperative kernels. (MLX 0.32's kernels have their own tests; MLX 0.0.2's gather with its
+argument buffer is in test_argument_buffers.py.)"""
+
+import struct
+
+import pytest
+import torch
+
+import torch_metallib as tm
+from test_public_corpus import subset_files
+
+
+@pytest.fixture(scope="module")
+def library():
+    files = subset_files()
+    cache = {}
+
+    def get(prefix: str) -> tm.Library:
+        if prefix not in cache:
+            cache[prefix] = tm.load(next(p for p in files if p.name.startswith(prefix)))
+        return cache[prefix]
+
+    return get
+
+
+def test_gpt4all_air_2_4_elementwise(library):
+    lib = library("gpt4all-2.7.0")
+    assert lib.kernel_scale.air_version == (2, 4)
+    x, y = torch.randn(1000, generator=torch.Generator().manual_seed(0)), torch.empty(1000)
+    lib.kernel_scale(x, y, 2.5)
+    assert torch.equal(y, x * 2.5)
+    lib.kernel_relu(x, y)
+    assert torch.equal(y, torch.relu(x))
+
+
+def test_metalcore_silu(library):
+    lib = library("metalcore")
+    x, y = torch.randn(4096, generator=torch.Generator().manual_seed(1)), torch.empty(4096)
+    lib.silu_fwd_scalar(x, y)
+    torch.testing.assert_close(y, torch.nn.functional.silu(x), rtol=2e-6, atol=1e-6)
+
+
+def test_skmetal_in_place_scale(library):
+    lib = library("skmetal")
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(2))
+    a = x.clone()
+    lib.scale_f32(a, 3.0, 1000)
+    assert torch.equal(a, x * 3.0)
+
+
+def test_pennylane_air_2_8_complex_copy(library):
+    lib = library("pennylane-metal")
+    assert lib.copy_complex_state.air_version == (2, 8)
+    state = torch.randn(32, dtype=torch.complex64, generator=torch.Generator().manual_seed(3))
+    copy = torch.zeros_like(state)
+    lib.copy_complex_state(torch.view_as_real(state), torch.view_as_real(copy), 32, threads=32)
+    assert torch.equal(copy, state)
+
+
+def test_metal_graph_struct_argument(library):
+    """MGFillParams {float f_value; uint u_value; uint count; uint pad0;}, from reflection."""
+    lib = library("metal-graph")
+    fields = [(f.name, f.offset, f.type_name) for f in lib.mg_fill_f32.arguments[0].struct_fields]
+    assert fields == [("f_value", 0, "float"), ("u_value", 4, "uint"), ("count", 8, "uint"), ("pad0", 12, "uint")]
+    out = torch.zeros(100)
+    lib.mg_fill_f32(struct.pack("<fIII", 1.5, 0, 100, 0), out, threads=100)
+    assert torch.equal(out, torch.full((100,), 1.5))
+    ramp = torch.full((100,), -1, dtype=torch.int32)
+    lib.mg_iota_u32(struct.pack("<fIII", 0.0, 0, 100, 0), ramp, threads=100)
+    assert torch.equal(ramp, torch.arange(100, dtype=torch.int32))
+
+
+def test_metal_linalg_transpose_with_function_constants(library):
+    lib = library("metal-linalg-2.19.0-_core@a7a50")
+    kernel = lib.preprocess_transpose
+    assert [c.name for c in kernel.function_constants] == ["M", "N"]
+    rows, cols = 5, 7
+    a = torch.randn(rows, cols, generator=torch.Generator().manual_seed(4))
+    out = torch.full((rows * cols,), float("nan"))
+    kernel(a, out, rows, cols, threads=(cols, rows, 1), constants={"M": rows, "N": cols})
+    assert torch.equal(out.view(cols, rows), a.t())
+
+
+def test_executorch_older_convention_rms_norm(library):
+    """ExecuTorch 1.3.1 ships MLX's rms kernel in the older group-size convention: a
+    cooperative kernel (SIMD-group sums, barriers)."""
+    lib = library("executorch-1.3.1")
+    assert lib.group_size_convention == "older"
+    rows, size = 3, 1024
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(rows, size, generator=g), torch.randn(size, generator=g)
+    out, group = torch.empty(rows, size), size // 4
+    lib.rmsfloat32(x, w, out, 1e-5, size, 1, threads=rows * group, group_size=group)
+    expected = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+    assert (out.double() - expected).abs().max() <= 1e-5 * expected.abs().max()

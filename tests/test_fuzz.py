@@ -97,3 +97,31 @@ sys.exit(fuzz.main(sys.argv[1:]))
     reproducer = tmp_path / "out" / "crash-seed1337-case3.metallib"
     assert reproducer.exists() and reproducer.with_suffix(".txt").exists()
 
+
+
+def test_bitcode_that_makes_llvm_abort_raises_instead(tmp_path):
+    """A module byte flipped and its HASH recomputed (as a crafted file would) makes LLVM's
+    bitcode reader abort ("LLVM ERROR: out of memory"); the guard turns it into a
+    ReflectionError and the process lives on. Run in a child: a failing guard kills it."""
+    path = next(p for p in subset_files() if p.name == "metal-linalg-2.19.0-_core@1c55a8.metallib")
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT / 'tools')!r})
+import fuzz_metallib as fuzz
+import torch_metallib as tm
+data = bytearray(open({str(path)!r}, "rb").read())
+layout = fuzz.module_layout(bytes(data))
+data[12718] ^= 1 << 5
+assert fuzz.rehash(data, layout) == 1
+lib = tm.load(bytes(data), verify=True)  # every HASH matches
+try:
+    lib.sbj_gram_subproblem.reflection
+except tm.ReflectionError as error:
+    print("raised:", error)
+print("alive, other functions:", [lib[n].reflection.function for n in lib.function_names if n != "sbj_gram_subproblem"])
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "raised: sbj_gram_subproblem: LLVM" in result.stdout and "stopped with SIGABRT" in result.stdout
+    assert "the process continues" in result.stdout
+    assert "alive, other functions: ['sbj_pack'" in result.stdout

@@ -235,6 +235,7 @@ def make_case(seed: int, index: int, inputs, layouts=None):
 # HASHes of modules already reflected in this process: a module whose bitcode passed the
 # HASH check has exactly those bytes, so reflecting it again would repeat a known outcome.
 _reflected = set()
+_reflection_errors = 0  # ReflectionErrors raised in this process (an LLVM abort caught is one)
 
 
 def exercise(data: bytes) -> str:
@@ -262,7 +263,8 @@ def exercise(data: bytes) -> str:
             try:
                 function.arguments, function.signature
             except tm.ReflectionError:
-                pass
+                global _reflection_errors
+                _reflection_errors += 1
             _reflected.add(function.hash)
     outcome = "loaded"
     try:
@@ -292,11 +294,13 @@ class Report:
     crashes: List[str] = field(default_factory=list)
     hangs: List[str] = field(default_factory=list)
     foreign: List[str] = field(default_factory=list)
+    reflection_errors: int = 0  # reported by workers that finished
     seconds: float = 0.0
 
     def summary(self) -> str:
         outcomes = " ".join(f"{key} {count}" for key, count in sorted(self.outcomes.items()))
-        return (f"cases {self.cases} seconds {self.seconds:.1f} {outcomes} crashes {len(self.crashes)} "
+        return (f"cases {self.cases} seconds {self.seconds:.1f} {outcomes} reflection_errors "
+                f"{self.reflection_errors} crashes {len(self.crashes)} "
                 f"hangs {len(self.hangs)} foreign {len(self.foreign)}")
 
 
@@ -314,7 +318,7 @@ def _worker(inputs, layouts, seed, first, last, current, results):
             foreign.append((index, source, steps, traceback.format_exc()))
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     current.value = last
-    results.send((outcomes, foreign))
+    results.send((outcomes, foreign, _reflection_errors))
 
 
 MAX_REPRODUCERS = 50  # per kind: a systematic failure would otherwise fill the disk
@@ -363,7 +367,8 @@ def fuzz(inputs, seed: int, cases: int, jobs: int = 1, rehash_modules: bool = Fa
                 except EOFError:  # the worker died without reporting
                     pass
             if message is not None:
-                outcomes, foreign = message
+                outcomes, foreign, reflection_errors = message
+                report.reflection_errors += reflection_errors
                 process.join()
                 running.remove(entry)
                 for key, count in outcomes.items():

@@ -9,4 +9,5 @@ PYBIND11_MODULE(_C, m) {
   torch_metallib::bindings::bind_container(m);
   torch_metallib::bindings::bind_dispatch(m);
   torch_metallib::bindings::bind_ops(m);
+  torch_metallib::bindings::bind_guard(m);
 }

@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 import llvmlite.binding as llvm
 
 from .air_arguments import Argument, decode_argument, decode_standard_argument
+from .bitcode import parse_bitcode
 from .air_text import GlobalRef, MalformedNode, ModuleText, Ref, alignment_of
 from ..errors import ReflectionError
 from ..container.function_constant import FunctionConstant
@@ -93,18 +94,14 @@ def reflect(name: str, bitcode, function_type: str = "kernel") -> Reflection:
     """
     context = llvm.create_context()
     try:
-        try:
-            module = llvm.parse_bitcode(bytes(bitcode), context=context)
-        except RuntimeError as error:
-            detail = str(error).replace("LLVM bitcode parsing error\n", "").strip()
-            llvm_version = ".".join(map(str, llvm.llvm_version_info))
-            raise ReflectionError(
-                f"{name}: LLVM {llvm_version} (llvmlite) cannot parse the function's bitcode: "
-                f"{detail}. The module is corrupt (lib.verify() checks its hash) or was "
-                f"written by a newer LLVM",
-                function=name) from None
+        module = parse_bitcode(name, bitcode, context)
         try:
             return _reflect_module(name, function_type, module, ModuleText(str(module)))
+        except UnicodeDecodeError as error:  # llvmlite decodes names and the printed IR as UTF-8
+            raise ReflectionError(
+                f"{name}: the bitcode holds a name or string that is not UTF-8 ({error.reason} at byte "
+                f"{error.start} of {error.object[:40]!r}). The module is damaged or was not written by "
+                f"Apple's compiler", function=name) from None
         except MalformedNode as error:
             raise ReflectionError(f"{name}: AIR metadata node {error.node}: {error.detail}. {_REPORT}",
                                   function=name, node=error.node) from None

@@ -20,6 +20,7 @@ import llvmlite.binding as llvm
 
 from ... import _C
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
+from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
@@ -86,7 +87,7 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str
     context = llvm.create_context()
     modules = []
     try:
-        modules.append(llvm.parse_bitcode(bytes(function.bitcode), context=context))
+        modules.append(parse_bitcode(function.name, function.bitcode, context))
         return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
                      unroll=lambda text: _unroll_loops(text, context, modules))

@@ -17,4 +17,7 @@ void bind_dispatch(pybind11::module_& m);
 // torch_metallib._C.register_op: metallib kernels as torch.library operators.
 void bind_ops(pybind11::module_& m);
 
+// torch_metallib._C.parse_bitcode_guarded (guard_bindings.cpp).
+void bind_guard(pybind11::module_& m);
+
 }  // namespace torch_metallib::bindings

@@ -1,4 +1,5 @@
 #include "cpu/cooperative.h"
+#include "cpu/private_copies.h"
 
 #include <ATen/Parallel.h>
 
@@ -392,7 +393,8 @@ void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>
   bool parallel = schedule.parallel && groups > 1 &&
                   (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
-    auto function = reinterpret_cast<ThreadFunction>(thread_functions.at(0));
+    CopyLease copy(thread_functions, private_copies);
+    auto function = reinterpret_cast<ThreadFunction>(copy.address());
     std::vector<uint32_t> order(static_cast<size_t>(groups));
     for (uint32_t g = 0; g < order.size(); ++g) order[g] = g;
     if (schedule.permute) shuffle(order, schedule.seed);
@@ -401,8 +403,8 @@ void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>
     return;
   }
   at::parallel_for(0, groups, 1, [&](int64_t first, int64_t end) {
-    auto function = reinterpret_cast<ThreadFunction>(
-        thread_functions.at(size_t(private_copies ? at::get_thread_num() : 0)));
+    CopyLease copy(thread_functions, private_copies);
+    auto function = reinterpret_cast<ThreadFunction>(copy.address());
     GroupRun* run = &group_run;
     for (int64_t g = first; g < end; ++g) run_group(*run, function, plan, uint32_t(g), kernel, schedule);
   });

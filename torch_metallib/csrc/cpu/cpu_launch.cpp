@@ -1,4 +1,5 @@
 #include "cpu/cpu_launch.h"
+#include "cpu/private_copies.h"
 
 #include <ATen/Parallel.h>
 
@@ -17,13 +18,14 @@ void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers,
   const int64_t group_threads = int64_t(plan.dims[3]) * plan.dims[4] * plan.dims[5];
   parallel = parallel && groups > 1 && (!private_copies || launchers.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
-    reinterpret_cast<LaunchFunction>(launchers.at(0))(plan.addresses.data(), plan.dims, 0, groups);
+    CopyLease copy(launchers, private_copies);
+    reinterpret_cast<LaunchFunction>(copy.address())(plan.addresses.data(), plan.dims, 0, groups);
     return;
   }
   const int64_t grain = std::max<int64_t>(1, kThreadsPerChunk / group_threads);
   at::parallel_for(0, groups, grain, [&](int64_t first, int64_t end) {
-    auto run = reinterpret_cast<LaunchFunction>(launchers.at(size_t(private_copies ? at::get_thread_num() : 0)));
-    run(plan.addresses.data(), plan.dims, first, end);
+    CopyLease copy(launchers, private_copies);
+    reinterpret_cast<LaunchFunction>(copy.address())(plan.addresses.data(), plan.dims, first, end);
   });
 }
 

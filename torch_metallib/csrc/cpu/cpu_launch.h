@@ -14,7 +14,8 @@ using LaunchFunction = void (*)(void* const* addresses, const uint32_t* dims, in
 
 // Runs every threadgroup of `plan`, spread with at::parallel_for (which honours
 // torch.set_num_threads). `launchers` holds one entry point per loaded copy of the
-// kernel; with `private_copies` (threadgroup variables) worker i uses copy i, and with
+// kernel; with `private_copies` (threadgroup variables) each chunk of groups leases a copy
+// no other running chunk holds (private_copies.h), also across concurrent calls, and with
 // fewer copies than workers the groups run one at a time; without `parallel` they always
 // do, in order. Call without the GIL.
 void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,

@@ -130,6 +130,16 @@ Header header_from(const py::dict& h) {
 
 }  // namespace
 
+// SHA-256 by Python's hashlib (OpenSSL); called with the GIL held (pack, subset). The
+// function object is never released: no destructor runs after the interpreter is gone.
+static std::array<uint8_t, 32> hashlib_sha256(std::string_view bytes) {
+  static const py::object* sha256 = new py::object(py::module_::import("hashlib").attr("sha256"));
+  const std::string digest = (*sha256)(py::bytes(bytes.data(), bytes.size())).attr("digest")().cast<std::string>();
+  std::array<uint8_t, 32> out{};
+  std::copy(digest.begin(), digest.end(), out.begin());
+  return out;
+}
+
 void bind_container(py::module_& m) {
   py::class_<LoadedContainer>(m, "Container",
                               "A parsed .metallib over a caller-owned buffer (zero-copy).")
@@ -204,7 +214,7 @@ void bind_container(py::module_& m) {
         for (size_t i : indices) {
           if (i >= s.container().functions.size()) throw py::index_error("function index out of range");
         }
-        return write_bytes(select_functions(s.container(), indices));
+        return write_bytes(select_functions(s.container(), indices, hashlib_sha256));
       }, py::arg("indices"));
 
   m.def("pack", [](const py::dict& header, const py::list& functions) {
@@ -222,7 +232,7 @@ void bind_container(py::module_& m) {
       }
       sources.push_back(std::move(source));
     }
-    return write_bytes(build_container(header_from(header), sources));
+    return write_bytes(build_container(header_from(header), sources, hashlib_sha256));
   }, py::arg("header"), py::arg("functions"),
      "Serializes new functions (dicts of name, type, bitcode, versions, constants).");
 }

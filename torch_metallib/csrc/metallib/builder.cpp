@@ -43,7 +43,7 @@ void check_source(const FunctionSource& source, std::string_view bitcode, const 
 
 }  // namespace
 
-Container build_container(const Header& header, const std::vector<FunctionSource>& sources) {
+Container build_container(const Header& header, const std::vector<FunctionSource>& sources, const Sha256& sha256) {
   Container c;
   c.header = header;
   c.index.reserve(sources.size());
@@ -88,7 +88,7 @@ Container build_container(const Header& header, const std::vector<FunctionSource
     c.functions.push_back(std::move(f));
   }
   c.has_extension = true;
-  const std::array<uint8_t, 16> uuid = content_uuid(c);
+  const std::array<uint8_t, 16> uuid = content_uuid(c, sha256);
   c.extension.push_back({kTagUuid, c.own(std::string(uuid.begin(), uuid.end())), 0});
   return c;
 }

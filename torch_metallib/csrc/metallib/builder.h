@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "container.h"
+#include "sha256.h"
 #include "function_constants.h"
 
 namespace torch_metallib::metallib {
@@ -21,6 +22,6 @@ struct FunctionSource {
 };
 
 // The returned container owns copies of all bytes it points to.
-Container build_container(const Header& header, const std::vector<FunctionSource>& sources);
+Container build_container(const Header& header, const std::vector<FunctionSource>& sources, const Sha256& sha256);
 
 }  // namespace torch_metallib::metallib

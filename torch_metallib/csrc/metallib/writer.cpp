@@ -184,14 +184,14 @@ std::string write_container(const Container& c) {
   return out;
 }
 
-std::array<uint8_t, 16> content_uuid(const Container& c) {
-  Sha256 hasher;
+std::array<uint8_t, 16> content_uuid(const Container& c, const Sha256& sha256) {
+  std::string content;
   for (const Function& f : c.functions) {
-    hasher.update(f.name);
-    hasher.update(std::string_view("\0", 1));
-    hasher.update(f.hash);
+    content.append(f.name);
+    content.push_back('\0');
+    content.append(f.hash);
   }
-  const std::array<uint8_t, 32> digest = hasher.finish();
+  const std::array<uint8_t, 32> digest = sha256(content);
   std::array<uint8_t, 16> uuid;
   std::copy(digest.begin(), digest.begin() + 16, uuid.begin());
   uuid[6] = uint8_t((uuid[6] & 0x0f) | 0x80);  // version 8 (custom)
@@ -199,7 +199,7 @@ std::array<uint8_t, 16> content_uuid(const Container& c) {
   return uuid;
 }
 
-Container select_functions(const Container& source, const std::vector<size_t>& indices) {
+Container select_functions(const Container& source, const std::vector<size_t>& indices, const Sha256& sha256) {
   Container out;
   out.source = source.source;
   out.header = source.header;
@@ -217,7 +217,7 @@ Container select_functions(const Container& source, const std::vector<size_t>& i
     }
     out.functions.push_back(f);
   }
-  const std::array<uint8_t, 16> uuid = content_uuid(out);
+  const std::array<uint8_t, 16> uuid = content_uuid(out, sha256);
   for (Tag& tag : out.extension) {
     if (tag.code == kTagUuid) tag.payload = out.own(std::string(uuid.begin(), uuid.end()));
   }

@@ -23,7 +23,13 @@ import torch_metallib as tm
 from torch_metallib.backends.cpu import jit as _cpu_jit
 
 MAGIC_SIZE = 8
-ENTRY_HEADER = MAGIC_SIZE + 8 + 32  # 8-byte magic, u64 payload length, SHA-256 of the payload
+
+
+def header_size(data: bytes) -> int:
+    """Bytes before an entry's payload: 8-byte magic, u32 key length, the key, u64 payload
+    length, SHA-256 of key and payload."""
+    (key_size,) = struct.unpack_from("<I", data, MAGIC_SIZE)
+    return MAGIC_SIZE + 4 + key_size + 8 + 32
 SUBPROCESS_TIMEOUT = 300
 
 
@@ -192,15 +198,17 @@ def files_under(directory):
 
 
 def assert_valid_entry(path, object_file=True):
-    """`path` is a complete entry: an 8-byte ASCII magic starting with "TM", the payload
-    length (u64), the payload's SHA-256, and the payload (an ELF/Mach-O/COFF object for a
-    JIT entry)."""
+    """`path` is a complete entry: an 8-byte ASCII magic starting with "TM", the key it
+    was written for (u32 length, bytes), the payload length (u64), the SHA-256 of key and
+    payload, and the payload (an ELF/Mach-O/COFF object for a JIT entry)."""
     data = open(path, "rb").read()
     assert data[:2] == b"TM" and data[:MAGIC_SIZE].isalnum(), data[:16]
-    (size,) = struct.unpack_from("<Q", data, MAGIC_SIZE)
-    payload = data[ENTRY_HEADER:]
+    header = header_size(data)
+    key = data[MAGIC_SIZE: MAGIC_SIZE + 4 + (header - MAGIC_SIZE - 44)]
+    (size,) = struct.unpack_from("<Q", data, header - 40)
+    payload = data[header:]
     assert len(payload) == size > 0, (len(payload), size)
-    assert hashlib.sha256(payload).digest() == data[MAGIC_SIZE + 8:ENTRY_HEADER]
+    assert hashlib.sha256(key + payload).digest() == data[header - 32:header]
     if object_file:
         assert payload[:4] in (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\x64\x86\x00\x00", b"\x64\xaa\x00\x00"), payload[:4]
     return data
@@ -260,16 +268,18 @@ def _flip(data, at):
 
 
 DAMAGE = {
-    "truncated_payload": lambda data: data[:ENTRY_HEADER + (len(data) - ENTRY_HEADER) // 2],
+    "truncated_payload": lambda data: data[:header_size(data) + (len(data) - header_size(data)) // 2],
     "truncated_last_byte": lambda data: data[:-1],
-    "truncated_inside_header": lambda data: data[:ENTRY_HEADER - 5],
+    "truncated_inside_header": lambda data: data[:header_size(data) - 5],
     "empty_file": lambda data: b"",
-    "flipped_payload_byte": lambda data: _flip(data, ENTRY_HEADER + (len(data) - ENTRY_HEADER) // 2),
+    "flipped_payload_byte": lambda data: _flip(data, header_size(data) + (len(data) - header_size(data)) // 2),
     "flipped_last_byte": lambda data: _flip(data, len(data) - 1),
-    "flipped_digest_byte": lambda data: _flip(data, MAGIC_SIZE + 8 + 3),
+    "flipped_digest_byte": lambda data: _flip(data, header_size(data) - 29),
+    "flipped_key_byte": lambda data: _flip(data, MAGIC_SIZE + 4 + 3),
     "flipped_magic_byte": lambda data: _flip(data, MAGIC_SIZE - 1),
-    "length_field_too_large": lambda data: (data[:MAGIC_SIZE] + struct.pack("<Q", len(data) - ENTRY_HEADER + 1)
-                                            + data[MAGIC_SIZE + 8:]),
+    "length_field_too_large": lambda data: (data[:header_size(data) - 40]
+                                            + struct.pack("<Q", len(data) - header_size(data) + 1)
+                                            + data[header_size(data) - 32:]),
     "extra_trailing_byte": lambda data: data + b"\0",
 }
 
@@ -364,7 +374,7 @@ def test_function_constant_values_get_their_own_entries(fixture_path, cache_dir)
     entries = jit_entries(cache_dir)
     assert len(entries) == 3 and all(name.endswith(".o") for name in entries), entries
     # the payloads differ: the constants are compiled in
-    assert len({(cache_dir / "jit" / name).read_bytes()[ENTRY_HEADER:] for name in entries}) == 3
+    assert len({(data := (cache_dir / "jit" / name).read_bytes())[header_size(data):] for name in entries}) == 3
 
     # a fresh process finds all three, asked in another order, and adds nothing
     again = run_script(CONSTANTS_SCRIPT, fixture_path, json.dumps(sets[2::-1]))

@@ -65,14 +65,37 @@ def argument_buffer_members(argument) -> list:
 def cached_call_record(function) -> dict:
     """call_record, from the disk cache when this function (by HASH) was seen before."""
     directory = cache_directory("calls")
+    key = f"call record v{CALL_RECORD_VERSION} {function.type} {function.hash}"
     path = os.path.join(directory, f"{function.hash}-{function.type}-v{CALL_RECORD_VERSION}.json") \
         if directory else None
-    payload = read_entry(path) if path else None
+    payload = read_entry(path, key) if path else None
     if payload is not None:
-        return json.loads(payload)
+        record = _decoded_record(payload)
+        if record is not None:
+            return record
     record = call_record(function)
     if path:
-        write_entry(path, json.dumps(record).encode())
+        write_entry(path, key, json.dumps(record).encode())
+    return record
+
+
+# The fields of a call record and their types: a stored record must have exactly these.
+_RECORD_FIELDS = {"parameter_count": int, "arguments": list, "constants": list, "max_threads": int,
+                  "static_threadgroup_bytes": int, "problem": str, "serial": bool, "cooperative": bool}
+
+
+def _decoded_record(payload: bytes):
+    """The record in `payload`, or None if it is not one (then it is rebuilt)."""
+    try:
+        record = json.loads(payload)
+    except ValueError:  # UnicodeDecodeError and JSONDecodeError included
+        return None
+    if not isinstance(record, dict) or set(record) != set(_RECORD_FIELDS):
+        return None
+    if not all(type(record[name]) is kind for name, kind in _RECORD_FIELDS.items()):
+        return None
+    if not all(isinstance(a, dict) for a in record["arguments"]):
+        return None
     return record
 
 

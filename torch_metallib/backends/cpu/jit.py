@@ -72,8 +72,8 @@ def host() -> _Host:
 
 
 def _cache_key(function_hash: str, constants: tuple) -> str:
-    text = f"{function_hash}|{constants!r}|{host().toolchain}"
-    return hashlib.sha256(text.encode()).hexdigest()
+    """The full key of a compiled kernel (content, constants, host, toolchain)."""
+    return f"{function_hash}|{constants!r}|{host().toolchain}"
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str:
@@ -149,15 +149,20 @@ def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:
         llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
     _engines.append(engine)
     engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
-    ctypes.CFUNCTYPE(None)(engine.get_function_address(f"__tm_init_{symbol}"))()  # air.static_init
-    return engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
+    init = engine.get_function_address(f"__tm_init_{symbol}")
+    entry = engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
+    if not init or not entry:
+        raise RuntimeError(f"the object does not define the entry points of {symbol}")
+    ctypes.CFUNCTYPE(None)(init)()  # air.static_init
+    return entry
 
 
 def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1) -> CompiledKernel:
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet."""
-    key = _cache_key(function.hash, (constants, cooperative))
+    key_text = _cache_key(function.hash, (constants, cooperative))
+    key = hashlib.sha256(key_text.encode()).hexdigest()
     compiled = _compiled.get(key)
     if compiled is not None and len(compiled.launchers) >= copies:
         return compiled
@@ -169,13 +174,18 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
         if compiled is None:
             directory = cache_directory("jit")
             path = os.path.join(directory, f"{key}.o") if directory else None
-            payload = read_entry(path) if path else None
+            payload = read_entry(path, key_text) if path else None
+            launchers = ()
+            if payload is not None:
+                try:
+                    launchers = (_load_copy(payload, symbol, cooperative),)
+                except RuntimeError:  # not an object LLVM can load, or without our symbols
+                    payload = None
             from_disk = payload is not None
             if payload is None:
                 payload = _build_object(function, dict(constants), symbol, cooperative)
                 if path:
-                    write_entry(path, payload)
-            launchers = ()
+                    write_entry(path, key_text, payload)
         else:
             payload, from_disk, launchers = _payloads[key], compiled.from_disk, compiled.launchers
         while len(launchers) < copies:

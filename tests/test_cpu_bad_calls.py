@@ -20,6 +20,7 @@ import struct
 from typing import Callable, Dict, List, Tuple
 
 import llvmlite.binding as llvm
+import numpy
 import pytest
 import torch
 
@@ -243,6 +244,24 @@ case("empty_tensor_for_float_reference", "mlx", "arangefloat32", DE,
      ["argument 0 'start'", "constant float&", "expected at least 4 bytes", "got a tensor with 0 bytes"],
      lambda: ((torch.empty(0), 1.0, out(4)), {}))
 
+# --- what the plan can know would go wrong, refused in every mode
+case("empty_output_tensor", "mlx", ADD, DE,
+     ["argument 2 'c'", "expected a tensor with elements, got an empty one", "its 64 threads",
+      "Pass a tensor with elements"],
+     lambda: ((inp(64), inp(64), torch.empty(0)), {}))
+case("float_scalar_out_of_range", "fixtures", "scale_shift_float", KAE,
+     ["argument 2 'scale'", "expected a number within float's range", "got 1e+300, out of range"],
+     lambda: ((inp(4), out(4), 1e300, 0.0), {}))
+case("leaf_that_requires_grad_written", "mlx", ADD, KAE,
+     ["argument 2 'c'", "the kernel writes to it", "leaf tensor that requires grad", "torch.no_grad()"],
+     lambda: ((inp(4), inp(4), torch.zeros(4, requires_grad=True)), {}))
+case("sparse_tensor", "mlx", ADD, KAE,
+     ["argument 0 'a'", "expected a dense (strided) tensor", "layout Sparse", "x.to_dense()"],
+     lambda: ((inp(4).to_sparse(), inp(4), out(4)), {}))
+case("numpy_array", "mlx", ADD, KAE,
+     ["argument 1 'b'", "expected a tensor, got a numpy.ndarray", "torch.from_numpy(x)"],
+     lambda: ((inp(4), numpy.ones(4, numpy.float32), out(4)), {}))
+
 # --- devices (meta tensors exist on every machine)
 case("meta_input_after_cpu", "mlx", ADD, KAE,
      ["argument 1 'b'", "expected a tensor on cpu", "got one on meta", "Move all tensors to one device"],
@@ -414,7 +433,8 @@ def libraries(request) -> Dict[str, Callable[[], tm.Library]]:
 def test_bad_call_is_refused_and_writes_nothing(case: Case, libraries):
     kernel = libraries(case.library)[case.kernel]
     args, kwargs = case.build()
-    tensors = [t for t in tensors_in(list(args) + list(kwargs.values())) if t.device.type == "cpu"]
+    tensors = [t for t in tensors_in(list(args) + list(kwargs.values()))
+               if t.device.type == "cpu" and t.layout == torch.strided]
     before = [storage_bytes(t) for t in tensors]
 
     try:

@@ -2,6 +2,7 @@
 #include "dispatch/python_values.h"
 
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <cmath>
@@ -92,14 +93,20 @@ PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out
   if (type.kind == ScalarKind::Float) {
     double real = value.as_double();
     if (value.kind == Kind::Huge && !value.real_ok) return PackProblem::OutOfRange;
+    // A finite value that rounds to infinity in the type does not fit it (inf and nan do).
+    const bool finite = std::isfinite(real);
     if (type.element_bytes == 4) {
-      float v = float(real);
+      float v = finite && std::fabs(real) > double(std::numeric_limits<float>::max()) * (1 + 0x1p-25)
+                    ? std::numeric_limits<float>::infinity() : float(real);
+      if (finite && std::isinf(v)) return PackProblem::OutOfRange;
       std::memcpy(out, &v, 4);
     } else if (type.name.rfind("half", 0) == 0 || type.name == "float16_t") {
-      c10::Half v(static_cast<float>(real));
+      c10::Half v(static_cast<float>(finite ? std::clamp(real, -1e30, 1e30) : real));
+      if (finite && std::isinf(float(v))) return PackProblem::OutOfRange;
       std::memcpy(out, &v, 2);
     } else {
-      c10::BFloat16 v(static_cast<float>(real));
+      c10::BFloat16 v(static_cast<float>(finite ? std::clamp(real, -3.5e38, 3.5e38) : real));
+      if (finite && std::isinf(float(v))) return PackProblem::OutOfRange;
       std::memcpy(out, &v, 2);
     }
     return PackProblem::None;
@@ -132,9 +139,17 @@ PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out
 
 bool read_number(const py::handle& value, Number& number) {
   py::object held = py::reinterpret_borrow<py::object>(value);
-  if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr()) && PyIndex_Check(value.ptr())) {
-    held = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-    if (!held) throw py::error_already_set();
+  if (!PyLong_Check(value.ptr()) && !PyFloat_Check(value.ptr())) {
+    // numpy's integer scalars (__index__) and floating scalars (__float__); an array
+    // whose __index__ refuses is not a number.
+    PyObject* converted = PyIndex_Check(value.ptr()) ? PyNumber_Index(value.ptr())
+                          : Py_TYPE(value.ptr())->tp_as_number && Py_TYPE(value.ptr())->tp_as_number->nb_float
+                              ? PyNumber_Float(value.ptr()) : nullptr;
+    if (converted == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    held = py::reinterpret_steal<py::object>(converted);
   }
   PyObject* object = held.ptr();
   if (PyBool_Check(object)) {
@@ -175,8 +190,8 @@ py::tuple constants_tuple(const std::vector<ConstantValue>& constants) {
 
 // "an integer that fits uint" and the like: what `type` wants.
 std::string wanted(const MetalType& type) {
-  return type.kind == ScalarKind::Float ? "a number" : type.kind == ScalarKind::Bool ? "a bool"
-                                                                                     : "an integer that fits " + type.name;
+  return type.kind == ScalarKind::Float ? "a number within " + type.name + "'s range"
+         : type.kind == ScalarKind::Bool ? "a bool" : "an integer that fits " + type.name;
 }
 
 // What the caller gave, worded for `problem`: `text` is the value as written.
@@ -212,8 +227,18 @@ void KernelSpec::check_device(Plan& plan, const ArgumentSpec& argument, const at
   device_seen = true;
 }
 
+void KernelSpec::check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const {
+  if (tensor.layout() != c10::kStrided) {
+    std::ostringstream layout;
+    layout << tensor.layout();
+    throw ArgumentError(name_ + ": " + argument.describe() + ": expected a dense (strided) tensor, got one with layout " +
+                        layout.str() + ", whose elements have no address a kernel can use. Pass x.to_dense()");
+  }
+}
+
 void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
                              bool& device_seen) const {
+  check_layout(argument, tensor);
   check_device(plan, argument, tensor, device_seen);
   if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
       tensor.scalar_type() != argument.type->dtypes.front()) {
@@ -230,6 +255,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
 void KernelSpec::check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
                               bool& device_seen) const {
   auto where = [&] { return name_ + ": " + argument.describe(); };
+  check_layout(argument, tensor);
   check_device(plan, argument, tensor, device_seen);
   if (argument.type != nullptr) {
     const auto& dtypes = argument.type->dtypes;
@@ -280,11 +306,21 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     bind_argument_buffer(plan, argument, value, device_seen);
     return;
   }
+  auto where = [&] { return name_ + ": " + argument.describe(); };
   if (is_tensor(value)) {
-    bind_tensor(plan, argument, THPVariable_Unpack(value.ptr()), device_seen);
+    const at::Tensor& tensor = THPVariable_Unpack(value.ptr());
+    if (argument.writable() && tensor.requires_grad() && tensor.is_leaf() && at::GradMode::is_enabled()) {
+      throw ArgumentError(where() + ": the kernel writes to it, and it is a leaf tensor that requires grad, "
+                          "which torch does not let an operation change in place. Pass a tensor that does not "
+                          "require grad, or call under torch.no_grad()");
+    }
+    bind_tensor(plan, argument, tensor, device_seen);
     return;
   }
-  auto where = [&] { return name_ + ": " + argument.describe(); };
+  if (py::hasattr(value, "__array_interface__") && py::len(py::getattr(value, "shape")) > 0) {
+    throw ArgumentError(where() + ": expected a tensor, got a " + python_type(value) +
+                        ". Pass torch.from_numpy(x) (or torch.as_tensor(x))");
+  }
   if (argument.writable()) {
     throw ArgumentError(where() + ": the kernel writes to it; expected a tensor, got " + short_repr(value) +
                         " (" + python_type(value) + ")");
@@ -560,6 +596,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   }
   bool device_seen = false;
   int64_t default_threads = -1;
+  std::vector<const ArgumentSpec*> empty;  // used arguments given a tensor without elements
   for (size_t slot = 0; slot < arguments_.size(); ++slot) {
     const ArgumentSpec& argument = arguments_[slot];
     if (argument.kind == "threadgroup") continue;  // see bind_threadgroup_memory
@@ -577,7 +614,11 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
       throw ArgumentError(name_ + ": missing " + argument.describe() + "; pass it by position or as " + argument.name + "=...");
     }
     bind_value(plan, argument, value, device_seen);
-    if (default_threads < 0 && is_tensor(value)) default_threads = THPVariable_Unpack(value.ptr()).numel();
+    if (is_tensor(value)) {
+      const int64_t numel = THPVariable_Unpack(value.ptr()).numel();
+      if (default_threads < 0) default_threads = numel;
+      if (numel == 0 && !argument.unused) empty.push_back(&argument);
+    }
   }
   bind_threadgroup_memory(plan, read_threadgroup_sizes(name_, threadgroup_memory));
   std::vector<int64_t> grid;
@@ -595,7 +636,17 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
     grid = read_dims(name_, "threads", threads);
   }
   bind_grid(plan, grid, group_size.is_none() ? std::vector<int64_t>{} : read_dims(name_, "group_size", group_size));
+  refuse_empty(plan, empty);
   return plan;
+}
+
+void KernelSpec::refuse_empty(const Plan& plan, const std::vector<const ArgumentSpec*>& empty) const {
+  const uint64_t threads = uint64_t(plan.dims[0]) * plan.dims[1] * plan.dims[2];
+  if (threads > 0 && !empty.empty()) {
+    throw DispatchFailure(name_ + ": " + empty.front()->describe() + ": expected a tensor with elements, got an "
+                          "empty one; the kernel uses this argument, and its " + std::to_string(threads) +
+                          " threads would read or write past the tensor. Pass a tensor with elements");
+  }
 }
 
 Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const std::vector<int64_t>& threads,
@@ -605,6 +656,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.constants = check_constants(constants);
   bool device_seen = false;
+  std::vector<const ArgumentSpec*> empty;
   for (const ArgumentSpec& argument : arguments_) {
     if (argument.kind == "threadgroup" || !guard_on(argument, plan.constants)) continue;
     const NativeArgument& value = values.at(size_t(argument.position));
@@ -614,6 +666,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
     }
     if (value.tensor != nullptr) {
       bind_tensor(plan, argument, *value.tensor, device_seen);
+      if (value.tensor->numel() == 0 && !argument.unused) empty.push_back(&argument);
     } else if (value.has_number) {
       bind_number(plan, argument, value.number);
     } else if (!argument.unused) {
@@ -632,6 +685,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
     }
   }
   bind_grid(plan, threads, group);
+  refuse_empty(plan, empty);
   return plan;
 }
 

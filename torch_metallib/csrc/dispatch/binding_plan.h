@@ -172,6 +172,7 @@ class KernelSpec {
   void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                   bool& device_seen) const;
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  void check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   // The checks of bind_tensor for a tensor bound by pointer (no 0-d value shortcut).
   void check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
@@ -183,6 +184,8 @@ class KernelSpec {
                   int64_t bytes, c10::function_ref<std::string()> source) const;
   void bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const;
   void bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const;
+  // Refuses used arguments given empty tensors when the grid has threads.
+  void refuse_empty(const Plan& plan, const std::vector<const ArgumentSpec*>& empty) const;
 
   std::string name_;
   int parameter_count_;

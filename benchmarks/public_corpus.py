@@ -1,24 +1,45 @@
 """The whole public corpus: every file loads, round-trips byte for byte, verifies, and every
-function reflects. Fetch the files first (about 1.2 GB of wheels, 3.2 GB of metallibs):
+function reflects; in every MLX build (MLX 0.0.2 to 0.32, and the wheels that ship one) the
+elementwise float add runs on the CPU backend and must equal torch's. Fetch the files first (about 1.2 GB of wheels, 3.2 GB of metallibs):
 
     bash tests/corpora/fetch_public.sh
     python benchmarks/public_corpus.py [--jobs N] [--corpus DIR]
 
 Prints one row per file (format, group-size convention, AIR versions, functions, load time,
-round trip, verify, reflection failures) and the totals; exits 1 if anything failed.
+round trip, verify, reflection failures, the add kernel) and the totals; exits 1 if anything
+failed.
 """
 
 import argparse
 import collections
 import os
 import pathlib
+import re
 import sys
 import time
+
+import torch
 
 import torch_metallib as tm
 from torch_metallib.cli.inspect_reflection import reflect_all
 
 DEFAULT = pathlib.Path(os.environ.get("TM_PUBLIC_CORPUS", pathlib.Path.home() / ".cache/torch_metallib/public-corpus"))
+
+
+# MLX's vector-vector float add across its versions: vvaddfloat32, vvAddfloat32, vv_Addfloat32.
+_ADD = re.compile(r"^vv_?add_?float32$", re.IGNORECASE)
+
+
+def run_add(lib) -> str:
+    """'ok' if the library's MLX add kernel equals torch's a + b, '-' if it has none."""
+    name = next((n for n in lib.function_names if _ADD.match(n)), None)
+    if name is None:
+        return "-"
+    kernel = lib[name]
+    a, b, c = torch.randn(10_000), torch.randn(10_000), torch.empty(10_000)
+    sizes = {"size": a.numel()} if any(arg.name == "size" for arg in kernel.buffers) else {}
+    kernel(a, b, c, **sizes)
+    return "ok" if torch.equal(c, a + b) else "WRONG"
 
 
 def check(path: pathlib.Path, jobs: int) -> dict:
@@ -37,7 +58,7 @@ def check(path: pathlib.Path, jobs: int) -> dict:
     return {"file": path.name, "format": ".".join(map(str, lib.file_version)),
             "sizes": lib.group_size_convention, "air": ",".join(f"{a}.{b}" for a, b in airs),
             "functions": len(lib), "load_ms": load_ms, "round_trip": round_trip, "verified": verified,
-            "failures": failures}
+            "failures": failures, "add": run_add(lib)}
 
 
 def main(argv=None) -> int:
@@ -49,12 +70,14 @@ def main(argv=None) -> int:
     if not files:
         print(f"no .metallib files in {args.corpus}; run: bash tests/corpora/fetch_public.sh", file=sys.stderr)
         return 1
-    print(f"{'file':58} {'fmt':6} {'sizes':7} {'AIR':12} {'functions':>9} {'load ms':>8}  rt  verify  reflect")
+    print(f"{'file':58} {'fmt':6} {'sizes':7} {'AIR':12} {'functions':>9} {'load ms':>8}  rt  verify  "
+          f"{'reflect':>13}  add")
     totals, reasons, bad = collections.Counter(), collections.Counter(), 0
     for path in files:
         row = check(path, args.jobs)
         failed = len(row["failures"])
-        ok = row["round_trip"] and row["verified"] and not failed
+        ok = row["round_trip"] and row["verified"] and not failed and row["add"] != "WRONG"
+        totals["add"] += row["add"] == "ok"
         bad += not ok
         totals["files"] += 1
         totals["functions"] += row["functions"]
@@ -64,9 +87,10 @@ def main(argv=None) -> int:
             reasons[message.split(": ", 1)[-1][:100]] += 1
         print(f"{row['file'][:58]:58} {row['format']:6} {row['sizes']:7} {row['air'][:12]:12} {row['functions']:>9,} "
               f"{row['load_ms']:>8.2f}  {'ok' if row['round_trip'] else 'NO':3} {'ok' if row['verified'] else 'NO':6}  "
-              f"{row['functions'] - failed}/{row['functions']}")
+              f"{row['functions'] - failed:>6}/{row['functions']:<6}  {row['add']}")
     print(f"\n{totals['files']} files ({totals['current']} current, {totals['older']} older group sizes), "
-          f"{totals['reflected']:,} of {totals['functions']:,} functions reflect, {bad} files with a failure")
+          f"{totals['reflected']:,} of {totals['functions']:,} functions reflect, the MLX add kernel "
+          f"matches torch in {totals['add']} files, {bad} files with a failure")
     for reason, count in reasons.most_common(5):
         print(f"  {count} x {reason}")
     return 1 if bad else 0

@@ -5,6 +5,7 @@ path is rebuilt, and a cache directory that cannot be used is skipped with one w
 import glob
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import warnings
@@ -96,7 +97,7 @@ def test_entries_swapped_between_keys_are_not_used(cache, mlx_path, monkeypatch)
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "old format", "empty"])
 def test_damaged_entries_are_rebuilt(cache, mlx_path, monkeypatch, damage):
     function = run_add(mlx_path).vv_Addfloat32
-    for path in [record_path(cache, function), *map(__import__("pathlib").Path, objects(cache))]:
+    for path in [record_path(cache, function), *map(pathlib.Path, objects(cache))]:
         data = bytearray(path.read_bytes())
         if damage == "truncated":
             data = data[: len(data) // 2]

@@ -10,7 +10,6 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
 
 import torch_metallib as tm
 from test_public_corpus import subset_files

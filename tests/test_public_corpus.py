@@ -118,6 +118,6 @@ def test_damaged_module_is_refused_before_llvm(files):
     assert hashlib.sha256(damaged.kernel_add.module).digest() != bytes.fromhex(damaged.kernel_add.hash)
     with pytest.raises(tm.MetallibFormatError) as caught:
         damaged.kernel_add.reflection
-    assert f"'kernel_add' HASH" in str(caught.value)
+    assert "'kernel_add' HASH" in str(caught.value)
     assert f"module (bytes {start} to {start + size})" in str(caught.value)
     assert damaged.kernel_mul.reflection.function == "kernel_mul"  # the others are fine

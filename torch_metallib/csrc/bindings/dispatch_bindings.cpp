@@ -26,12 +26,13 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
   for (const py::handle& item : records) {
     auto r = py::reinterpret_borrow<py::dict>(item);
     dispatch::MemberSpec member;
+    member.name = r["name"].cast<std::string>();
     member.id = r["id"].cast<int>();
     member.pointer = r["pointer"].cast<bool>();
     member.offset = r["offset"].cast<int64_t>();
     member.count = r["count"].cast<int64_t>();
     auto element = std::make_shared<dispatch::ArgumentSpec>();
-    element->name = argument.name + "." + r["name"].cast<std::string>();
+    element->name = argument.name + "." + member.name;
     element->position = argument.position;
     element->kind = "buffer";
     element->binding = argument.binding;
@@ -42,7 +43,7 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
     element->buffer_size = member.pointer ? -1 : element->type_size;
     element->type = dispatch::find_metal_type(element->type_name);
     element->description = "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" +
-                           r["name"].cast<std::string>() + "' [[id(" + std::to_string(member.id) + ")]] (" +
+                           member.name + "' [[id(" + std::to_string(member.id) + ")]] (" +
                            (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
     member.element = std::move(element);
     members.push_back(std::move(member));

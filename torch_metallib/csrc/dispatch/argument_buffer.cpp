@@ -16,14 +16,10 @@ namespace py = pybind11;
 namespace torch_metallib::dispatch {
 namespace {
 
-std::string member_name(const ArgumentSpec& argument, const MemberSpec& member) {
-  return member.element->name.substr(argument.name.size() + 1);
-}
-
 std::string member_names(const ArgumentSpec& argument) {
   std::string names;
   for (const MemberSpec& m : argument.members) {
-    names += (names.empty() ? "" : ", ") + member_name(argument, m) +
+    names += (names.empty() ? "" : ", ") + m.name +
              " [[id(" + std::to_string(m.id) + ")]]";
   }
   return names;
@@ -39,9 +35,8 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
   if (PyDict_Check(value.ptr())) {
     for (const auto& [key, item] : py::reinterpret_borrow<py::dict>(value)) {
       const std::string name = py::str(key).cast<std::string>();
-      auto found = std::find_if(argument.members.begin(), argument.members.end(), [&](const MemberSpec& m) {
-        return m.element->name == argument.name + "." + name;
-      });
+      auto found = std::find_if(argument.members.begin(), argument.members.end(),
+                                [&](const MemberSpec& m) { return m.name == name; });
       if (found == argument.members.end()) {
         throw ArgumentError(where() + ": no member named '" + name + "'; expected " + member_names(argument));
       }
@@ -64,7 +59,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
     const py::handle item = values[i];
     if (!item || item.is_none()) {
       throw ArgumentError(member_where() + ": missing; pass " + argument.name + "={'" +
-                          member_name(argument, member) + "': ..., ...}");
+                          member.name + "': ..., ...}");
     }
     if (member.pointer) {
       std::vector<py::handle> tensors;
@@ -80,7 +75,9 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
       }
       for (size_t k = 0; k < tensors.size(); ++k) {
         const at::Tensor& tensor = THPVariable_Unpack(tensors[k].ptr());
-        check_tensor(plan, element, tensor, device_seen);
+        check_layout(element, tensor);
+        check_device(plan, element, tensor, device_seen);
+        check_tensor(element, tensor);
         const int64_t at = member.offset + int64_t(k) * 8;
         if (at + 8 > argument.type_size) {
           throw DispatchFailure(member_where() + ": pointer " + std::to_string(k) + " at byte " + std::to_string(at) +

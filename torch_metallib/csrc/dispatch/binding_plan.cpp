@@ -248,15 +248,12 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
                                 : item.isBoolean() ? Number::of_bool(item.toBool()) : Number::of(item.toLong()));
     return;
   }
-  check_tensor(plan, argument, tensor, device_seen);
+  check_tensor(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
 }
 
-void KernelSpec::check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
-                              bool& device_seen) const {
+void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const {
   auto where = [&] { return name_ + ": " + argument.describe(); };
-  check_layout(argument, tensor);
-  check_device(plan, argument, tensor, device_seen);
   if (argument.type != nullptr) {
     const auto& dtypes = argument.type->dtypes;
     if (std::find(dtypes.begin(), dtypes.end(), tensor.scalar_type()) == dtypes.end()) {

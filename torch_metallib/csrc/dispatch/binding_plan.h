@@ -33,6 +33,7 @@ struct ArgumentSpec;
 
 // One member of an argument buffer (a struct argument whose members carry [[id(n)]]).
 struct MemberSpec {
+  std::string name;         // the member's name in the struct
   int id = 0;
   bool pointer = true;      // device/constant T* (`count` of them); else a value of `element`'s type
   int64_t offset = 0;       // byte offset in the struct
@@ -174,8 +175,8 @@ class KernelSpec {
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   void check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
-  // The checks of bind_tensor for a tensor bound by pointer (no 0-d value shortcut).
-  void check_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
+  // Dtype and size checks of a tensor bound by pointer (after check_layout and check_device).
+  void check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;

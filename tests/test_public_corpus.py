@@ -16,7 +16,7 @@ CORPUS = pathlib.Path(os.environ.get("TM_PUBLIC_CORPUS",
                                      pathlib.Path.home() / ".cache/torch_metallib/public-corpus"))
 # What CI fetches (grep -E over the output names): both size conventions, AIR 2.4 to 2.8,
 # vertex and fragment functions, argument buffers, metallibs embedded in .so files. Keep it in sync with .ci/run.
-PUBLIC_SUBSET = "^(executorch|gpt4all|metal-|metalcore|metalq|psych|penny|sk|diff|mlx-0\\.0\\.2-mlx$)"
+PUBLIC_SUBSET = "^(executorch|gpt4all|metal-|metalcore|metalq|psych|penny|sk|diff|mlx-lstsq|mlx-0\\.0\\.2-mlx$)"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # file name prefix -> the convention that producer's toolchain writes (read off the bytes:
 # an ENDT-only metadata group says 8 in the current convention, 4 in the older one).
@@ -25,15 +25,15 @@ CONVENTIONS = {
     "executorch-1.5.1": "current", "gpt4all": "older", "metal-flash-sdpa": "older",
     "metal-graph": "older", "metal-linalg": "older", "metalcore": "older", "metalq": "older",
     "pennylane": "older", "psychmetal": "current", "skmetal": "older",
-    "mlx-0.0.2-mlx.": "older",  # argument buffers (gather)
+    "mlx-lstsq": "current", "mlx-0.0.2-mlx.": "older",  # argument buffers (gather)
 }
 
 
 def subset_files():
     files = sorted(p for p in CORPUS.glob("*.metallib")
                    if any(p.name.startswith(prefix) for prefix in CONVENTIONS))
-    if len(files) < 27:
-        message = (f"public corpus subset: expected 27 files in {CORPUS}, found {len(files)}. "
+    if len(files) < 28:
+        message = (f"public corpus subset: expected 28 files in {CORPUS}, found {len(files)}. "
                    f"Fetch it: bash tests/corpora/fetch_public.sh '{PUBLIC_SUBSET}'")
         if IN_CI:
             pytest.fail(message)

@@ -96,3 +96,43 @@ def test_executorch_older_convention_rms_norm(library):
     lib.rmsfloat32(x, w, out, 1e-5, size, 1, threads=rows * group, group_size=group)
     expected = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
     assert (out.double() - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+
+def test_metalq_single_qubit_gate_with_struct_values(library):
+    """metalq's apply_gate_single: a complex state (struct Complex {float real, imag}) and a
+    2x2 gate passed by value (struct GateMatrix2x2 {Complex val[4]}), one thread per pair of
+    amplitudes; compared with the gate applied to that qubit's axis by torch."""
+    lib = library("metalq")
+    qubits, target = 4, 2
+    g = torch.Generator().manual_seed(6)
+    state = torch.randn(2 ** qubits, dtype=torch.complex64, generator=g)
+    gate = torch.randn(2, 2, dtype=torch.complex64, generator=g)
+    amplitudes = torch.view_as_real(state).clone()
+    gate_bytes = struct.pack("<8f", *torch.view_as_real(gate).flatten().tolist())
+    lib.apply_gate_single(amplitudes, target, gate_bytes, threads=2 ** (qubits - 1))
+    axis = qubits - 1 - target  # bit `target` of the index is this axis of the row-major tensor
+    expected = torch.movedim(torch.tensordot(gate, state.view([2] * qubits), dims=([1], [axis])), 0, axis)
+    torch.testing.assert_close(torch.view_as_complex(amplitudes), expected.reshape(-1), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("group", [32, 256])
+def test_mlx_lstsq_cholesky_of_a_diagonal_block(library, group):
+    """mlx-lstsq's factorDiagonalBlockL (AIR 2.7, cooperative: threadgroup tiles, simd_sum,
+    barriers) factors a symmetric positive definite block in place, column-major: its lower
+    triangle becomes torch.linalg.cholesky's factor; the upper triangle is left alone. A
+    block that is not positive definite sets `info` to the failing pivot, 1-based (LAPACK's
+    convention)."""
+    lib = library("mlx-lstsq")
+    n = 32
+    m = torch.randn(n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    spd = m @ m.T + n * torch.eye(n, dtype=torch.float64)
+    a, info = spd.float().clone(), torch.zeros(1, dtype=torch.int32)
+    lib.factorDiagonalBlockL(a, info, n, n, 0, threads=group, group_size=group)
+    assert info.item() == 0
+    column_major = a.T.double()
+    torch.testing.assert_close(column_major.tril(), torch.linalg.cholesky(spd), rtol=0, atol=2e-5)
+    assert torch.equal(column_major.triu(1), spd.float().T.triu(1).double())
+    broken = torch.eye(n)
+    broken[5, 5] = -1.0
+    lib.factorDiagonalBlockL(broken, info, n, n, 0, threads=group, group_size=group)
+    assert info.item() == 6

@@ -4,6 +4,7 @@ group-size convention, struct arguments laid out from reflection, function const
 cooperative kernels. (MLX 0.32's kernels have their own tests; MLX 0.0.2's gather with its
 argument buffer is in test_argument_buffers.py.)"""
 
+import itertools
 import struct
 
 import pytest
@@ -136,3 +137,35 @@ def test_mlx_lstsq_cholesky_of_a_diagonal_block(library, group):
     broken[5, 5] = -1.0
     lib.factorDiagonalBlockL(broken, info, n, n, 0, threads=group, group_size=group)
     assert info.item() == 6
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_metal_flash_sdpa_varlen_attention(library, causal):
+    """metal-flash-sdpa's steel attention (MLX's, made variable-length): packed sequences
+    delimited by cu_seqlens, a 176-byte AttnParams struct by value, function constants,
+    SIMD-group matrices and barriers; dispatched as the wheel's host code does (threadgroups
+    (ceil(max_seqlen_q / 32), heads, batch) of (32, 4, 1)). Causal masks align bottom-right."""
+    lib = library("metal-flash-sdpa")
+    kernel = lib.steel_attention_float32_bq32_bk32_bd64_wm4_wn1_maskbool_
+    heads, dim, lens_q, lens_k = 2, 64, [20, 45], [33, 45]
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(sum(lens_q), heads, dim, generator=g)
+    k, v = (torch.randn(sum(lens_k), heads, dim, generator=g) for _ in range(2))
+    cu_q, cu_k = (torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32) for lens in (lens_q, lens_k))
+    scale, batch = dim ** -0.5, len(lens_q)
+    # B H D qL kL gqa scale softcapping NQ NK NQ_aligned NK_aligned qL_rem kL_rem qL_off,
+    # four long[3] strides (unused for packed tensors), total_q/k tokens, max_seqlen_q/k.
+    params = struct.pack("<6i2f7i4x12q4i", batch, heads, dim, 0, 0, 1, scale, 1.0, *[0] * 7, *[0] * 12,
+                         q.shape[0], k.shape[0], max(lens_q), max(lens_k))
+    assert len(params) == kernel.arguments[4].type_size
+    out = torch.full_like(q, float("nan"))
+    kernel(q, k, v, out, params, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+           threads=(-(-max(lens_q) // 32) * 32, heads * 4, batch), group_size=(32, 4, 1),
+           constants={"has_mask": False, "do_causal": causal})
+    expected = []
+    for b in range(batch):
+        qs, ks, vs = (t[c[b]:c[b + 1]].transpose(0, 1) for t, c in ((q, cu_q), (k, cu_k), (v, cu_k)))
+        mask = torch.ones(qs.shape[1], ks.shape[1], dtype=torch.bool).tril(ks.shape[1] - qs.shape[1]) \
+            if causal else None
+        expected.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask).transpose(0, 1))
+    torch.testing.assert_close(out, torch.cat(expected), rtol=1e-5, atol=1e-5)

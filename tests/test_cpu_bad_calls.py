@@ -360,7 +360,7 @@ case("constants_for_kernel_without_constants", "mlx", ADD, DE,
      ["constants: no function constant 'x'", "none (the kernel declares no function constants)"],
      lambda: ((inp(4), inp(4), out(4)), {"constants": {"x": 1}}))
 case("guarded_argument_by_keyword_guard_false", "fixtures", FCS, DE,
-     ["argument 2 'bias'", "exists only when function constant use_bias is true",
+     ["argument 2 'bias'", "is left out because function constant use_bias is false",
       "set constants={'use_bias': True} or drop it"],
      lambda: ((inp(4), out(4)), {"bias": inp(4), "constants": {"use_bias": False, "alpha": 2.0}}))
 case("guarded_argument_positional_guard_false", "fixtures", FCS, KAE,

@@ -11,7 +11,7 @@ from ..cache.disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CALL_RECORD_VERSION", "call_record", "cached_call_record", "binding_problem"]
 
-CALL_RECORD_VERSION = 5  # bump when call_record's fields change
+CALL_RECORD_VERSION = 6  # bump when call_record's fields change
 
 
 def call_record(function) -> dict:
@@ -27,6 +27,8 @@ def call_record(function) -> dict:
         "max_threads": reflection.max_total_threads_per_threadgroup or 0,
         "static_threadgroup_bytes": reflection.threadgroup_memory_static,
         "problem": binding_problem(function),
+        # Guards derived from the constants: name -> expression, None if unreadable.
+        "predicates": dict(reflection.derived_predicates),
         "serial": bool(reflection.threadgroup_variables),
         # Threadgroup-memory arguments need a buffer per threadgroup: the cooperative runner's.
         "cooperative": reflection.uses_barriers or reflection.uses_simdgroup_ops
@@ -81,7 +83,8 @@ def cached_call_record(function) -> dict:
 
 # The fields of a call record and their types: a stored record must have exactly these.
 _RECORD_FIELDS = {"parameter_count": int, "arguments": list, "constants": list, "max_threads": int,
-                  "static_threadgroup_bytes": int, "problem": str, "serial": bool, "cooperative": bool}
+                  "static_threadgroup_bytes": int, "problem": str, "serial": bool, "cooperative": bool,
+                  "predicates": dict}
 
 
 def _decoded_record(payload: bytes):
@@ -100,10 +103,12 @@ def _decoded_record(payload: bytes):
 
 
 def binding_problem(function) -> str:
-    """Why no call of kernel `function` can be bound yet ("" if it can)."""
+    """Why no call of kernel `function` can be bound yet ("" if it can). An argument of a
+    kind the plan does not bind refuses every call only when no function constant can
+    leave it out; otherwise the plan refuses the calls that keep it."""
     reflection = function.reflection
     bound = ("buffer", "threadgroup", "builtin", "indirect_buffer")
-    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in bound})
+    kinds = sorted({a.kind for a in reflection.arguments if a.kind not in bound and not a.function_constant})
     if kinds:
         return (f"it takes {', '.join(kinds)} arguments, which the binding plan does not bind yet. "
                 f"Run it on a Mac with MPS tensors")

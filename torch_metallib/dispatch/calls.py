@@ -33,7 +33,8 @@ def dispatch_state(function) -> DispatchState:
     record = cached_call_record(function)
     spec = None if record["problem"] else _C.KernelSpec(
         function.name, record["parameter_count"], record["arguments"],
-        [tuple(c) for c in record["constants"]], record["max_threads"], record["static_threadgroup_bytes"])
+        [tuple(c) for c in record["constants"]], record["max_threads"], record["static_threadgroup_bytes"],
+        record["predicates"])
     return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
 
 

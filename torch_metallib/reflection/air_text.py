@@ -123,6 +123,11 @@ class ModuleText:
         self._parsed = {}
         self._resume_ref, self._resume_at = -1, self._metadata_start
 
+    @property
+    def metadata_start(self) -> int:
+        """Where the metadata lines begin in `text`."""
+        return self._metadata_start
+
     # --- metadata -----------------------------------------------------------------
     def named(self, name: str) -> Optional[list]:
         """The operands of named metadata ``!name``, or None if the module has none."""
@@ -194,6 +199,18 @@ class ModuleText:
                 close = self.text.rfind(")", match.end(), len(self.text) if line_end < 0 else line_end)
                 return _PARAM_TYPE.findall(", " + self.text[match.end():close])
         return None
+
+    def bodies_in_section(self, section: str) -> List[str]:
+        """The bodies (the lines between ``{`` and ``}``) of the functions defined in
+        `section`, e.g. ``air.static_init``."""
+        bodies = []
+        for match in self._lines_starting("define ", f'section "{section}"'):
+            line_end = self.text.find("\n", match.end())
+            if line_end < 0 or f'section "{section}"' not in self.text[match.start():line_end]:
+                continue
+            end = self.text.find("\n}", line_end)
+            bodies.append(self.text[line_end + 1:len(self.text) if end < 0 else end])
+        return bodies
 
     def _lines_starting(self, keyword: str, containing: str = ""):
         """Header matches of the `keyword` lines (``define ``/``declare ``) that contain

@@ -6,6 +6,7 @@ module and reads the ``!air.kernel`` entry, ``!air.function_constants``, threadg
 globals and ``air.*`` declarations from the text.
 """
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -13,6 +14,7 @@ import llvmlite.binding as llvm
 
 from .air_arguments import Argument, decode_argument, decode_standard_argument
 from .bitcode import parse_bitcode
+from .constant_predicates import derived_predicates
 from .air_text import GlobalRef, MalformedNode, ModuleText, Ref, alignment_of
 from ..errors import ReflectionError
 from ..container.function_constant import FunctionConstant
@@ -55,6 +57,9 @@ class Reflection:
     triple: str
     extra: Tuple[Tuple[str, tuple], ...] = ()
     function_type: str = "kernel"  # or "vertex", "fragment"
+    # Argument guards that are not function constants but expressions of them:
+    # (name, expression or None), see constant_predicates.
+    derived_predicates: Tuple[Tuple[str, Optional[list]], ...] = ()
 
     @property
     def buffers(self) -> Tuple[Argument, ...]:
@@ -123,16 +128,18 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
     arguments = tuple(_argument(text, argument_list, ref, parameters) for ref in text.node(entry[2]))
     _check_positions(argument_list, name, arguments, len(parameters))
     max_threads, extra = _attributes(text, entry[3:])
+    constants, initializers = _function_constants(text)
     return Reflection(
         function=name,
         arguments=arguments,
-        function_constants=_function_constants(text),
+        function_constants=constants,
         max_total_threads_per_threadgroup=max_threads,
         threadgroup_variables=_threadgroup_variables(module, text),
         intrinsics=tuple(sorted(text.declarations("air."))),
         triple=module.triple,
         extra=extra,
         function_type=function_type,
+        derived_predicates=_derived_predicates(text, arguments, constants, initializers),
     )
 
 
@@ -191,8 +198,9 @@ def _attributes(text: ModuleText, refs: list) -> Tuple[Optional[int], tuple]:
     return max_threads, tuple(extra)
 
 
-def _function_constants(text: ModuleText) -> Tuple[FunctionConstant, ...]:
-    constants = []
+def _function_constants(text: ModuleText) -> Tuple[Tuple[FunctionConstant, ...], dict]:
+    """The function constants, and their initializer globals' names -> constant index."""
+    constants, initializers = [], {}
     for ref in text.named("air.function_constants") or ():
         elements = text.node(ref) if type(ref) is Ref else None
         shape = [type(value) for value in elements or ()]
@@ -201,7 +209,23 @@ def _function_constants(text: ModuleText) -> Tuple[FunctionConstant, ...]:
                                            f"name, index, required), got {elements!r}")
         _init, type_name, constant_name, index, required = elements[:5]
         constants.append(FunctionConstant(constant_name, type_name, index, required))
-    return tuple(constants)
+        initializers[str(_init)] = index
+    return tuple(constants), initializers
+
+
+# A guard's predicate node: (ptr addrspace(2) @global, !"bool", !"name").
+_PREDICATE_NODE = re.compile(r'!\{ptr addrspace\(2\) @("[^"]+"|[\w.$-]+), !"bool", !"([^"]+)"\}')
+
+
+def _derived_predicates(text: ModuleText, arguments, constants, initializers) -> tuple:
+    declared = {c.name for c in constants}
+    guards = {a.function_constant for a in arguments if a.function_constant and a.function_constant not in declared}
+    if not guards:
+        return ()
+    metadata = text.text[text.metadata_start:]
+    globals_ = {name: global_.strip('"') for global_, name in _PREDICATE_NODE.findall(metadata) if name in guards}
+    found = derived_predicates(text, globals_, initializers)
+    return tuple((name, found.get(name)) for name in sorted(guards))
 
 
 def _threadgroup_variables(module, text: ModuleText) -> Tuple[ThreadgroupVariable, ...]:

@@ -46,6 +46,8 @@ void bind_errors(py::module_& m) {
       raise("KernelArgumentError", e.what());
     } catch (const dispatch::DispatchFailure& e) {
       raise("DispatchError", e.what());
+    } catch (const dispatch::UnsupportedCall& e) {
+      raise("UnsupportedKernelError", e.what());
     } catch (const cpu::ExecutionError& e) {
       raise("KernelExecutionError", e.what());
     }

@@ -70,13 +70,15 @@ std::string ArgumentSpec::describe() const {
 }
 
 KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
-                       std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes)
+                       std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes,
+                       std::vector<std::pair<std::string, ConstantPredicate>> predicates)
     : name_(std::move(name)),
       parameter_count_(parameter_count),
       arguments_(std::move(arguments)),
       constants_(std::move(constants)),
       max_threads_(max_threads > 0 ? max_threads : kMetalMaxThreadsPerGroup),
-      static_threadgroup_bytes_(static_threadgroup_bytes) {
+      static_threadgroup_bytes_(static_threadgroup_bytes),
+      predicates_(std::move(predicates)) {
   for (ArgumentSpec& argument : arguments_) argument.type = find_metal_type(argument.type_name);
   for (ConstantSpec& constant : constants_) constant.type = find_metal_type(constant.type_name);
   std::stable_sort(arguments_.begin(), arguments_.end(), [](const ArgumentSpec& a, const ArgumentSpec& b) {
@@ -545,7 +547,28 @@ bool KernelSpec::guard_on(const ArgumentSpec& argument, const std::vector<Consta
     }
     return false;  // an optional constant that was not set
   }
-  return true;
+  for (const auto& [name, predicate] : predicates_) {
+    if (name == argument.guard) return predicate.evaluate(constants) != 0;
+  }
+  return true;  // a derived guard whose expression reflection could not read
+}
+
+std::string KernelSpec::left_out_because(const ArgumentSpec& argument) const {
+  const bool declared = std::any_of(constants_.begin(), constants_.end(),
+                                    [&](const ConstantSpec& c) { return c.name == argument.guard; });
+  return declared ? "function constant " + argument.guard + " is false"
+                  : argument.guard + " (which the kernel derives from its function constants) is false";
+}
+
+void KernelSpec::refuse_unbindable(const std::vector<ConstantValue>& constants) const {
+  for (const ArgumentSpec& argument : arguments_) {
+    const bool bindable = argument.kind == "buffer" || argument.kind == "threadgroup" || argument.kind == "indirect_buffer";
+    if (bindable || !guard_on(argument, constants)) continue;
+    std::string because = argument.guard.empty() ? "" : " (present because " + argument.guard + " is true)";
+    throw UnsupportedCall(name_ + ": cannot be called: " + argument.describe() + because + " is a " + argument.kind +
+                          ", which the binding plan does not bind yet. Run it on a Mac with MPS tensors" +
+                          (argument.guard.empty() ? "" : ", or choose constants that leave it out"));
+  }
 }
 
 // --- the whole call ---------------------------------------------------------------------
@@ -556,6 +579,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.constants = check_constants(read_constants(name_, constants_, constants));
+  refuse_unbindable(plan.constants);
   auto guard_on = [&](const ArgumentSpec& argument) { return this->guard_on(argument, plan.constants); };
   std::vector<const ArgumentSpec*> active;
   for (const ArgumentSpec& argument : arguments_) {
@@ -567,7 +591,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
     std::string names, left_out;
     for (const ArgumentSpec* a : active) names += (names.empty() ? "" : ", ") + a->name;
     for (const ArgumentSpec& a : arguments_) {
-      if (!guard_on(a)) left_out += "; " + a.name + " is left out because function constant " + a.guard + " is false";
+      if (!guard_on(a)) left_out += "; " + a.name + " is left out because " + left_out_because(a);
     }
     throw ArgumentError(name_ + ": expected at most " + std::to_string(active.size()) + " arguments (" + names +
                         left_out + "), got " + std::to_string(args.size()));
@@ -601,8 +625,11 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
     bool present = value && !value.is_none();
     if (!guard_on(argument)) {
       if (present) {
-        throw DispatchFailure(name_ + ": " + argument.describe() + " exists only when function constant " +
-                              argument.guard + " is true; set constants={'" + argument.guard + "': True} or drop it");
+        const bool declared = std::any_of(constants_.begin(), constants_.end(),
+                                          [&](const ConstantSpec& c) { return c.name == argument.guard; });
+        throw DispatchFailure(name_ + ": " + argument.describe() + " is left out because " + left_out_because(argument) +
+                              (declared ? "; set constants={'" + argument.guard + "': True} or drop it"
+                                        : " with these constants; drop it or change the constants it derives from"));
       }
       continue;
     }
@@ -652,6 +679,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.constants = check_constants(constants);
+  refuse_unbindable(plan.constants);
   bool device_seen = false;
   std::vector<const ArgumentSpec*> empty;
   for (const ArgumentSpec& argument : arguments_) {
@@ -710,6 +738,14 @@ void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair
     if (bytes <= 0 || bytes % 16) {
       throw DispatchFailure(name_ + ": threadgroup_memory[" + std::to_string(a->binding) + "] (" + a->name +
                             "): expected a positive multiple of 16 bytes, as Metal requires, got " + std::to_string(bytes));
+    }
+    // What the kernel's own type says is there: a fixed array or struct (a reference), or
+    // at least one element.
+    const int64_t declared = std::max<int64_t>(a->buffer_size, a->type_size);
+    if (bytes < declared) {
+      throw DispatchFailure(name_ + ": threadgroup_memory[" + std::to_string(a->binding) + "] (" + a->name +
+                            "): expected at least " + std::to_string(declared) + " bytes, the size of " +
+                            a->describe() + " as the kernel declares it, got " + std::to_string(bytes));
     }
     total += bytes;
     plan.threadgroup_buffers.emplace_back(a->position, bytes);

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/constant_predicate.h"
 #include "dispatch/metal_types.h"
 
 namespace torch_metallib::dispatch {
@@ -26,6 +27,10 @@ struct ArgumentError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 struct DispatchFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+// Raised as torch_metallib.UnsupportedKernelError: the call needs what no backend binds yet.
+struct UnsupportedCall : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -52,7 +57,8 @@ struct ArgumentSpec {
   std::string type_name;
   int64_t type_size = 0;
   int64_t buffer_size = -1;     // bytes of a reference, -1 for pointers
-  std::string guard;            // function constant that must be true for it to exist
+  std::string guard;            // function constant (or predicate derived from them) that must be
+                                // true for it to exist
   bool unused = false;
   const MetalType* type = nullptr;  // nullptr for structs and other non-scalar types
   std::vector<MemberSpec> members;  // kind "indirect_buffer": the argument buffer's members, by id
@@ -145,8 +151,11 @@ pybind11::tuple constants_tuple(const std::vector<ConstantValue>& constants);
 
 class KernelSpec {
  public:
+  // `predicates`: guards derived from the constants (name -> expression; an argument
+  // whose guard is neither a constant nor listed here is always bound).
   KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
-             std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes);
+             std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes,
+             std::vector<std::pair<std::string, ConstantPredicate>> predicates = {});
 
   // Validates a call and builds its plan. Raises ArgumentError / DispatchFailure.
   Plan bind(const pybind11::tuple& args, const pybind11::dict& kwargs, const pybind11::handle& threads,
@@ -170,6 +179,10 @@ class KernelSpec {
   // one is set; returns them sorted by constant index.
   std::vector<ConstantValue> check_constants(const std::vector<std::pair<size_t, Number>>& values) const;
   bool guard_on(const ArgumentSpec& argument, const std::vector<ConstantValue>& constants) const;
+  // Why `argument` is left out with these constants, for messages.
+  std::string left_out_because(const ArgumentSpec& argument) const;
+  // Refuses the call when an argument of a kind no backend binds yet is present.
+  void refuse_unbindable(const std::vector<ConstantValue>& constants) const;
   void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                   bool& device_seen) const;
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
@@ -194,6 +207,7 @@ class KernelSpec {
   std::vector<ConstantSpec> constants_;
   int64_t max_threads_;
   int64_t static_threadgroup_bytes_;  // threadgroup variables the kernel declares itself
+  std::vector<std::pair<std::string, ConstantPredicate>> predicates_;
 };
 
 }  // namespace torch_metallib::dispatch

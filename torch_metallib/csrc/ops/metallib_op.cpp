@@ -207,6 +207,8 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
     bindings::throw_python_error("KernelArgumentError", spec.name + ": " + e.what());
   } catch (const DispatchFailure& e) {
     bindings::throw_python_error("DispatchError", spec.name + ": " + e.what());
+  } catch (const dispatch::UnsupportedCall& e) {
+    bindings::throw_python_error("UnsupportedKernelError", spec.name + ": " + e.what());
   } catch (const cpu::ExecutionError& e) {
     bindings::throw_python_error("KernelExecutionError", spec.name + ": " + e.what());
   }

@@ -169,3 +169,50 @@ def test_metal_flash_sdpa_varlen_attention(library, causal):
             if causal else None
         expected.append(torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask).transpose(0, 1))
     torch.testing.assert_close(out, torch.cat(expected), rtol=1e-5, atol=1e-5)
+
+
+def _mfa_gemm(lib, kernel, dtype, shape, transposed, simd=(16, 16, 32), splits=(2, 2), alpha=1.0, beta=0.0,
+              **constants):
+    """Runs diffusion-rs's Metal FlashAttention GEMM (C = alpha * op(A) @ op(B) + beta * C)
+    as MFA's host code dispatches it: threadgroups of 32 * M_splits * N_splits threads over
+    (ceil(N / N_group), ceil(M / M_group)), with threadgroup memory for one A and one B tile
+    (or the C tile, if larger). Returns (C, the float64 reference)."""
+    (m, n, k), (a_trans, b_trans) = shape, transposed
+    (m_simd, n_simd, k_simd), (m_splits, n_splits) = simd, splits
+    m_group, n_group = m_simd * m_splits, n_simd * n_splits
+    g = torch.Generator().manual_seed(m * n + k)
+    a = torch.randn(k, m, generator=g).to(dtype).t() if a_trans else torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(n, k, generator=g).to(dtype).t() if b_trans else torch.randn(k, n, generator=g).to(dtype)
+    c0 = torch.randn(m, n, generator=g).to(dtype)
+    c = c0.clone()
+    values = dict(M=m, N=n, K=k, A_trans=a_trans, B_trans=b_trans, alpha=alpha, beta=beta, batched=False,
+                  fused_activation=False, block_sparse=False, triangular=False, grouped_query=False,
+                  M_simd=m_simd, N_simd=n_simd, K_simd=k_simd, M_splits=m_splits, N_splits=n_splits, masked=False)
+    values.update(constants)
+    tile_bytes = max(m_group * k_simd + k_simd * n_group, m_group * n_group) * a.element_size()
+    group = 32 * m_splits * n_splits
+    lib[kernel](a.t().contiguous() if a_trans else a, b.t().contiguous() if b_trans else b, c,
+                threads=(-(-n // n_group) * group, -(-m // m_group), 1), group_size=(group, 1, 1),
+                constants=values, threadgroup_memory={0: -(-tile_bytes // 16) * 16})
+    return c, alpha * (a.double() @ b.double()) + beta * c0.double()
+
+
+@pytest.mark.parametrize("shape", [(64, 48, 40), (33, 17, 9)])
+@pytest.mark.parametrize("transposed", [(False, False), (True, True), (False, True)])
+def test_diffusion_rs_mfa_sgemm(library, shape, transposed):
+    """diffusion-rs's sgemm (Metal FlashAttention, AIR 2.5): tiles loaded with SIMD-group
+    async copies (edge tiles zero-filled), SIMD-group matrices, 24 function constants, and
+    arguments guarded by predicates the kernel derives from them (D, the function table)."""
+    lib = library("diffusion-rs")
+    c, expected = _mfa_gemm(lib, "sgemm", torch.float32, shape, transposed)
+    torch.testing.assert_close(c.double(), expected, rtol=0, atol=2e-5)
+    c, expected = _mfa_gemm(lib, "sgemm", torch.float32, shape, transposed, simd=(8, 8, 16), splits=(1, 2),
+                            alpha=0.5, beta=2.0)
+    torch.testing.assert_close(c.double(), expected, rtol=0, atol=2e-5)
+
+
+def test_diffusion_rs_mfa_hgemm_accumulates_in_half(library):
+    """hgemm multiplies and accumulates in half (v64f16 products), so it is held to a few
+    half-precision steps of the result's magnitude, not to float accuracy."""
+    c, expected = _mfa_gemm(library("diffusion-rs"), "hgemm", torch.float16, (64, 48, 40), (False, True))
+    assert (c.double() - expected).abs().max() <= 4 * 2.0 ** -10 * expected.abs().max()

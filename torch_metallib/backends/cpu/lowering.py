@@ -28,6 +28,7 @@ from typing import Callable, Dict, List
 
 from .collectives import RUNTIME_DECLARATIONS, define_collective
 from .coroutine import thread_entry
+from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
 from .intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
 from .private_arrays import clamp_private_array_indices
@@ -38,8 +39,12 @@ from ...errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
 
-_FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = internal unnamed_addr addrspace\(2\) '
+_FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = (internal (?:unnamed_addr )?addrspace\(2\)) '
                       r'externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$', re.M)
+_IS_DEFINED = re.compile(r"^declare i1 @air\.is_function_constant_defined\(ptr addrspace\(2\)[^\n]*$", re.M)
+# Visible function tables are never bound (the binding plan refuses calls that keep one), so
+# looking a function up in one cannot be reached.
+_UNREACHABLE = {"air.get_function_pointer_visible_function_table"}
 _CTORS = re.compile(r"^@llvm\.global_ctors = appending global \[\d+ x [^\]]*\] (.*)$", re.M)
 
 
@@ -81,12 +86,26 @@ def _internalize(text: str, kernel: str, cooperative: bool) -> str:
 
 
 def _specialize_constants(text: str, values: Dict[int, object]) -> str:
+    """Gives each constant's placeholder its value (an optional constant that was not set
+    reads as 0) and defines air.is_function_constant_defined: the placeholders of the
+    constants set. A placeholder whose address is compared keeps its own address (no
+    unnamed_addr unless it had it)."""
+    defined = []
     def replace(match):
-        index, ir_type = int(match.group(2)), match.group(3)
-        value = values.get(index, 0)  # an optional constant that was not set reads as 0
-        return f"{match.group(1)} = internal unnamed_addr addrspace(2) constant {ir_type} " \
-               f"{constant_literal(ir_type, value)}{match.group(4)}"
-    return _FC_INIT.sub(replace, text)
+        index, ir_type = int(match.group(2)), match.group(4)
+        if index in values:
+            defined.append(match.group(1))
+        return f"{match.group(1)} = {match.group(3)} constant {ir_type} " \
+               f"{constant_literal(ir_type, values.get(index, 0))}{match.group(5)}"
+    text = _FC_INIT.sub(replace, text)
+    tests = [f"%d{i} = icmp eq ptr addrspace(2) %p, {name}" for i, name in enumerate(defined)]
+    result = "false"
+    for i in range(len(defined)):
+        tests.append(f"%any{i} = or i1 {result}, %d{i}")
+        result = f"%any{i}"
+    body = "\n  ".join(tests + [f"ret i1 {result}"])
+    definition = f"define internal i1 @air.is_function_constant_defined(ptr addrspace(2) %p) alwaysinline {{\n  {body}\n}}"
+    return _IS_DEFINED.sub(lambda _: definition, text)
 
 
 def _take_constructors(text: str):
@@ -106,8 +125,13 @@ def _define_intrinsics(text: str, kernel: str) -> str:
         parsed = parse_declaration(match.group(0))
         if parsed is None or not parsed[1].startswith(("air.", "tm.")):
             return match.group(0)
-        made = (define_intrinsic(*parsed) or define_atomic(*parsed) or define_matrix(*parsed)
-                or define_product_batch(*parsed) or define_collective(*parsed))
+        if parsed[1] in _UNREACHABLE:
+            params = ", ".join(f"{t} %a{i}" for i, t in enumerate(parsed[2]))
+            made = (f"define internal {parsed[0]} @{parsed[1]}({params}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
+                    ["declare void @llvm.trap()"])
+        else:
+            made = (define_intrinsic(*parsed) or define_atomic(*parsed) or define_matrix(*parsed)
+                    or define_product_batch(*parsed) or define_collective(*parsed) or define_async_copy(*parsed))
         if made is None:
             unsupported.append(parsed[1])
             return match.group(0)
@@ -304,6 +328,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = _retarget(text, triple, datalayout)
     text = _internalize(text, kernel, cooperative)
     text = clamp_private_array_indices(_specialize_constants(text, constants))
+    check_async_copy_calls(text, kernel)
     text, constructors = _take_constructors(text)
     if cooperative:
         text = batch_matrix_products(text, unroll)

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "bindings.h"
+#include "cpu/async_copy.h"
 #include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
@@ -62,7 +63,8 @@ void bind_dispatch(py::module_& m) {
 
   py::class_<KernelSpec>(m, "KernelSpec")
       .def(py::init([](std::string name, int parameter_count, const py::list& arguments,
-                       const py::list& constants, int64_t max_threads, int64_t static_threadgroup_bytes) {
+                       const py::list& constants, int64_t max_threads, int64_t static_threadgroup_bytes,
+                       const py::dict& predicates) {
              std::vector<ArgumentSpec> specs;
              for (const py::handle& item : arguments) {
                auto a = py::reinterpret_borrow<py::dict>(item);
@@ -91,11 +93,17 @@ void bind_dispatch(py::module_& m) {
                spec.required = c[3].cast<bool>();
                constant_specs.push_back(std::move(spec));
              }
+             // Derived guards reflection could read; the others stay bound (guard on).
+             std::vector<std::pair<std::string, dispatch::ConstantPredicate>> predicate_specs;
+             for (const auto& [key, expression] : predicates) {
+               if (expression.is_none()) continue;
+               predicate_specs.emplace_back(key.cast<std::string>(), dispatch::ConstantPredicate::from_python(expression));
+             }
              return KernelSpec(std::move(name), parameter_count, std::move(specs), std::move(constant_specs),
-                               max_threads, static_threadgroup_bytes);
+                               max_threads, static_threadgroup_bytes, std::move(predicate_specs));
            }),
            py::arg("name"), py::arg("parameter_count"), py::arg("arguments"), py::arg("constants"),
-           py::arg("max_threads"), py::arg("static_threadgroup_bytes"))
+           py::arg("max_threads"), py::arg("static_threadgroup_bytes"), py::arg("predicates") = py::dict())
       .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
            py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
            "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.");
@@ -158,6 +166,7 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
     symbols["tm_rt_simd_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_stage);
+    symbols["tm_rt_async_copy_2d"] = reinterpret_cast<uintptr_t>(&tm_rt_async_copy_2d);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;
   });

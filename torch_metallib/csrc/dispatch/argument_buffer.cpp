@@ -105,6 +105,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
     }
   }
   plan.addresses[argument.position] = storage->data();
+  plan.extents[argument.position] = argument.type_size;
   plan.packed.push_back(storage);
   plan.argument_buffers.push_back(std::move(buffer));
 }

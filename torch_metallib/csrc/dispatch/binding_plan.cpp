@@ -252,6 +252,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   }
   check_tensor(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
+  plan.extents[argument.position] = available_bytes(tensor);
 }
 
 void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const {
@@ -289,6 +290,18 @@ void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Num
   bind_bytes(plan, argument, std::move(storage), argument.type_size, [&] { return number_text(number); });
 }
 
+void KernelSpec::bind_absent(Plan& plan, const ArgumentSpec& argument) const {
+  // Apple's compiler may load from an argument before the branch that needs it (MLX's
+  // GEMM reads its addmm_params even when use_out_source is false); on a GPU an unbound
+  // slot reads harmlessly, so here it points at zeros of the argument's size.
+  if (argument.kind != "buffer" && argument.kind != "indirect_buffer") return;
+  const int64_t bytes = std::max<int64_t>({argument.buffer_size, argument.type_size, 16});
+  auto storage = allocate(size_t(bytes));
+  plan.addresses[argument.position] = storage->data();
+  plan.extents[argument.position] = bytes;
+  plan.packed.push_back(std::move(storage));
+}
+
 void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
                             int64_t bytes, c10::function_ref<std::string()> source) const {
   if (argument.buffer_size >= 0 && bytes < argument.buffer_size) {
@@ -296,6 +309,7 @@ void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::share
                           " bytes, got " + std::to_string(bytes) + " from " + source());
   }
   plan.addresses[argument.position] = storage->data();
+  plan.extents[argument.position] = bytes;
   plan.packed.push_back(std::move(storage));
 }
 
@@ -578,6 +592,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
                       const py::handle& threadgroup_memory) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
+  plan.extents.assign(size_t(parameter_count_), 0);
   plan.constants = check_constants(read_constants(name_, constants_, constants));
   refuse_unbindable(plan.constants);
   auto guard_on = [&](const ArgumentSpec& argument) { return this->guard_on(argument, plan.constants); };
@@ -631,10 +646,14 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
                               (declared ? "; set constants={'" + argument.guard + "': True} or drop it"
                                         : " with these constants; drop it or change the constants it derives from"));
       }
+      bind_absent(plan, argument);
       continue;
     }
     if (!present) {
-      if (argument.unused) continue;  // the kernel never reads it
+      if (argument.unused) {  // the kernel never reads it
+        bind_absent(plan, argument);
+        continue;
+      }
       throw ArgumentError(name_ + ": missing " + argument.describe() + "; pass it by position or as " + argument.name + "=...");
     }
     bind_value(plan, argument, value, device_seen);
@@ -678,12 +697,17 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
                              const std::vector<std::pair<int, int64_t>>& threadgroup_bytes) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
+  plan.extents.assign(size_t(parameter_count_), 0);
   plan.constants = check_constants(constants);
   refuse_unbindable(plan.constants);
   bool device_seen = false;
   std::vector<const ArgumentSpec*> empty;
   for (const ArgumentSpec& argument : arguments_) {
-    if (argument.kind == "threadgroup" || !guard_on(argument, plan.constants)) continue;
+    if (argument.kind == "threadgroup") continue;
+    if (!guard_on(argument, plan.constants)) {
+      bind_absent(plan, argument);
+      continue;
+    }
     const NativeArgument& value = values.at(size_t(argument.position));
     if (argument.kind == "indirect_buffer" && (value.tensor != nullptr || value.has_number)) {
       throw ArgumentError(name_ + ": " + argument.describe() + ": operators cannot bind argument buffers yet; "
@@ -696,6 +720,8 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
       bind_number(plan, argument, value.number);
     } else if (!argument.unused) {
       throw ArgumentError(name_ + ": missing " + argument.describe());
+    } else {
+      bind_absent(plan, argument);
     }
   }
   bind_threadgroup_memory(plan, threadgroup_bytes);

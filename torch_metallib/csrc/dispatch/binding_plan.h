@@ -136,6 +136,7 @@ struct ArgumentBuffer {
 // What a call binds: the backend-neutral plan.
 struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
+  std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
@@ -193,6 +194,8 @@ class KernelSpec {
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
+  // An argument left out (guard false, or unused and not given): zeros of its size.
+  void bind_absent(Plan& plan, const ArgumentSpec& argument) const;
   // `source` words the value for the error message, only when there is one.
   void bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
                   int64_t bytes, c10::function_ref<std::string()> source) const;

@@ -43,10 +43,11 @@ class RecordingBackend(seam.Backend):
     device_type = "meta"
 
     def __init__(self):
-        self.prepared, self.runs = [], []
+        self.prepared, self.runs, self.checked = [], [], []
 
-    def prepare(self, function, state, constants):
+    def prepare(self, function, state, constants, checked=False):
         self.prepared.append((function.name, constants))
+        self.checked.append(checked)
         return ("prepared", constants)
 
     def run(self, function, prepared, plan):
@@ -62,10 +63,12 @@ def test_backend_gets_constants_then_the_validated_plan(fixture_metallib, monkey
     assert name == "function_constant_scale"
     assert dict(constants) == {0: False, 1: 2.5}
     assert recorder.runs == [(name, ("prepared", constants), "meta", constants)]
+    lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False, "alpha": 2.5}, checked=True)
+    assert recorder.checked == [False, True]  # the caller's request reaches the backend
     # A refused call reaches no backend.
     with pytest.raises(tm.DispatchError):
         lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False})
-    assert len(recorder.runs) == 1
+    assert len(recorder.runs) == 2
 
 
 def test_cpu_tensors_run_on_the_cpu_backend(mlx_lib):

@@ -10,11 +10,13 @@ import torch  # noqa: F401  (loads libtorch, which the native module links again
 from . import backends  # noqa: F401  (registers the backends with the dispatch seam)
 from .backends.cpu.schedule import cpu_schedule
 from .container.function_constant import FunctionConstant
+from .dispatch.checked_mode import checked
 from .container.pack import FunctionSource, pack
 from .errors import (
     DispatchError,
     KernelArgumentError,
     KernelExecutionError,
+    KernelMemoryError,
     MetallibFormatError,
     OpDefinitionError,
     ReflectionError,
@@ -31,6 +33,7 @@ __all__ = [
     "load",
     "pack",
     "cpu_schedule",
+    "checked",
     "Library",
     "KernelFunction",
     "FunctionConstant",
@@ -46,6 +49,7 @@ __all__ = [
     "UnsupportedKernelError",
     "UnsupportedDeviceError",
     "KernelExecutionError",
+    "KernelMemoryError",
     "OpDefinitionError",
     "TorchMetallibError",
 ]

@@ -2,7 +2,8 @@
 
 __all__ = [
     "TorchMetallibError", "MetallibFormatError", "ReflectionError", "KernelArgumentError",
-    "DispatchError", "UnsupportedKernelError", "UnsupportedDeviceError", "KernelExecutionError", "OpDefinitionError",
+    "DispatchError", "UnsupportedKernelError", "UnsupportedDeviceError", "KernelExecutionError", "KernelMemoryError",
+    "OpDefinitionError",
 ]
 
 
@@ -75,6 +76,14 @@ class UnsupportedDeviceError(UnsupportedKernelError):
 class KernelExecutionError(TorchMetallibError, RuntimeError):
     """A kernel failed while running: e.g. a threadgroup barrier that not every thread of
     the group reaches (on a GPU, a hang)."""
+
+
+class KernelMemoryError(KernelExecutionError):
+    """Checked execution (``torch_metallib.checked()``) found a kernel access outside the
+    memory the call bound: the message names the kernel, the thread position in the grid,
+    read or write, the bytes, and the argument with its byte offset and extent. The
+    access went to scratch memory instead; tensors the kernel wrote before it may hold
+    partial results."""
 
 
 class OpDefinitionError(TorchMetallibError, ValueError):

@@ -9,7 +9,7 @@ __all__ = ["MetaBackend"]
 class MetaBackend(Backend):
     device_type = "meta"
 
-    def prepare(self, function, state, constants: tuple):
+    def prepare(self, function, state, constants: tuple, checked: bool = False):
         return None
 
     def run(self, function, prepared, plan) -> None:

@@ -29,7 +29,7 @@ class Backend(abc.ABC):
     device_type: str = ""
 
     @abc.abstractmethod
-    def prepare(self, function, state, constants: tuple):
+    def prepare(self, function, state, constants: tuple, checked: bool = False):
         """`function` made runnable for these function-constant values.
 
         Args:
@@ -37,6 +37,8 @@ class Backend(abc.ABC):
             state: its ``dispatch.calls.DispatchState`` (what reflection says about running it);
                 a backend may keep its per-function caches there.
             constants: the plan's function-constant values, ``((index, value), ...)``.
+            checked: the caller asked for checked execution (dispatch/checked_mode.py); a
+                backend that cannot check runs unchecked.
 
         Returns:
             Whatever `run` needs; backends cache it so repeated calls pay nothing.

@@ -9,6 +9,7 @@ from .. import _C
 from ..errors import UnsupportedKernelError
 from .backend import backend_for
 from .call_record import cached_call_record
+from .checked_mode import checked_requested
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
@@ -38,10 +39,11 @@ def dispatch_state(function) -> DispatchState:
     return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
 
 
-def call(function, args: tuple, kwargs: dict, threads, group_size, constants, threadgroup_memory) -> None:
+def call(function, args: tuple, kwargs: dict, threads, group_size, constants, threadgroup_memory,
+         checked=None) -> None:
     state = function._dispatch_state()
     if state.problem:
         raise UnsupportedKernelError(f"{function.name}: cannot be called: {state.problem}")
     plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory)
     backend = backend_for(plan.device, function.name)
-    backend.run(function, backend.prepare(function, state, plan.constants), plan)
+    backend.run(function, backend.prepare(function, state, plan.constants, checked_requested(checked)), plan)

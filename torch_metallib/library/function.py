@@ -209,7 +209,7 @@ class KernelFunction:
 
     # --- calling ------------------------------------------------------------------------
     def __call__(self, *args, threads=None, group_size=None, constants=None, threadgroup_memory=None,
-                 **kwargs) -> None:
+                 checked=None, **kwargs) -> None:
         """Runs the kernel on the tensors given; it writes into them and returns None.
 
         Args:
@@ -223,15 +223,18 @@ class KernelFunction:
             constants: function-constant values by name or index, e.g. ``{"has_batch": False}``.
             threadgroup_memory: bytes of each ``[[threadgroup(i)]]`` argument, ``{i: nbytes}``
                 (a multiple of 16); each threadgroup gets its own, uninitialized.
+            checked: bounds-check every memory access (True), or not (False); None
+                follows ``torch_metallib.checked()`` and ``TORCH_METALLIB_CHECKED``.
             **kwargs: arguments by their Metal name, e.g. ``out=y``.
 
         Raises:
             KernelArgumentError: an argument is missing, unknown, of the wrong dtype or device.
             KernelExecutionError: a threadgroup barrier not every thread reaches (deadlock).
+            KernelMemoryError: checked, an access outside the memory the call bound.
             DispatchError: bad threads/group_size, too few bytes, missing function constants.
             UnsupportedKernelError: the kernel needs what this backend cannot do yet.
         """
-        call(self, args, kwargs, threads, group_size, constants, threadgroup_memory)
+        call(self, args, kwargs, threads, group_size, constants, threadgroup_memory, checked)
 
     def _dispatch_state(self):
         """What calling needs (see _dispatch.DispatchState), built once."""

@@ -18,7 +18,7 @@ csrc/dispatch/constant_predicate.cpp): ``["int", bits, value]``, ``["const", bit
 """
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 __all__ = ["derived_predicates"]
 

@@ -13,24 +13,40 @@ __all__ = ["CpuBackend"]
 class CpuBackend(Backend):
     device_type = "cpu"
 
-    def prepare(self, function, state, constants: tuple):
+    def prepare(self, function, state, constants: tuple, checked: bool = False):
         mode, seed = current_schedule()
         parallel = mode == "parallel"
         # Permuted runs need every thread as a coroutine, whatever the kernel does.
         cooperative = state.cooperative or mode == "permuted"
-        key = ("cpu", constants, cooperative)
+        key = ("cpu", constants, cooperative, checked)
         compiled = state.prepared.get(key)
         # A kernel with threadgroup variables needs a loaded copy per worker thread.
         copies = torch.get_num_threads() if state.serial and parallel else 1
         if compiled is None or len(compiled.launchers) < copies:
-            compiled = state.prepared[key] = compile_kernel(function, constants, state.serial, cooperative, copies)
-        return compiled, mode, seed
+            compiled = state.prepared[key] = compile_kernel(function, constants, state.serial, cooperative, copies,
+                                                            checked=checked)
+        described = _described_parameters(function) if checked else None
+        return compiled, mode, seed, described
 
     def run(self, function, prepared, plan) -> None:
-        compiled, mode, seed = prepared
+        compiled, mode, seed, described = prepared
         parallel = mode == "parallel"
         if compiled.cooperative:
             _C.launch_cpu_cooperative(plan, compiled.launchers, compiled.serial, function.name,
-                                      parallel, mode == "permuted", seed)
+                                      parallel, mode == "permuted", seed, described)
         else:
-            _C.launch_cpu(plan, compiled.launchers, compiled.serial, parallel)
+            _C.launch_cpu(plan, compiled.launchers, compiled.serial, parallel, described, function.name)
+
+
+_SPACES = {"device": 1, "constant": 2, "threadgroup": 3}
+
+
+def _described_parameters(function) -> list:
+    """(description, address space) per IR parameter, for checked execution's messages."""
+    described = [("", 0)] * len(function.reflection.arguments)
+    for a in function.reflection.arguments:
+        if not a.is_builtin:
+            kind = f"{a.kind}({a.binding})" if a.binding is not None else a.kind
+            described[a.position] = (f"argument {a.position} '{a.name}' ({kind}, {a.address_space} {a.type_name}*)",
+                                     _SPACES.get(a.address_space, 0))
+    return described

@@ -24,7 +24,7 @@ from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 18  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 19  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
     return f"{function_hash}|{constants!r}|{host().toolchain}"
 
 
-def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str:
+def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False) -> str:
     """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
     from .lowering import lower  # only on a cache miss
 
@@ -90,18 +90,18 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool) -> str
         modules.append(parse_bitcode(function.name, function.bitcode, context))
         return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
-                     unroll=lambda text: _unroll_loops(text, context, modules))
+                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked)
     finally:
         for module in modules:
             module.close()
         context.close()
 
 
-def _build_object(function, constants: dict, symbol: str, cooperative: bool) -> bytes:
+def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool) -> bytes:
     from .coroutine import split_at_suspends  # only on a cache miss
 
     machine = host()
-    text = lowered_ir(function, constants, symbol, cooperative)
+    text = lowered_ir(function, constants, symbol, cooperative, checked)
     context = llvm.create_context()
     modules = []
     try:
@@ -157,11 +157,12 @@ def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:
     return entry
 
 
-def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1) -> CompiledKernel:
+def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1,
+                   checked: bool = False) -> CompiledKernel:
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet."""
-    key_text = _cache_key(function.hash, (constants, cooperative))
+    key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
     compiled = _compiled.get(key)
     if compiled is not None and len(compiled.launchers) >= copies:
@@ -183,7 +184,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                     payload = None
             from_disk = payload is not None
             if payload is None:
-                payload = _build_object(function, dict(constants), symbol, cooperative)
+                payload = _build_object(function, dict(constants), symbol, cooperative, checked)
                 if path:
                     write_entry(path, key_text, payload)
         else:

@@ -30,6 +30,7 @@ from .collectives import RUNTIME_DECLARATIONS, define_collective
 from .coroutine import thread_entry
 from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
+from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
 from .intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
 from .private_arrays import clamp_private_array_indices
 from .reconvergence import number_exchange_sites
@@ -254,8 +255,10 @@ def _operands(arguments):
     return entry, body, operands
 
 
-def _launcher(symbol: str, kernel: str, arguments) -> str:
+def _launcher(symbol: str, kernel: str, arguments, checked: bool = False) -> str:
     entry, body, operands = _operands(arguments)
+    if checked:  # tell the checks which thread runs
+        body = body + ["call void @tm_rt_check_thread(i32 %px, i32 %py, i32 %pz)"]
     return f"""
 define void @__tm_launch_{symbol}(ptr %args, ptr %dims, i64 %first, i64 %end) {{
 entry:
@@ -319,13 +322,17 @@ def _thread_entry(symbol: str, kernel: str, arguments) -> str:
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
           triple: str, datalayout: str, cooperative: bool = False,
-          unroll: Callable[[str], str] = lambda text: text) -> str:
+          unroll: Callable[[str], str] = lambda text: text, checked: bool = False) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
     ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
     thread). `unroll` optimizes a module with simdgroup-matrix products (names every
-    value) before they are batched."""
+    value) before they are batched. `checked`: every access in address spaces 1-3 is
+    bounds-checked (bounds_checks.py)."""
     text = _retarget(text, triple, datalayout)
+    statics = static_ranges_init(text) if checked else []
+    if checked:
+        text = instrument_accesses(text, kernel) + check_definitions()
     text = _internalize(text, kernel, cooperative)
     text = clamp_private_array_indices(_specialize_constants(text, constants))
     check_async_copy_calls(text, kernel)
@@ -333,9 +340,9 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     if cooperative:
         text = batch_matrix_products(text, unroll)
     text = number_exchange_sites(_define_intrinsics(text, kernel))
-    init_calls = "\n".join(f"  call void @{name}()" for name in constructors)
+    init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
-    entry = _thread_entry(symbol, kernel, arguments) if cooperative else _launcher(symbol, kernel, arguments)
+    entry = _thread_entry(symbol, kernel, arguments) if cooperative else _launcher(symbol, kernel, arguments, checked)
     return (text + umin + entry
             + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")

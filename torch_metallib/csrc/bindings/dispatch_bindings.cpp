@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "cpu/async_copy.h"
+#include "cpu/bounds_check.h"
 #include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
@@ -51,6 +52,20 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
   }
   std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return members;
+}
+
+// The checked launch for `checked` ((description, address space) per IR parameter), or none.
+std::unique_ptr<cpu::CheckedLaunch> checked_launch(const dispatch::Plan& plan, const py::object& checked,
+                                                   const std::string& kernel) {
+  if (checked.is_none()) return nullptr;
+  std::vector<std::string> names;
+  std::vector<int> spaces;
+  for (const py::handle& item : checked) {
+    auto pair = py::reinterpret_borrow<py::tuple>(item);
+    names.push_back(pair[0].cast<std::string>());
+    spaces.push_back(pair[1].cast<int>());
+  }
+  return std::make_unique<cpu::CheckedLaunch>(plan, std::move(names), std::move(spaces), kernel);
 }
 
 }  // namespace
@@ -128,23 +143,30 @@ void bind_dispatch(py::module_& m) {
       }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes");
 
   m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
-                         bool parallel) {
+                         bool parallel, const py::object& checked, const std::string& kernel) {
+    auto check = checked_launch(plan, checked, kernel);
     py::gil_scoped_release release;
-    cpu::launch(plan, launchers, private_copies, parallel);
+    cpu::launch(plan, launchers, private_copies, parallel, check.get());
+    if (check) check->raise_if_violated();
   }, py::arg("plan"), py::arg("launchers"), py::arg("private_copies"), py::arg("parallel") = true,
+     py::arg("checked") = py::none(), py::arg("kernel") = "",
      "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy); "
-     "`parallel`: groups on torch's threads, else one by one in order.");
+     "`parallel`: groups on torch's threads, else one by one in order; `checked`: the kernel was "
+     "compiled with bounds checks, and this lists (description, address space) per IR parameter.");
 
   m.def("launch_cpu_cooperative", [](const Plan& plan, const std::vector<uintptr_t>& thread_functions,
                                      bool private_copies, const std::string& kernel, bool parallel,
-                                     bool permute, uint64_t seed) {
+                                     bool permute, uint64_t seed, const py::object& checked) {
+    auto check = checked_launch(plan, checked, kernel);
     py::gil_scoped_release release;
-    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel, cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel});
+    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel,
+                            cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel}, check.get());
+    if (check) check->raise_if_violated();
   }, py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
-     py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0,
+     py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0, py::arg("checked") = py::none(),
      "Runs every threadgroup of `plan`, each thread a coroutine, with the compiled per-thread entry; "
      "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
-     "`permute`: shuffled orders from `seed`.");
+     "`permute`: shuffled orders from `seed`; `checked` as for launch_cpu.");
 
   m.def("metal_type", [](const std::string& name) -> py::object {
     // (kind, components, accepted dtypes) of a Metal scalar or vector type, None otherwise.
@@ -166,6 +188,9 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
     symbols["tm_rt_simd_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_stage);
+    symbols["tm_rt_check"] = reinterpret_cast<uintptr_t>(&tm_rt_check);
+    symbols["tm_rt_check_thread"] = reinterpret_cast<uintptr_t>(&tm_rt_check_thread);
+    symbols["tm_rt_check_static"] = reinterpret_cast<uintptr_t>(&tm_rt_check_static);
     symbols["tm_rt_async_copy_2d"] = reinterpret_cast<uintptr_t>(&tm_rt_async_copy_2d);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;

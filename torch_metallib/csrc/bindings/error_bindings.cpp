@@ -1,3 +1,4 @@
+#include "cpu/bounds_check.h"
 #include "cpu/cooperative.h"
 #include "dispatch/binding_plan.h"
 #include "metallib/format_error.h"
@@ -50,6 +51,8 @@ void bind_errors(py::module_& m) {
       raise("UnsupportedKernelError", e.what());
     } catch (const cpu::ExecutionError& e) {
       raise("KernelExecutionError", e.what());
+    } catch (const cpu::MemoryViolation& e) {
+      raise("KernelMemoryError", e.what());
     }
   });
 }

@@ -1,4 +1,5 @@
 #include "cpu/cooperative.h"
+#include "cpu/bounds_check.h"
 #include "cpu/private_copies.h"
 
 #include <ATen/Parallel.h>
@@ -90,6 +91,9 @@ struct GroupRun {
   unsigned char* frames = nullptr;
   size_t frame_stride = 0;         // 0 until the first thread asks for its frame
   Thread* current = nullptr;
+  bool checked = false;            // checked execution: tell the checks which thread runs
+  uint32_t origin[3] = {0, 0, 0};  // the group's first thread in the grid
+  uint32_t actual[3] = {1, 1, 1};  // its size, cut at the grid edge
   bool from_start = false;         // a barrier opened: resume from the first thread in order
   uint32_t runnable = 0;           // threads in State::Ready, the running one included
   uint32_t at_barrier = 0;
@@ -279,6 +283,10 @@ thread_local ThreadgroupMemory threadgroup_memory;
 // Starts `t` (its coroutine runs to its first suspension or its end) or resumes it.
 inline void run_thread(GroupRun& run, Thread& t) {
   run.current = &t;
+  if (run.checked) {
+    const uint32_t i = t.thread, x = run.actual[0], xy = run.actual[0] * run.actual[1];
+    set_check_thread(run.origin[0] + i % x, run.origin[1] + (i % xy) / x, run.origin[2] + i / xy);
+  }
   run.from_start = false;
   if (t.frame == nullptr) {
     t.frame = run.function(run.addresses, run.dims, run.group, t.thread);
@@ -291,16 +299,19 @@ inline void run_thread(GroupRun& run, Thread& t) {
 // for it (noipa): GCC recomputes a thread_local's address after every call it can see across,
 // which cost a __tls_get_addr call per resumed thread.
 __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, const dispatch::Plan& plan, uint32_t group,
-               const std::string& kernel, const Schedule& schedule) {
+               const std::string& kernel, const Schedule& schedule, bool checked) {
   const uint32_t* dims = plan.dims;
-  uint32_t actual[3];
+  uint32_t* actual = run.actual;
   for (int axis = 0; axis < 3; ++axis) {
     uint32_t origin = (axis == 0 ? group % dims[6] : axis == 1 ? (group / dims[6]) % dims[7] : group / (dims[6] * dims[7])) * dims[3 + axis];
+    run.origin[axis] = origin;
     actual[axis] = std::min(dims[3 + axis], dims[axis] - origin);
   }
   uint32_t count = actual[0] * actual[1] * actual[2];
   run.function = function;
+  run.checked = checked;
   run.addresses = threadgroup_memory.prepare(plan);
+  if (checked) set_check_group_addresses(run.addresses);
   run.dims = dims;
   run.group = group;
   run.schedule = &schedule;
@@ -388,25 +399,29 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
 }  // namespace
 
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel, const Schedule& schedule) {
+                        bool private_copies, const std::string& kernel, const Schedule& schedule,
+                        CheckedLaunch* checked) {
+  const bool check = checked != nullptr;
   const int64_t groups = int64_t(plan.group_count);
   bool parallel = schedule.parallel && groups > 1 &&
                   (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
     CopyLease copy(thread_functions, private_copies);
+    CheckedLaunch::Scope scope(checked);
     auto function = reinterpret_cast<ThreadFunction>(copy.address());
     std::vector<uint32_t> order(static_cast<size_t>(groups));
     for (uint32_t g = 0; g < order.size(); ++g) order[g] = g;
     if (schedule.permute) shuffle(order, schedule.seed);
     GroupRun* run = &group_run;
-    for (uint32_t g : order) run_group(*run, function, plan, g, kernel, schedule);
+    for (uint32_t g : order) run_group(*run, function, plan, g, kernel, schedule, check);
     return;
   }
   at::parallel_for(0, groups, 1, [&](int64_t first, int64_t end) {
     CopyLease copy(thread_functions, private_copies);
+    CheckedLaunch::Scope scope(checked);
     auto function = reinterpret_cast<ThreadFunction>(copy.address());
     GroupRun* run = &group_run;
-    for (int64_t g = first; g < end; ++g) run_group(*run, function, plan, uint32_t(g), kernel, schedule);
+    for (int64_t g = first; g < end; ++g) run_group(*run, function, plan, uint32_t(g), kernel, schedule, check);
   });
 }
 

@@ -38,8 +38,11 @@ struct Schedule {
 
 // Runs every threadgroup of `plan`, its threads as coroutines; `thread_functions` and `private_copies`
 // as for cpu::launch. `kernel` names the kernel in errors. Call without the GIL.
+// With `checked`, the kernel was compiled with bounds checks, which report to it.
+class CheckedLaunch;
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel, const Schedule& schedule);
+                        bool private_copies, const std::string& kernel, const Schedule& schedule,
+                        CheckedLaunch* checked = nullptr);
 
 }  // namespace torch_metallib::cpu
 

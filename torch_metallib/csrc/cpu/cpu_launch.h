@@ -18,7 +18,9 @@ using LaunchFunction = void (*)(void* const* addresses, const uint32_t* dims, in
 // no other running chunk holds (private_copies.h), also across concurrent calls, and with
 // fewer copies than workers the groups run one at a time; without `parallel` they always
 // do, in order. Call without the GIL.
+// With `checked`, the kernel was compiled with bounds checks, which report to it.
+class CheckedLaunch;
 void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
-            bool parallel = true);
+            bool parallel = true, CheckedLaunch* checked = nullptr);
 
 }  // namespace torch_metallib::cpu

@@ -1,0 +1,160 @@
+#include "cpu/bounds_check.h"
+
+#include <algorithm>
+#include <map>
+#include <shared_mutex>
+#include <sstream>
+
+namespace torch_metallib::cpu {
+
+namespace {
+
+thread_local CheckedLaunch* current_launch = nullptr;
+thread_local uint32_t current_thread[3] = {0, 0, 0};
+thread_local void* const* current_group_addresses = nullptr;
+thread_local std::vector<uint64_t> scratch;
+
+// The globals of every loaded module (start -> bytes, space): engines live as long as the process.
+std::shared_mutex statics_mutex;
+std::map<uintptr_t, std::pair<uint64_t, int>> statics;
+
+bool inside(uintptr_t p, uint64_t n, uintptr_t start, uint64_t bytes) {
+  return p >= start && n <= bytes && p - start <= bytes - n;
+}
+
+const char* space_name(int space) {
+  return space == 1 ? "device" : space == 2 ? "constant" : space == 3 ? "threadgroup" : "private";
+}
+
+}  // namespace
+
+CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces,
+                             std::string kernel)
+    : names_(std::move(names)), kernel_(std::move(kernel)) {
+  for (int axis = 0; axis < 3; ++axis) grid_[axis] = plan.dims[axis];
+  const size_t count = plan.addresses.size();
+  ranges_.resize(count);
+  threadgroup_bytes_.assign(count, -1);
+  names_.resize(count);
+  spaces.resize(count, 0);
+  for (size_t p = 0; p < count; ++p) {
+    ranges_[p] = {reinterpret_cast<uintptr_t>(plan.addresses[p]), uint64_t(std::max<int64_t>(0, plan.extents[p])),
+                  spaces[p]};
+  }
+  for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
+  for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
+    for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
+      const at::Tensor& t = slot.tensor;
+      const int64_t bytes = int64_t(t.storage().nbytes()) - t.storage_offset() * int64_t(t.element_size());
+      extra_.push_back({reinterpret_cast<uintptr_t>(t.data_ptr()), uint64_t(std::max<int64_t>(0, bytes)), 0});
+    }
+  }
+}
+
+CheckedLaunch::Scope::Scope(CheckedLaunch* launch) : previous_(current_launch) { current_launch = launch; }
+CheckedLaunch::Scope::~Scope() { current_launch = previous_; }
+
+CheckedLaunch::Range CheckedLaunch::range_of(int position) const {
+  Range range = ranges_[size_t(position)];
+  const int64_t group_bytes = threadgroup_bytes_[size_t(position)];
+  if (group_bytes >= 0) {
+    range.start = current_group_addresses ? reinterpret_cast<uintptr_t>(current_group_addresses[position]) : 0;
+    range.bytes = uint64_t(group_bytes);
+    range.space = 3;
+  }
+  return range;
+}
+
+bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) const {
+  if (origin >= 0 && size_t(origin) < ranges_.size()) {
+    const Range range = range_of(origin);
+    return range.start != 0 && inside(p, n, range.start, range.bytes);
+  }
+  for (size_t position = 0; position < ranges_.size(); ++position) {
+    const Range range = range_of(int(position));
+    if (range.start != 0 && (range.space == space || space == 0) && inside(p, n, range.start, range.bytes)) return true;
+  }
+  for (const Range& range : extra_) {
+    if (inside(p, n, range.start, range.bytes)) return true;
+  }
+  std::shared_lock lock(statics_mutex);
+  auto at = statics.upper_bound(p);
+  if (at == statics.begin()) return false;
+  --at;
+  return inside(p, n, at->first, at->second.first);
+}
+
+std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const {
+  std::ostringstream out;
+  out << kernel_ << ": thread (" << current_thread[0] << ", " << current_thread[1] << ", " << current_thread[2]
+      << ") " << (write ? "writes " : "reads ") << n << " bytes ";
+  if (origin >= 0 && size_t(origin) < ranges_.size()) {
+    const Range range = range_of(origin);
+    const int64_t offset = int64_t(p - range.start);
+    out << "at byte offset " << offset << " of " << names_[size_t(origin)] << ", which has " << range.bytes
+        << (threadgroup_bytes_[size_t(origin)] >= 0 ? " bytes of threadgroup memory" :
+            " bytes from its bound address to the end of its storage")
+        << ". Bind a larger tensor (or threadgroup_memory), or dispatch fewer threads";
+    return out.str();
+  }
+  // Not attributable to one argument: name the nearest bound range below the address.
+  int nearest = -1;
+  uintptr_t best = 0;
+  for (size_t position = 0; position < ranges_.size(); ++position) {
+    const Range range = range_of(int(position));
+    if (range.start != 0 && range.start <= p && range.start >= best) {
+      best = range.start;
+      nearest = int(position);
+    }
+  }
+  out << "of " << space_name(space) << " memory outside every bound argument and the kernel's own variables";
+  if (nearest >= 0) {
+    out << " (at byte offset " << int64_t(p - best) << " of " << names_[size_t(nearest)] << ", which has "
+        << range_of(nearest).bytes << " bytes)";
+  }
+  out << ". Bind larger tensors, or dispatch fewer threads";
+  return out.str();
+}
+
+void CheckedLaunch::record(uintptr_t p, uint64_t n, int origin, int space, bool write) {
+  const uint64_t key = (uint64_t(current_thread[2]) * grid_[1] + current_thread[1]) * grid_[0] + current_thread[0];
+  if (key >= reported_.load(std::memory_order_relaxed)) return;
+  std::lock_guard lock(mutex_);
+  if (key >= reported_.load(std::memory_order_relaxed)) return;
+  reported_.store(key, std::memory_order_relaxed);
+  message_ = describe(p, n, origin, space, write);
+}
+
+void CheckedLaunch::raise_if_violated() const {
+  std::lock_guard lock(mutex_);
+  if (reported_.load() != ~uint64_t(0)) throw MemoryViolation(message_);
+}
+
+void set_check_thread(uint32_t x, uint32_t y, uint32_t z) {
+  current_thread[0] = x;
+  current_thread[1] = y;
+  current_thread[2] = z;
+}
+
+void set_check_group_addresses(void* const* addresses) { current_group_addresses = addresses; }
+
+}  // namespace torch_metallib::cpu
+
+using torch_metallib::cpu::current_launch;
+
+extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  const int space = (flags >> 8) & 0xff;
+  if (current_launch == nullptr || current_launch->allowed(address, bytes, origin, space)) return p;
+  current_launch->record(address, bytes, origin, space, flags & 1);
+  auto& memory = torch_metallib::cpu::scratch;
+  if (memory.size() * 8 < bytes) memory.resize(size_t(bytes + 7) / 8);
+  return memory.data();
+}
+
+extern "C" void tm_rt_check_thread(uint32_t x, uint32_t y, uint32_t z) { torch_metallib::cpu::set_check_thread(x, y, z); }
+
+extern "C" void tm_rt_check_static(void* p, uint64_t bytes, int32_t space) {
+  std::unique_lock lock(torch_metallib::cpu::statics_mutex);
+  torch_metallib::cpu::statics[reinterpret_cast<uintptr_t>(p)] = {bytes, space};
+}

@@ -1,0 +1,83 @@
+// Checked execution's runtime (backends/cpu/bounds_checks.py instruments the kernel): each
+// access asks tm_rt_check whether it lies inside memory the call bound; a violation is
+// recorded (the first one, with the thread that made it) and the access goes to scratch
+// memory instead, so it can neither crash nor corrupt. The launch then raises it.
+#pragma once
+
+#include <cstdint>
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dispatch/binding_plan.h"
+
+namespace torch_metallib::cpu {
+
+// Raised as torch_metallib.KernelMemoryError.
+struct MemoryViolation : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// What checks compare against during one launch, and its first violation.
+class CheckedLaunch {
+ public:
+  // `names[p]` describes IR parameter p for messages ("argument 2 'c' (buffer(2), device
+  // float*)"), `spaces[p]` its address space (0 for builtins).
+  CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces, std::string kernel);
+
+  // While alive, checks on this OS thread report to `launch` (nullptr: checks pass through).
+  class Scope {
+   public:
+    explicit Scope(CheckedLaunch* launch);
+    ~Scope();
+   private:
+    CheckedLaunch* previous_;
+  };
+
+  // Throws MemoryViolation if an access fell outside the bound memory.
+  void raise_if_violated() const;
+
+  // For the runtime: whether [p, p + n) is allowed for `origin` (-1: any range of `space`).
+  bool allowed(uintptr_t p, uint64_t n, int origin, int space) const;
+  void record(uintptr_t p, uint64_t n, int origin, int space, bool write);
+
+ private:
+  struct Range {
+    uintptr_t start = 0;
+    uint64_t bytes = 0;
+    int space = 0;
+  };
+  Range range_of(int position) const;  // threadgroup arguments: the running group's buffer
+  std::string describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const;
+
+  std::vector<Range> ranges_;                 // per IR parameter
+  std::vector<Range> extra_;                  // argument-buffer members
+  std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
+  std::vector<std::string> names_;
+  std::string kernel_;
+  uint32_t grid_[3] = {1, 1, 1};
+  mutable std::mutex mutex_;
+  // The violation reported: the one of the thread first in grid order (deterministic under
+  // any schedule), that thread's first; ~0 until there is one.
+  std::atomic<uint64_t> reported_{~uint64_t(0)};
+  std::string message_;
+};
+
+// The running thread's position in the grid, for messages (the launcher and the
+// cooperative runtime set it), and the running threadgroup's addresses (threadgroup
+// buffers are per group).
+void set_check_thread(uint32_t x, uint32_t y, uint32_t z);
+void set_check_group_addresses(void* const* addresses);
+
+}  // namespace torch_metallib::cpu
+
+extern "C" {
+// Returns `p` if [p, p + bytes) is allowed, else scratch memory of at least `bytes`.
+// flags: bit 0 a write, bits 8-15 the address space; origin: the kernel parameter, or -1.
+void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags);
+void tm_rt_check_thread(uint32_t x, uint32_t y, uint32_t z);
+// A module's constant or threadgroup global (registered once per loaded copy).
+void tm_rt_check_static(void* p, uint64_t bytes, int32_t space);
+}

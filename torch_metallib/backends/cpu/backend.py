@@ -25,7 +25,10 @@ class CpuBackend(Backend):
         if compiled is None or len(compiled.launchers) < copies:
             compiled = state.prepared[key] = compile_kernel(function, constants, state.serial, cooperative, copies,
                                                             checked=checked)
-        described = _described_parameters(function) if checked else None
+        described = None
+        if checked:  # built once per function, like the compiled code
+            described = state.prepared.get("described") or state.prepared.setdefault(
+                "described", _described_parameters(function))
         return compiled, mode, seed, described
 
     def run(self, function, prepared, plan) -> None:

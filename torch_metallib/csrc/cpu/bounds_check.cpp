@@ -44,9 +44,8 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
   for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
   for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
     for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
-      const at::Tensor& t = slot.tensor;
-      const int64_t bytes = int64_t(t.storage().nbytes()) - t.storage_offset() * int64_t(t.element_size());
-      extra_.push_back({reinterpret_cast<uintptr_t>(t.data_ptr()), uint64_t(std::max<int64_t>(0, bytes)), 0});
+      const int64_t bytes = dispatch::available_bytes(slot.tensor);
+      extra_.push_back({reinterpret_cast<uintptr_t>(slot.tensor.data_ptr()), uint64_t(std::max<int64_t>(0, bytes)), 0});
     }
   }
 }

@@ -147,6 +147,9 @@ struct Plan {
   c10::Device device = c10::Device(c10::kCPU);
 };
 
+// Bytes from the tensor's first element to the end of its storage (what a kernel may reach).
+int64_t available_bytes(const at::Tensor& tensor);
+
 // (index, value) pairs of bound constants, as Python sees them (the JIT cache key).
 pybind11::tuple constants_tuple(const std::vector<ConstantValue>& constants);
 

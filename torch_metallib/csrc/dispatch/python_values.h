@@ -20,8 +20,6 @@ std::string short_repr(const pybind11::handle& value);  // repr, cut to 60 chara
 bool is_tensor(const pybind11::handle& value);
 bool is_sequence(const pybind11::handle& value);         // list or tuple
 bool is_bytes(const pybind11::handle& value);            // bytes, bytearray or memoryview
-// Bytes from the tensor's first element to the end of its storage.
-int64_t available_bytes(const at::Tensor& tensor);
 // 8-byte-aligned owned storage for packed values, zeroed.
 std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes);
 std::string wanted(const MetalType& type);               // "an integer that fits uint", ...

@@ -5,7 +5,9 @@ A text pass over the AIR module puts a call before each ``load``, ``store``,
 ``atomicrmw``, ``cmpxchg`` and ``air.atomic.*`` call on an ``addrspace(1|2|3)`` pointer:
 ``@tm.check.N(pointer, bytes, origin, write)`` returns the pointer if the access lies inside
 memory the call bound, and otherwise a scratch buffer (so the access cannot corrupt or
-crash), recording the first violation for the launch to raise as KernelMemoryError.
+crash), recording the first violation for the launch to raise as KernelMemoryError. The
+common case, an access inside its own argument, is an inline compare against the launch's
+bounds table; the runtime is called only when that fails or cannot tell.
 
 `origin` is the kernel parameter the pointer derives from (through getelementptr, casts,
 phi and select inside the kernel function), checked against exactly that argument's
@@ -15,7 +17,7 @@ module's own constant and threadgroup globals (registered by ``__tm_init``).
 """
 
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .ir_functions import edit_function_bodies
 
@@ -24,8 +26,12 @@ __all__ = ["instrument_accesses", "check_definitions", "static_ranges_init"]
 # The check is declared free of memory effects (it only records a violation, which the
 # kernel never reads) so that it goes where its access goes: an access the optimizer
 # removes (a load whose value the function constants made unused) is not reported.
-CHECK_DECLARATIONS = ["declare ptr @tm_rt_check(ptr, i64, i32, i32) nounwind willreturn memory(none)", "declare void @tm_rt_check_thread(i32, i32, i32)",
-                      "declare void @tm_rt_check_static(ptr, i64, i32)"]
+# The context (bounds_check.h) is constant while a launch runs on the thread, hence
+# memory(none) and invariant loads: both are hoisted out of the launcher's thread loops.
+CHECK_DECLARATIONS = ["declare ptr @tm_rt_check(ptr, i64, i32, i32, i32, i32, i32) nounwind willreturn memory(none)",
+                      "declare ptr @tm_rt_check_context() nounwind willreturn memory(none)",
+                      "declare void @tm_rt_check_static(ptr, i64, i32)",
+                      "!tm.check.empty = !{!9000001}", "!9000001 = !{}"]
 
 _SPACES = (1, 2, 3)
 _LOAD = re.compile(r"^(\s*%[-\w.$]+ = load (?:atomic )?(?:volatile )?)(.+?), ptr addrspace\(([123])\) (.+?)(, align \d+.*|, !.*|)$")
@@ -33,10 +39,12 @@ _STORE = re.compile(r"^(\s*store (?:atomic )?(?:volatile )?)(.+?) (\S+|<[^>]*>),
 _RMW = re.compile(r"^(\s*%[-\w.$]+ = (?:atomicrmw|cmpxchg) (?:weak )?(?:volatile )?(?:\w+ )?)ptr addrspace\(([123])\) ([^,]+)(, (\S+) .*)$")
 _ATOMIC_CALL = re.compile(r"^(\s*(?:%[-\w.$]+ = )?(?:tail )?call (\S+) @air\.atomic\.[\w.]+\()ptr addrspace\(([123])\)"
                           r"((?: [a-z]+(?:\([^)]*\))?)*) (%[-\w.$]+)(.*)$")
-_GEP_BASE = re.compile(r"^getelementptr (?:inbounds |nuw |nusw |inrange\(\d+, ?\d+\) )*[^,]+, ptr addrspace\(\d\) (%[-\w.$]+)")
-_CAST = re.compile(r"^(?:addrspacecast|bitcast) ptr(?: addrspace\(\d\))? (%[-\w.$]+) to ")
-_PHI_VALUES = re.compile(r"\[ (%[-\w.$]+|null|undef|poison), %[-\w.$\"]+ \]")
-_SELECT = re.compile(r"^select [^,]+, ptr(?: addrspace\(\d\))? (%[-\w.$]+), ptr(?: addrspace\(\d\))? (%[-\w.$]+)")
+_NAME = r"(%[-\w.$]+|@[-\w.$]+|@\"[^\"]+\")"
+_GEP_BASE = re.compile(r"^getelementptr (?:inbounds |nuw |nusw |inrange\(\d+, ?\d+\) )*[^,]+, ptr addrspace\(\d\) " + _NAME)
+_CAST = re.compile(r"^(?:addrspacecast|bitcast) ptr(?: addrspace\(\d\))? " + _NAME + " to ")
+_PHI_VALUES = re.compile(r"\[ (%[-\w.$]+|@[-\w.$]+|@\"[^\"]+\"|null|undef|poison), %[-\w.$\"]+ \]")
+_SELECT = re.compile(r"^select [^,]+, ptr(?: addrspace\(\d\))? " + _NAME + r", ptr(?: addrspace\(\d\))? " + _NAME)
+_LOOP = -2  # an origin that depends only on itself (a pointer stepped around a loop)
 _ASSIGN = re.compile(r"^\s*(%[-\w.$]+) = (.*)$")
 
 
@@ -46,37 +54,56 @@ def _size(type_text: str) -> str:
 
 
 class _Provenance:
-    """Which kernel parameter a pointer in the kernel function derives from."""
+    """Which kernel parameter (its position) or module global (its name) a pointer in a
+    function derives from; -1 where it cannot be told."""
 
-    def __init__(self, parameters: Dict[str, int], body: List[str]):
+    def __init__(self, parameters: Dict[str, int], body: List[str], statics: Dict[str, tuple]):
         self.parameters = parameters
+        self.statics = statics
+        self.known = {}
         self.definitions = {}
         for line in body:
             match = _ASSIGN.match(line)
             if match:
                 self.definitions[match.group(1)] = match.group(2)
 
-    def origin(self, value: str, depth: int = 0) -> int:
+    def origin(self, value: str):
+        if value not in self.known:
+            found = self._origin(value, set())
+            self.known[value] = -1 if found == _LOOP else found
+        return self.known[value]
+
+    def _origin(self, value: str, visiting: set):
         if value in self.parameters:
             return self.parameters[value]
+        if value in self.statics:
+            return value
         code = self.definitions.get(value)
-        if code is None or depth > 64:
+        if code is None or len(visiting) > 256:
             return -1
-        for pattern in (_GEP_BASE, _CAST):
-            match = pattern.match(code)
+        if value in visiting:  # around a loop: the other incoming values decide
+            return _LOOP
+        visiting.add(value)
+        try:
+            for pattern in (_GEP_BASE, _CAST):
+                match = pattern.match(code)
+                if match:
+                    return self._origin(match.group(1), visiting)
+            if code.startswith("phi "):
+                incoming = [v for v in _PHI_VALUES.findall(code) if v[0] in "%@"]
+                return self._same([self._origin(v, visiting) for v in incoming])
+            match = _SELECT.match(code)
             if match:
-                return self.origin(match.group(1), depth + 1)
-        if code.startswith("phi "):
-            incoming = [v for v in _PHI_VALUES.findall(code) if v.startswith("%")]
-            return self._same([self.origin(v, depth + 1) if v != value else -2 for v in incoming])
-        match = _SELECT.match(code)
-        if match:
-            return self._same([self.origin(match.group(1), depth + 1), self.origin(match.group(2), depth + 1)])
-        return -1
+                return self._same([self._origin(match.group(1), visiting), self._origin(match.group(2), visiting)])
+            return -1
+        finally:
+            visiting.discard(value)
 
     @staticmethod
-    def _same(origins: List[int]) -> int:
-        known = {o for o in origins if o != -2}  # -2: the phi itself (a loop)
+    def _same(origins: list):
+        known = {o for o in origins if o != _LOOP}
+        if not known:
+            return _LOOP
         return known.pop() if len(known) == 1 else -1
 
 
@@ -99,69 +126,156 @@ def _parameters(define_line: str) -> Dict[str, int]:
     return names
 
 
-def instrument_accesses(text: str, kernel: str) -> str:
-    """`text` with every memory access in address spaces 1-3 checked (see the module doc)."""
+# Checked kernels take the thread's position in grid as three trailing parameters (the
+# launchers pass them), so that checks name the thread without a store per thread.
+THREAD_PARAMETERS = ("%tm.px", "%tm.py", "%tm.pz")
+_NO_THREAD = "i32 -1, i32 0, i32 0"  # helpers: the runtime reads the context's thread
+
+
+def instrument_accesses(text: str, kernel: str) -> Tuple[str, bool]:
+    """`text` with every memory access in address spaces 1-3 checked (see the module doc)
+    and the kernel given THREAD_PARAMETERS; and whether functions other than the kernel
+    were checked too (their checks read the thread from the context, which the launcher
+    then has to keep current)."""
     counter = [0]
+    helpers_checked = [False]
     kernel_header = re.compile(rf"^define [^\n]*@{re.escape(kernel)}\(")
     headers = iter([line for line in text.split("\n") if line.startswith("define ") and line.endswith("{")])
+    statics = _statics(text)
 
     def edit(body: List[str]) -> List[str]:
         header = next(headers)
-        provenance = _Provenance(_parameters(header), body) if kernel_header.match(header) else None
+        is_kernel = bool(kernel_header.match(header))
+        provenance = _Provenance(_parameters(header) if is_kernel else {}, body, statics)
+        thread = ", ".join(f"i32 {name}" for name in THREAD_PARAMETERS) if is_kernel else _NO_THREAD
         out = []
         for line in body:
-            checked = _instrument(line, provenance, counter)
+            checked = _instrument(line, provenance, counter, thread)
+            helpers_checked[0] |= checked is not None and not is_kernel
             out += [line] if checked is None else checked
         return out
 
-    return edit_function_bodies(text, edit)
+    text = edit_function_bodies(text, edit)
+    return _with_thread_parameters(text, kernel_header), helpers_checked[0]
 
 
-def _check(space: str, pointer: str, size: str, write: bool, provenance: Optional[_Provenance], counter) -> tuple:
+def _with_thread_parameters(text: str, kernel_header) -> str:
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if kernel_header.match(line) and line.endswith("{"):
+            close = _parameter_list_end(line)
+            extra = ", ".join(f"i32 {name}" for name in THREAD_PARAMETERS)
+            separator = "" if line[close - 1] == "(" else ", "
+            lines[i] = line[:close] + separator + extra + line[close:]
+    return "\n".join(lines)
+
+
+def _parameter_list_end(define_line: str) -> int:
+    """Index of the ')' closing a definition's parameter list."""
+    depth = 0
+    for i in range(define_line.index("(", define_line.index("@")), len(define_line)):
+        depth += define_line[i] in "(<[{"
+        depth -= define_line[i] in ")>]}"
+        if depth == 0:
+            return i
+    raise ValueError(f"unbalanced definition: {define_line[:120]}")
+
+
+def _check(space: str, pointer: str, size: str, write: bool, provenance: _Provenance, counter,
+           thread: str) -> tuple:
     counter[0] += 1
     name = f"%tm.chk{counter[0]}"
-    origin = provenance.origin(pointer) if provenance is not None and pointer.startswith("%") else -1
+    value = pointer.split(" ")[-1]  # past attributes such as nonnull
+    origin = provenance.origin(value)
+    if isinstance(origin, str):  # a module global: compared with its own address and size
+        global_space, type_text = provenance.statics[origin]
+        if global_space == space:
+            return name, (f"  {name} = call ptr addrspace({space}) @tm.check.static.{space}(ptr addrspace({space}) "
+                          f"{pointer}, i64 {size}, ptr addrspace({space}) {origin}, i64 {_size(type_text)}, "
+                          f"i32 {int(write)}, {thread})")
+        origin = -1
     return name, (f"  {name} = call ptr addrspace({space}) @tm.check.{space}(ptr addrspace({space}) {pointer}, "
-                  f"i64 {size}, i32 {origin}, i32 {int(write)})")
+                  f"i64 {size}, i32 {origin}, i32 {int(write)}, {thread})")
 
 
-def _instrument(line: str, provenance, counter) -> Optional[List[str]]:
+def _instrument(line: str, provenance, counter, thread: str) -> Optional[List[str]]:
     match = _LOAD.match(line)
     if match:
         head, type_text, space, pointer, tail = match.groups()
-        name, call = _check(space, pointer, _size(type_text), False, provenance, counter)
+        name, call = _check(space, pointer, _size(type_text), False, provenance, counter, thread)
         return [call, f"{head}{type_text}, ptr addrspace({space}) {name}{tail}"]
     match = _STORE.match(line)
     if match:
         head, type_text, value, space, pointer, tail = match.groups()
-        name, call = _check(space, pointer, _size(type_text), True, provenance, counter)
+        name, call = _check(space, pointer, _size(type_text), True, provenance, counter, thread)
         return [call, f"{head}{type_text} {value}, ptr addrspace({space}) {name}{tail}"]
     match = _RMW.match(line)
     if match:
         head, space, pointer, tail, type_text = match.groups()
-        name, call = _check(space, pointer, _size(type_text), True, provenance, counter)
+        name, call = _check(space, pointer, _size(type_text), True, provenance, counter, thread)
         return [call, f"{head}ptr addrspace({space}) {name}{tail}"]
     match = _ATOMIC_CALL.match(line)
     if match:
         head, _, space, attributes, pointer, tail = match.groups()
         size = "8" if re.search(r"\.[iuf]64\b|\.i64\(", line) else "4"
-        name, call = _check(space, pointer, size, True, provenance, counter)
+        name, call = _check(space, pointer, size, True, provenance, counter, thread)
         return [call, f"{head}ptr addrspace({space}){attributes} {name}{tail}"]
     return None
 
 
 def check_definitions() -> str:
-    """Definitions of @tm.check.N: the runtime's check, in each address space."""
+    """Definitions of @tm.check.N, in each address space: an access attributed to argument
+    `origin` is compared inline with the launch's bounds for it (start, bytes); the runtime
+    call decides the rest (unattributed pointers, failures) and records failures. And of
+    @tm.check.static.N, for pointers into a module global: compared with the global."""
     out = []
     for space in _SPACES:
-        out.append(f"""define internal ptr addrspace({space}) @tm.check.{space}(ptr addrspace({space}) %p, i64 %n, i32 %origin, i32 %write) alwaysinline {{
+        out.append(f"""define internal ptr addrspace({space}) @tm.check.static.{space}(ptr addrspace({space}) %p, i64 %n, ptr addrspace({space}) %base, i64 %bytes, i32 %write, i32 %x, i32 %y, i32 %z) alwaysinline {{
+entry:
+  %address = ptrtoint ptr addrspace({space}) %p to i64
+  %start = ptrtoint ptr addrspace({space}) %base to i64
+  %offset = sub i64 %address, %start
+  %room = sub i64 %bytes, %n
+  %fits = icmp ule i64 %n, %bytes
+  %inside = icmp ule i64 %offset, %room
+  %ok = and i1 %fits, %inside
+  br i1 %ok, label %pass, label %runtime, !prof !9000002
+pass:
+  ret ptr addrspace({space}) %p
+runtime:
+  %checked = call ptr addrspace({space}) @tm.check.{space}(ptr addrspace({space}) %p, i64 %n, i32 -1, i32 %write, i32 %x, i32 %y, i32 %z)
+  ret ptr addrspace({space}) %checked
+}}""")
+        out.append(f"""define internal ptr addrspace({space}) @tm.check.{space}(ptr addrspace({space}) %p, i64 %n, i32 %origin, i32 %write, i32 %x, i32 %y, i32 %z) alwaysinline {{
+entry:
+  %known = icmp sge i32 %origin, 0
+  br i1 %known, label %inline, label %runtime
+inline:
+  %ctx = call ptr @tm_rt_check_context()
+  %table.at = getelementptr inbounds i8, ptr %ctx, i64 16
+  %table = load ptr, ptr %table.at, align 8, !invariant.load !9000001
+  %o = zext i32 %origin to i64
+  %start.at = getelementptr inbounds [2 x i64], ptr %table, i64 %o, i64 0
+  %bytes.at = getelementptr inbounds [2 x i64], ptr %table, i64 %o, i64 1
+  %start = load i64, ptr %start.at, align 8, !invariant.load !9000001
+  %bytes = load i64, ptr %bytes.at, align 8, !invariant.load !9000001
+  %address = ptrtoint ptr addrspace({space}) %p to i64
+  %offset = sub i64 %address, %start
+  %room = sub i64 %bytes, %n
+  %fits = icmp ule i64 %n, %bytes
+  %inside = icmp ule i64 %offset, %room
+  %ok = and i1 %fits, %inside
+  br i1 %ok, label %pass, label %runtime, !prof !9000002
+pass:
+  ret ptr addrspace({space}) %p
+runtime:
   %raw = addrspacecast ptr addrspace({space}) %p to ptr
   %flags = or i32 %write, {space << 8}
-  %ok = call ptr @tm_rt_check(ptr %raw, i64 %n, i32 %origin, i32 %flags)
-  %back = addrspacecast ptr %ok to ptr addrspace({space})
+  %checked = call ptr @tm_rt_check(ptr %raw, i64 %n, i32 %origin, i32 %flags, i32 %x, i32 %y, i32 %z)
+  %back = addrspacecast ptr %checked to ptr addrspace({space})
   ret ptr addrspace({space}) %back
 }}""")
-    return "\n".join(out) + "\n" + "\n".join(CHECK_DECLARATIONS) + "\n"
+    return "\n".join(out) + "\n" + "\n".join(CHECK_DECLARATIONS) + '\n!9000002 = !{!"branch_weights", i32 1048576, i32 1}\n'
 
 
 _GLOBAL = re.compile(r"^(@[-\w.$]+|@\"[^\"]+\") = [^\n]*?addrspace\(([23])\) (?:externally_initialized )?"
@@ -181,13 +295,14 @@ def _leading_type(text: str) -> str:
     return text
 
 
+def _statics(text: str) -> Dict[str, tuple]:
+    """The module's constant and threadgroup globals: name -> (address space, type)."""
+    return {name: (space, _leading_type(rest)) for name, space, rest in _GLOBAL.findall(text)
+            if 'section "air.fc_initializer"' not in rest}
+
+
 def static_ranges_init(text: str) -> List[str]:
     """Lines for __tm_init registering the module's constant and threadgroup globals, which
     unattributed pointers may point into."""
-    lines = []
-    for name, space, rest in _GLOBAL.findall(text):
-        if 'section "air.fc_initializer"' in rest:
-            continue
-        lines.append(f"  call void @tm_rt_check_static(ptr addrspacecast (ptr addrspace({space}) {name} to ptr), "
-                     f"i64 {_size(_leading_type(rest))}, i32 {space})")
-    return lines
+    return [f"  call void @tm_rt_check_static(ptr addrspacecast (ptr addrspace({space}) {name} to ptr), "
+            f"i64 {_size(type_text)}, i32 {space})" for name, (space, type_text) in _statics(text).items()]

@@ -236,10 +236,10 @@ def _lines(lines) -> str:
     return "\n  ".join(lines)
 
 
-def _operands(arguments):
+def _operands(arguments, checked: bool = False):
     """(entry lines, per-thread lines, call operands): the entry lines load the dims
     (grid, group, groups) and each buffer's address from args[position]; the per-thread
-    lines build the builtins."""
+    lines build the builtins. A `checked` kernel also takes the thread's position."""
     entry, body, operands = [], [], []
     for index, name in enumerate(["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z",
                                   "groups.x", "groups.y", "groups.z"]):
@@ -252,13 +252,20 @@ def _operands(arguments):
                       f"%raw{a.position} = load ptr, ptr %slot{a.position}",
                       f"%arg{a.position} = addrspacecast ptr %raw{a.position} to {a.ir_type}"]
             operands.append(f"{a.ir_type} %arg{a.position}")
+    if checked:
+        operands += ["i32 %px", "i32 %py", "i32 %pz"]
     return entry, body, operands
 
 
-def _launcher(symbol: str, kernel: str, arguments, checked: bool = False) -> str:
-    entry, body, operands = _operands(arguments)
-    if checked:  # tell the checks which thread runs
-        body = body + ["call void @tm_rt_check_thread(i32 %px, i32 %py, i32 %pz)"]
+def _launcher(symbol: str, kernel: str, arguments, checked: bool = False, helpers_checked: bool = False) -> str:
+    """`checked`: the kernel takes the thread's position (bounds_checks.THREAD_PARAMETERS);
+    `helpers_checked`: checks outside the kernel read it from the check context, so each
+    thread stores it there (slower: only where needed)."""
+    entry, body, operands = _operands(arguments, checked)
+    if helpers_checked:
+        entry = entry + ["%tm.ctx = call ptr @tm_rt_check_context()"] + [
+            f"%tm.ctx.{axis} = getelementptr inbounds i32, ptr %tm.ctx, i64 {index}" for index, axis in enumerate("xyz")]
+        body = body + [f"store i32 %p{axis}, ptr %tm.ctx.{axis}" for axis in "xyz"]
     return f"""
 define void @__tm_launch_{symbol}(ptr %args, ptr %dims, i64 %first, i64 %end) {{
 entry:
@@ -308,10 +315,11 @@ done:
 """
 
 
-def _thread_entry(symbol: str, kernel: str, arguments) -> str:
+def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False) -> str:
     """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
-    cooperative kernel, a coroutine the runtime (csrc/cpu/cooperative.cpp) resumes."""
-    entry, body, operands = _operands(arguments)
+    cooperative kernel, a coroutine the runtime (csrc/cpu/cooperative.cpp) resumes (and,
+    when `checked`, keeps the check context's thread current)."""
+    entry, body, operands = _operands(arguments, checked)
     lines = entry + _DISPATCH_LINES + _GROUP_LINES + [
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
@@ -331,8 +339,10 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     bounds-checked (bounds_checks.py)."""
     text = _retarget(text, triple, datalayout)
     statics = static_ranges_init(text) if checked else []
+    helpers_checked = False
     if checked:
-        text = instrument_accesses(text, kernel) + check_definitions()
+        text, helpers_checked = instrument_accesses(text, kernel)
+        text += check_definitions()
     text = _internalize(text, kernel, cooperative)
     text = clamp_private_array_indices(_specialize_constants(text, constants))
     check_async_copy_calls(text, kernel)
@@ -343,6 +353,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
-    entry = _thread_entry(symbol, kernel, arguments) if cooperative else _launcher(symbol, kernel, arguments, checked)
+    entry = (_thread_entry(symbol, kernel, arguments, checked) if cooperative
+             else _launcher(symbol, kernel, arguments, checked, helpers_checked))
     return (text + umin + entry
             + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")

@@ -189,7 +189,7 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
     symbols["tm_rt_simd_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_stage);
     symbols["tm_rt_check"] = reinterpret_cast<uintptr_t>(&tm_rt_check);
-    symbols["tm_rt_check_thread"] = reinterpret_cast<uintptr_t>(&tm_rt_check_thread);
+    symbols["tm_rt_check_context"] = reinterpret_cast<uintptr_t>(&tm_rt_check_context);
     symbols["tm_rt_check_static"] = reinterpret_cast<uintptr_t>(&tm_rt_check_static);
     symbols["tm_rt_async_copy_2d"] = reinterpret_cast<uintptr_t>(&tm_rt_async_copy_2d);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);

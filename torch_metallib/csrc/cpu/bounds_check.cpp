@@ -10,7 +10,14 @@ namespace torch_metallib::cpu {
 namespace {
 
 thread_local CheckedLaunch* current_launch = nullptr;
-thread_local uint32_t current_thread[3] = {0, 0, 0};
+// Read by the kernel (tm_rt_check_context's layout); the launcher writes the thread.
+struct CheckContext {
+  uint32_t thread[3] = {0, 0, 0};
+  uint32_t unused = 0;
+  const CheckedLaunch::Bounds* bounds = nullptr;
+};
+thread_local CheckContext context;
+thread_local std::vector<CheckedLaunch::Bounds> group_bounds;
 thread_local void* const* current_group_addresses = nullptr;
 thread_local std::vector<uint64_t> scratch;
 
@@ -42,6 +49,10 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
                   spaces[p]};
   }
   for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
+  bounds_.resize(count);
+  for (size_t p = 0; p < count; ++p) {
+    if (threadgroup_bytes_[p] < 0 && ranges_[p].start != 0) bounds_[p] = {ranges_[p].start, ranges_[p].bytes};
+  }
   for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
     for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
       const int64_t bytes = dispatch::available_bytes(slot.tensor);
@@ -50,8 +61,14 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
   }
 }
 
-CheckedLaunch::Scope::Scope(CheckedLaunch* launch) : previous_(current_launch) { current_launch = launch; }
-CheckedLaunch::Scope::~Scope() { current_launch = previous_; }
+CheckedLaunch::Scope::Scope(CheckedLaunch* launch) : previous_(current_launch) {
+  current_launch = launch;
+  context.bounds = launch ? launch->bounds() : nullptr;
+}
+CheckedLaunch::Scope::~Scope() {
+  current_launch = previous_;
+  context.bounds = previous_ ? previous_->bounds() : nullptr;
+}
 
 CheckedLaunch::Range CheckedLaunch::range_of(int position) const {
   Range range = ranges_[size_t(position)];
@@ -85,7 +102,7 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
 
 std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const {
   std::ostringstream out;
-  out << kernel_ << ": thread (" << current_thread[0] << ", " << current_thread[1] << ", " << current_thread[2]
+  out << kernel_ << ": thread (" << context.thread[0] << ", " << context.thread[1] << ", " << context.thread[2]
       << ") " << (write ? "writes " : "reads ") << n << " bytes ";
   if (origin >= 0 && size_t(origin) < ranges_.size()) {
     const Range range = range_of(origin);
@@ -116,7 +133,7 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
 }
 
 void CheckedLaunch::record(uintptr_t p, uint64_t n, int origin, int space, bool write) {
-  const uint64_t key = (uint64_t(current_thread[2]) * grid_[1] + current_thread[1]) * grid_[0] + current_thread[0];
+  const uint64_t key = (uint64_t(context.thread[2]) * grid_[1] + context.thread[1]) * grid_[0] + context.thread[0];
   if (key >= reported_.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(mutex_);
   if (key >= reported_.load(std::memory_order_relaxed)) return;
@@ -130,28 +147,42 @@ void CheckedLaunch::raise_if_violated() const {
 }
 
 void set_check_thread(uint32_t x, uint32_t y, uint32_t z) {
-  current_thread[0] = x;
-  current_thread[1] = y;
-  current_thread[2] = z;
+  context.thread[0] = x;
+  context.thread[1] = y;
+  context.thread[2] = z;
 }
 
-void set_check_group_addresses(void* const* addresses) { current_group_addresses = addresses; }
+void CheckedLaunch::group_bounds(void* const* addresses, std::vector<Bounds>& out) const {
+  out = bounds_;
+  for (size_t p = 0; p < out.size(); ++p) {
+    if (threadgroup_bytes_[p] >= 0) out[p] = {reinterpret_cast<uintptr_t>(addresses[p]), uint64_t(threadgroup_bytes_[p])};
+  }
+}
+
+void set_check_group_addresses(void* const* addresses) {
+  current_group_addresses = addresses;
+  if (current_launch == nullptr) return;
+  current_launch->group_bounds(addresses, group_bounds);
+  context.bounds = group_bounds.data();
+}
 
 }  // namespace torch_metallib::cpu
 
 using torch_metallib::cpu::current_launch;
 
-extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags) {
+extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags, int32_t x, int32_t y,
+                             int32_t z) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   const int space = (flags >> 8) & 0xff;
   if (current_launch == nullptr || current_launch->allowed(address, bytes, origin, space)) return p;
+  if (x != -1) torch_metallib::cpu::set_check_thread(uint32_t(x), uint32_t(y), uint32_t(z));
   current_launch->record(address, bytes, origin, space, flags & 1);
   auto& memory = torch_metallib::cpu::scratch;
   if (memory.size() * 8 < bytes) memory.resize(size_t(bytes + 7) / 8);
   return memory.data();
 }
 
-extern "C" void tm_rt_check_thread(uint32_t x, uint32_t y, uint32_t z) { torch_metallib::cpu::set_check_thread(x, y, z); }
+extern "C" void* tm_rt_check_context() { return &torch_metallib::cpu::context; }
 
 extern "C" void tm_rt_check_static(void* p, uint64_t bytes, int32_t space) {
   std::unique_lock lock(torch_metallib::cpu::statics_mutex);

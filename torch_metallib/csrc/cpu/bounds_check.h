@@ -1,7 +1,10 @@
-// Checked execution's runtime (backends/cpu/bounds_checks.py instruments the kernel): each
-// access asks tm_rt_check whether it lies inside memory the call bound; a violation is
-// recorded (the first one, with the thread that made it) and the access goes to scratch
-// memory instead, so it can neither crash nor corrupt. The launch then raises it.
+// Checked execution's runtime (backends/cpu/bounds_checks.py instruments the kernel): an
+// access attributed to one argument is compared inline against that argument's bounds in
+// the running launch's table (tm_rt_check_context); only a failing or unattributed access
+// asks tm_rt_check, which knows threadgroup buffers, argument-buffer members and the
+// module's globals. A violation is recorded (the first one, with the thread that made it)
+// and the access goes to scratch memory instead, so it can neither crash nor corrupt. The
+// launch then raises it.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +46,16 @@ class CheckedLaunch {
   bool allowed(uintptr_t p, uint64_t n, int origin, int space) const;
   void record(uintptr_t p, uint64_t n, int origin, int space, bool write);
 
+  // What the inline check reads, per IR parameter (layout known to bounds_checks.py):
+  // start and bytes; {0, 0} where only tm_rt_check can tell (threadgroup memory, builtins).
+  struct Bounds {
+    uint64_t start = 0;
+    uint64_t bytes = 0;
+  };
+  const Bounds* bounds() const { return bounds_.data(); }
+  // bounds() with the threadgroup arguments at the running group's buffers.
+  void group_bounds(void* const* addresses, std::vector<Bounds>& out) const;
+
  private:
   struct Range {
     uintptr_t start = 0;
@@ -53,6 +66,7 @@ class CheckedLaunch {
   std::string describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const;
 
   std::vector<Range> ranges_;                 // per IR parameter
+  std::vector<Bounds> bounds_;                // per IR parameter, for the inline check
   std::vector<Range> extra_;                  // argument-buffer members
   std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
   std::vector<std::string> names_;
@@ -67,17 +81,20 @@ class CheckedLaunch {
 
 // The running thread's position in the grid, for messages (the launcher and the
 // cooperative runtime set it), and the running threadgroup's addresses (threadgroup
-// buffers are per group).
+// buffers are per group; the inline checks see them from here on, on this OS thread).
 void set_check_thread(uint32_t x, uint32_t y, uint32_t z);
 void set_check_group_addresses(void* const* addresses);
 
 }  // namespace torch_metallib::cpu
 
 extern "C" {
+// The OS thread's check context: {uint32 thread x, y, z; uint32 unused; const Bounds*
+// bounds of the launch running on it}. Constant for the life of a launch on that thread.
+void* tm_rt_check_context();
 // Returns `p` if [p, p + bytes) is allowed, else scratch memory of at least `bytes`.
-// flags: bit 0 a write, bits 8-15 the address space; origin: the kernel parameter, or -1.
-void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags);
-void tm_rt_check_thread(uint32_t x, uint32_t y, uint32_t z);
+// flags: bit 0 a write, bits 8-15 the address space; origin: the kernel parameter, or -1;
+// (x, y, z) the thread's position in grid, or x = -1 where the context's thread holds.
+void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags, int32_t x, int32_t y, int32_t z);
 // A module's constant or threadgroup global (registered once per loaded copy).
 void tm_rt_check_static(void* p, uint64_t bytes, int32_t space);
 }

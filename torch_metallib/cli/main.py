@@ -1,10 +1,11 @@
-"""Command line: ``python -m torch_metallib {inspect,corpus} ...`` (also installed as the
+"""Command line: ``python -m torch_metallib {inspect,census,corpus} ...`` (also installed as the
 ``torch-metallib`` console script)."""
 
 import argparse
 import os
 import sys
 
+from . import census as _census
 from . import inspect as _inspect
 from . import program_name
 from ..errors import TorchMetallibError
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog=program_name())
     subparsers = parser.add_subparsers(dest="command", required=True)
     _inspect.add_parser(subparsers)
+    _census.add_parser(subparsers)
     _add_corpus_parser(subparsers)
     args = parser.parse_args(argv)
     try:

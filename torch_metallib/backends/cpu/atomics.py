@@ -4,9 +4,9 @@
 becomes an LLVM ``atomicrmw``: threadgroups run in parallel on torch's threads, so device
 atomics must be real atomics (threads of one threadgroup are coroutines on one OS thread, for
 which any atomic is trivially atomic). Metal only has relaxed ordering (``monotonic``);
-``air.atomic.fence`` is a full fence. Only ``global.add.f32`` appears in the MLX corpus;
-the other spellings (load, store, xchg, cmpxchg.weak, fence) follow the same pattern
-[ASSUMED, not checked against Apple output].
+``air.atomic.fence`` is a full fence. The census (``python -m torch_metallib census``)
+lists the spellings Apple's compilers emit; cmpxchg.weak's shape is read from kernels of
+the public corpus (diffusion-rs, mlx 0.0.11, metal-linalg).
 """
 
 from typing import List, Optional, Tuple
@@ -32,13 +32,21 @@ def define_atomic(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
     if len(parts) < 5 or parts[2] not in ("global", "local") or not params or not params[0].startswith("ptr"):
         return None
     op, sign = parts[3], parts[4] if parts[4] in ("s", "u") else ""
-    if op == "cmpxchg":  # cmpxchg.weak: (ptr object, ptr expected, T desired, orders..., scope, volatile) -> i1
+    if op == "cmpxchg":
+        # cmpxchg.weak(ptr object, ptr expected, T desired, success order, failure order,
+        # scope, volatile) -> the value found (Apple's compilers compare it with expected);
+        # like C++'s compare_exchange, the value found is also written to *expected. Floats
+        # compare as bits. Never fails spuriously, which a weak exchange allows.
         value = params[2] if len(params) >= 3 else ""
-        if parts[4:5] != ["weak"] or ret != "i1" or params[1] != "ptr" or is_float_type(value):
+        if parts[4:5] != ["weak"] or not params[1].startswith("ptr") or ret not in (value, "i1"):
             return None
-        lines = [f"%e = load {value}, ptr %a1", f"%p = cmpxchg weak {params[0]} %a0, {value} %e, {value} %a2 monotonic monotonic",
-                 f"%old = extractvalue {{ {value}, i1 }} %p, 0", "%r = extractvalue { " + value + ", i1 } %p, 1",
-                 f"store {value} %old, ptr %a1"]  # what C++'s compare_exchange writes back
+        bits = f"i{type_bytes(value) * 8}"
+        lines = [f"%e = load {bits}, {params[1]} %a1",
+                 f"%d = bitcast {value} %a2 to {bits}",
+                 f"%p = cmpxchg weak {params[0]} %a0, {bits} %e, {bits} %d monotonic monotonic",
+                 f"%old = extractvalue {{ {bits}, i1 }} %p, 0", f"store {bits} %old, {params[1]} %a1",
+                 f"%ok = extractvalue {{ {bits}, i1 }} %p, 1"]
+        lines.append("%r = or i1 %ok, false" if ret == "i1" else f"%r = bitcast {bits} %old to {value}")
     elif op == "load" and len(params) == 4:
         lines = [f"%r = load atomic {ret}, {params[0]} %a0 monotonic, align {type_bytes(ret)}"]
     elif op == "store" and ret == "void" and len(params) == 5:

@@ -197,9 +197,10 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
 
 def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
-    if name == "air.wg.barrier" and params == ["i32", "i32"]:
+    # (memory flags, scope), and in newer AIR a third i32 operand, which changes neither.
+    if name == "air.wg.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         return _definition("void", name, params, ["call void @tm_rt_barrier()", SUSPEND]), []
-    if name == "air.simdgroup.barrier" and params == ["i32", "i32"]:
+    if name == "air.simdgroup.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
                  + _wait_for_exchange("null", 0) + ["br label %done", "done:"])
         return _definition("void", name, params, lines), []
@@ -208,18 +209,26 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         return None
     lines: List[str] = []
     declarations: List[str] = []
-    if parts[1] == "is_uniform" and len(params) == 1 and ret == "i1" and params[0].startswith("i"):
-        # True when every active lane holds the same value.
+    if parts[1] == "is_uniform" and len(params) == 1 and ret == "i1" and not params[0].startswith("<"):
+        # True when every active lane holds the same value (floats: equal as numbers).
         value_type = params[0]
+        compare = "fcmp une" if is_float_type(value_type) else "icmp ne"
         lines = _exchange([(value_type, "%a0")]) + ["%diff.init = icmp ne i32 %mask, %mask"]
         differs = "%diff.init"
         for j in range(SIMD_WIDTH):
             lines += _load_lane(value_type, str(j), f"x{j}") + [
-                f"%ne{j} = icmp ne {value_type} %x{j}, %a0", f"%b{j} = and i32 %mask, {1 << j}",
+                f"%ne{j} = {compare} {value_type} %x{j}, %a0", f"%b{j} = and i32 %mask, {1 << j}",
                 f"%in{j} = icmp ne i32 %b{j}, 0", f"%d{j} = and i1 %ne{j}, %in{j}", f"%any{j} = or i1 {differs}, %d{j}"]
             differs = f"%any{j}"
         lines.append(f"%r = xor i1 {differs}, true")
         return _definition(ret, name, params, lines), declarations
+    if parts[1] in ("simd_vote_all", "simd_vote_any") and ret == "i1" and params in (["i64"], ["i32"]):
+        # simd_vote::all() / any() of a ballot: over the lanes active here.
+        widen = f"zext i32 %mask to {params[0]}" if params[0] == "i64" else "or i32 %mask, 0"
+        lines = _exchange([]) + [f"%active = {widen}", f"%on = and {params[0]} %a0, %active"]
+        lines.append(f"%r = icmp eq {params[0]} %on, %active" if parts[1] == "simd_vote_all"
+                     else f"%r = icmp ne {params[0]} %on, 0")
+        return _definition(ret, name, params, lines), []
     scope, _, op = parts[1].partition("_")
     if scope not in ("simd", "quad") or not op:
         return None

@@ -11,6 +11,9 @@ SIMD-group, barrier and atomic intrinsics are not per-lane and are not defined h
 import re
 from typing import List, Optional, Tuple
 
+from .lanes import lanewise, via_wider
+from .math_functions import MATH_OPS, define_math
+
 __all__ = [
     "define_intrinsic", "parse_declaration", "element_type", "overload_suffix", "with_element",
     "is_float_type", "type_bytes", "SIMD_WIDTH",
@@ -30,6 +33,16 @@ _FLOAT_BINARY = {"pow": "pow", "powr": "pow", "atan2": "atan2", "fmin": "minnum"
 _LIBM_UNARY = {"asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "erf": "erff",
                "expm1": "expm1f", "log1p": "log1pf"}
 _INT_BINARY = {("max", "s"): "smax", ("max", "u"): "umax", ("min", "s"): "smin", ("min", "u"): "umin"}
+_BIT_COUNTS = {"popcount": "ctpop", "clz": "ctlz", "ctz": "cttz"}
+# Float functions defined once, on float scalars: their half/bfloat forms are computed in
+# float, their vector forms lane by lane (lanes.py).
+_FLOAT_MATH = (set(_FLOAT_UNARY) | set(_FLOAT_BINARY) | set(_LIBM_UNARY) | set(MATH_OPS)
+               | {"fma", "fmod", "rsqrt", "ldexp"})
+_LANEWISE = _FLOAT_MATH | set(_BIT_COUNTS) | {"nextafter"}
+# Precise (not fast_) float functions that libm's float versions get within 2 ulp of the
+# correctly rounded result: computed in double instead (benchmarks/precision.py).
+_VIA_DOUBLE = ({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan",
+                "sinh", "cosh", "tanh", "pow", "powr", "atan2"} | set(_LIBM_UNARY))
 SIMD_WIDTH = 32  # threads per SIMD-group on Apple GPUs
 _FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
 _FLOAT_CODES = {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}
@@ -136,13 +149,26 @@ def _convert(ret: str, param: str, dst_kind: str, src_kind: str) -> Tuple[List[s
     return [f"%r = {extend} {param} %a0 to {ret}"], []
 
 
-def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
-    """(an internal LLVM IR definition of `name`, the declarations it needs), or None if
-    this intrinsic is not a per-lane operation this backend implements."""
+def define_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[str] = None
+                     ) -> Optional[Tuple[str, List[str]]]:
+    """(an internal LLVM IR definition of `name`, called `symbol` (default: `name`), the
+    declarations it needs), or None if this intrinsic is not a per-lane operation this
+    backend implements."""
+    symbol = symbol or name
     parts = name.split(".")
     if parts[0] != "air" or len(parts) < 3:
         return None
     op = parts[1][5:] if parts[1].startswith("fast_") else parts[1]
+    if op in _LANEWISE and any(t.startswith("<") for t in [ret, *params]):
+        return lanewise(ret, name, params, symbol, define_intrinsic)
+    narrow = [t for t in [ret, *params] if t in ("half", "bfloat")]
+    if op in _FLOAT_MATH and narrow:
+        return via_wider(ret, name, params, symbol, define_intrinsic)
+    if op in _VIA_DOUBLE and not parts[1].startswith("fast_") and ret == "float" and set(params) == {"float"}:
+        return via_wider(ret, name, params, symbol, define_intrinsic, ("float",), "double")
+    made = define_math(ret, op, params, symbol)
+    if made is not None:
+        return made
     args = [(t, f"%a{i}") for i, t in enumerate(params)]
     lines: List[str] = []
     declarations: List[str] = []
@@ -161,6 +187,10 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret}, {ret})"]
     elif op == "fmod" and len(params) == 2:
         lines = [f"%r = frem {ret} %a0, %a1"]
+    elif op == "rsqrt" and params == ["float"] and ret == "float":  # in double: rounded once
+        lines = ["%d = fpext float %a0 to double", "%s = call double @llvm.sqrt.f64(double %d)",
+                 "%q = fdiv double 1.0, %s", "%r = fptrunc double %q to float"]
+        declarations = ["declare double @llvm.sqrt.f64(double)"]
     elif op == "rsqrt" and len(params) == 1:
         callee = f"llvm.sqrt.{overload_suffix(ret)}"
         one = "1.0" if not ret.startswith("<") else f"splat ({element_type(ret)} 1.0)"
@@ -169,14 +199,20 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
     elif op == "ldexp" and len(params) == 2:
         callee = f"llvm.ldexp.{overload_suffix(ret)}.{overload_suffix(params[1])}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {params[1]})"]
-    elif op in _LIBM_UNARY and len(params) == 1 and not ret.startswith("<"):
-        libm = _LIBM_UNARY[op]
-        if ret == "float":
-            lines = [f"%r = call float @{libm}(float %a0)"]
+    elif op in _LIBM_UNARY and params == [ret] and ret in ("float", "double"):
+        libm = _LIBM_UNARY[op] if ret == "float" else _LIBM_UNARY[op][:-1]  # asinhf / asinh
+        lines, declarations = [f"%r = call {ret} @{libm}({ret} %a0)"], [f"declare {ret} @{libm}({ret})"]
+    elif op in _BIT_COUNTS and params[:1] == [ret] and len(params) in (1, 2) and not is_float_type(ret):
+        callee = f"llvm.{_BIT_COUNTS[op]}.{overload_suffix(ret)}"
+        extra = [] if op == "popcount" else [("i1", "false")]  # clz/ctz of 0: the bit width
+        lines = [f"%r = {_call(ret, callee, args[:1] + extra)}"]
+        declarations = [f"declare {ret} @{callee}({', '.join([ret] + [t for t, _ in extra])})"]
+    elif op in ("all", "any") and ret == "i1" and len(params) == 1 and element_type(params[0]) == "i1":
+        if params[0] == "i1":
+            lines = ["%r = or i1 %a0, false"]
         else:
-            lines = [f"%w = fpext {ret} %a0 to float", f"%v = call float @{libm}(float %w)",
-                     f"%r = fptrunc float %v to {ret}"]
-        declarations = [f"declare float @{libm}(float)"]
+            callee = f"llvm.vector.reduce.{'and' if op == 'all' else 'or'}.{overload_suffix(params[0])}"
+            lines, declarations = [f"%r = call i1 @{callee}({params[0]} %a0)"], [f"declare i1 @{callee}({params[0]})"]
     elif (op, parts[2]) in _INT_BINARY and len(params) == 2:
         callee = f"llvm.{_INT_BINARY[(op, parts[2])]}.{overload_suffix(ret)}"
         lines, declarations = [f"%r = {_call(ret, callee, args)}"], [f"declare {ret} @{callee}({ret}, {ret})"]
@@ -195,6 +231,15 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
         callee = f"llvm.vector.reduce.fadd.{overload_suffix(params[0])}"
         lines = [f"%m = fmul {params[0]} %a0, %a1", f"%r = call {ret} @{callee}({ret} -0.0, {params[0]} %m)"]
         declarations = [f"declare {ret} @{callee}({ret}, {params[0]})"]
+    elif op in ("load", "store") and parts[2] in ("device_coherent", "system_coherent"):
+        # Coherent (and volatile) accesses: volatile, so a spinning kernel rereads memory.
+        pointer = next((t for t in params if t.startswith("ptr")), "")
+        if op == "load" and params == [pointer] and pointer:
+            lines = [f"%r = load volatile {ret}, {pointer} %a0"]
+        elif op == "store" and ret == "void" and len(params) == 2 and params[1] == pointer and pointer:
+            signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
+            return (f"define internal void @{symbol}({signature}) alwaysinline {{\n"
+                    f"  store volatile {params[0]} %a0, {pointer} %a1\n  ret void\n}}"), []
     elif op == "get_simdgroup_size" and not params and ret in ("i16", "i32"):
         lines = [f"%r = add {ret} 0, {SIMD_WIDTH}"]
     elif op == "abs" and parts[2] in ("s", "u") and len(params) == 1:
@@ -210,4 +255,4 @@ def define_intrinsic(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
         return None
     signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
     body = "\n  ".join(lines + [f"ret {ret} %r"])
-    return f"define internal {ret} @{name}({signature}) alwaysinline {{\n  {body}\n}}", declarations
+    return f"define internal {ret} @{symbol}({signature}) alwaysinline {{\n  {body}\n}}", declarations

@@ -24,12 +24,13 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, docs/f
 
 import re
 import struct
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .collectives import RUNTIME_DECLARATIONS, define_collective
 from .coroutine import thread_entry
 from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
+from .bfloat_rounding import round_bfloat_exactly
 from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
 from .intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
 from .private_arrays import clamp_private_array_indices
@@ -119,6 +120,25 @@ def _take_constructors(text: str):
         + text[match.end():], names
 
 
+def cpu_definition(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+    """(the host definition of the declared intrinsic `name`, declarations it needs), or
+    None where the CPU backend has none (also what the intrinsic census asks)."""
+    if name in _UNREACHABLE:
+        signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
+        return (f"define internal {ret} @{name}({signature}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
+                ["declare void @llvm.trap()"])
+    return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params) or define_matrix(ret, name, params)
+            or define_product_batch(ret, name, params) or define_collective(ret, name, params)
+            or define_async_copy(ret, name, params))
+
+
+def cpu_implements(ret: str, name: str, params: List[str]) -> bool:
+    """Whether the CPU backend runs calls of this declaration (the intrinsic census)."""
+    if name == "air.is_function_constant_defined":  # _specialize_constants defines it
+        return params == ["ptr addrspace(2)"] and ret == "i1"
+    return cpu_definition(ret, name, params) is not None
+
+
 def _define_intrinsics(text: str, kernel: str) -> str:
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     extra, unsupported = [], []
@@ -126,13 +146,7 @@ def _define_intrinsics(text: str, kernel: str) -> str:
         parsed = parse_declaration(match.group(0))
         if parsed is None or not parsed[1].startswith(("air.", "tm.")):
             return match.group(0)
-        if parsed[1] in _UNREACHABLE:
-            params = ", ".join(f"{t} %a{i}" for i, t in enumerate(parsed[2]))
-            made = (f"define internal {parsed[0]} @{parsed[1]}({params}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
-                    ["declare void @llvm.trap()"])
-        else:
-            made = (define_intrinsic(*parsed) or define_atomic(*parsed) or define_matrix(*parsed)
-                    or define_product_batch(*parsed) or define_collective(*parsed) or define_async_copy(*parsed))
+        made = cpu_definition(*parsed)
         if made is None:
             unsupported.append(parsed[1])
             return match.group(0)
@@ -349,7 +363,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text, constructors = _take_constructors(text)
     if cooperative:
         text = batch_matrix_products(text, unroll)
-    text = number_exchange_sites(_define_intrinsics(text, kernel))
+    text = round_bfloat_exactly(number_exchange_sites(_define_intrinsics(text, kernel)))
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"

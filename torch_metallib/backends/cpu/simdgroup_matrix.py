@@ -22,7 +22,7 @@ from typing import List, Optional, Tuple
 
 from .collectives import MASK_OFFSET, WAIT_ALLOCA, _claim, _definition, _exchange
 from .coroutine import SITE_PLACEHOLDER, SUSPEND
-from .intrinsics import SIMD_WIDTH, element_type
+from .intrinsics import SIMD_WIDTH, element_type, is_float_type
 from .matrix_batches import BATCH_PREFIX
 from .reconvergence import SITE_ORDER
 
@@ -63,6 +63,17 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
     if op == "init_filled" and len(params) == 1 and ret == f"<64 x {params[0]}>":
         lines = [f"%one = insertelement {ret} poison, {params[0]} %a0, i32 0",
                  f"%r = insertelement {ret} %one, {params[0]} %a0, i32 1"]
+        return _definition(ret, name, params, lines), []
+    if op == "init_diag" and len(params) == 1 and ret == f"<64 x {params[0]}>":
+        # The diagonal holds the value, every other element zero: the lane's two elements
+        # are at (row, col) and (row, col + 1).
+        element = params[0]
+        zero = "0.0" if is_float_type(element) else "0"
+        lines = _exchange([]) + _lane_position() + [
+            "%on0 = icmp eq i32 %row, %col", "%col1 = add i32 %col, 1", "%on1 = icmp eq i32 %row, %col1",
+            f"%e0 = select i1 %on0, {element} %a0, {element} {zero}", f"%e1 = select i1 %on1, {element} %a0, {element} {zero}",
+            f"%one = insertelement {ret} poison, {element} %e0, i32 0",
+            f"%r = insertelement {ret} %one, {element} %e1, i32 1"]
         return _definition(ret, name, params, lines), []
     if op in ("load", "store"):
         matrix = ret if op == "load" else (params[0] if params else "")

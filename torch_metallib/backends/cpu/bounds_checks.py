@@ -223,6 +223,21 @@ def _instrument(line: str, provenance, counter, thread: str) -> Optional[List[st
     return None
 
 
+def _inside(space: int) -> str:
+    """Given %p, %n, %start and %bytes: on to %pass (returns %p) if [p, p + n) lies in
+    [start, start + bytes), else to %runtime."""
+    return f"""  %address = ptrtoint ptr addrspace({space}) %p to i64
+  %offset = sub i64 %address, %start
+  %room = sub i64 %bytes, %n
+  %fits = icmp ule i64 %n, %bytes
+  %inside = icmp ule i64 %offset, %room
+  %ok = and i1 %fits, %inside
+  br i1 %ok, label %pass, label %runtime, !prof !9000002
+pass:
+  ret ptr addrspace({space}) %p
+"""
+
+
 def check_definitions() -> str:
     """Definitions of @tm.check.N, in each address space: an access attributed to argument
     `origin` is compared inline with the launch's bounds for it (start, bytes); the runtime
@@ -232,17 +247,8 @@ def check_definitions() -> str:
     for space in _SPACES:
         out.append(f"""define internal ptr addrspace({space}) @tm.check.static.{space}(ptr addrspace({space}) %p, i64 %n, ptr addrspace({space}) %base, i64 %bytes, i32 %write, i32 %x, i32 %y, i32 %z) alwaysinline {{
 entry:
-  %address = ptrtoint ptr addrspace({space}) %p to i64
   %start = ptrtoint ptr addrspace({space}) %base to i64
-  %offset = sub i64 %address, %start
-  %room = sub i64 %bytes, %n
-  %fits = icmp ule i64 %n, %bytes
-  %inside = icmp ule i64 %offset, %room
-  %ok = and i1 %fits, %inside
-  br i1 %ok, label %pass, label %runtime, !prof !9000002
-pass:
-  ret ptr addrspace({space}) %p
-runtime:
+{_inside(space)}runtime:
   %checked = call ptr addrspace({space}) @tm.check.{space}(ptr addrspace({space}) %p, i64 %n, i32 -1, i32 %write, i32 %x, i32 %y, i32 %z)
   ret ptr addrspace({space}) %checked
 }}""")
@@ -259,16 +265,7 @@ inline:
   %bytes.at = getelementptr inbounds [2 x i64], ptr %table, i64 %o, i64 1
   %start = load i64, ptr %start.at, align 8, !invariant.load !9000001
   %bytes = load i64, ptr %bytes.at, align 8, !invariant.load !9000001
-  %address = ptrtoint ptr addrspace({space}) %p to i64
-  %offset = sub i64 %address, %start
-  %room = sub i64 %bytes, %n
-  %fits = icmp ule i64 %n, %bytes
-  %inside = icmp ule i64 %offset, %room
-  %ok = and i1 %fits, %inside
-  br i1 %ok, label %pass, label %runtime, !prof !9000002
-pass:
-  ret ptr addrspace({space}) %p
-runtime:
+{_inside(space)}runtime:
   %raw = addrspacecast ptr addrspace({space}) %p to ptr
   %flags = or i32 %write, {space << 8}
   %checked = call ptr @tm_rt_check(ptr %raw, i64 %n, i32 %origin, i32 %flags, i32 %x, i32 %y, i32 %z)

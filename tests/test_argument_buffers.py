@@ -142,3 +142,26 @@ def test_bad_argument_buffers_are_refused_and_write_nothing(mlx002, value, error
     for word in words:
         assert word in message, (word, message)
     assert torch.equal(out, torch.full((3,), 7.0))
+
+
+def test_scatter_prod_with_repeated_indices_matches_torch(mlx002):
+    """scatterfloat32int32_prod_1: out[idx[k]] *= updates[k], each an atomic multiply that
+    MLX 0.0.2 builds from air.atomic.global.cmpxchg.weak.f32 in a retry loop; indices repeat,
+    so threads on different OS threads race for the same element. Factors are powers of two,
+    so every order of the products gives the same float."""
+    g = torch.Generator().manual_seed(4)
+    slots, count = 50, 1000
+    index = torch.randint(0, slots, (count,), generator=g, dtype=torch.int32)
+    updates = torch.tensor([0.5, 1.0, 2.0, 2.0])[torch.randint(0, 4, (count,), generator=g)].reshape(count, 1)
+    out = torch.ones(slots)
+    members = {"buffers": [index], "shapes": torch.tensor([count], dtype=torch.int32),
+               "strides": torch.tensor([1], dtype=torch.int64), "ndim": 1}
+    mlx002.scatterfloat32int32_prod_1(
+        members, updates, out, torch.tensor([count, 1], dtype=torch.int32), torch.tensor([1, 1], dtype=torch.int64),
+        torch.tensor([2], dtype=torch.int64), torch.tensor([1], dtype=torch.int64),
+        torch.tensor([slots], dtype=torch.int32), torch.tensor([1], dtype=torch.int64),
+        torch.tensor([1], dtype=torch.int64), torch.tensor([0], dtype=torch.int32), threads=count, group_size=10)
+    want = torch.ones(slots)
+    for k in range(count):
+        want[index[k]] *= updates[k, 0]
+    assert torch.equal(out, want)

@@ -118,3 +118,32 @@ def test_call_argument_wins_over_context_and_environment(mlx_lib, monkeypatch):
     assert not checked_requested(None)
     with tm.checked():
         assert checked_requested(None) and not checked_requested(False)
+
+
+def _divergent_barriers_kernel():
+    """Threads below 16 wait at one threadgroup barrier, the others at another."""
+    import _air_modules as air
+
+    body = ["%low = icmp ult i32 %gid, 16", "%at = getelementptr float, ptr addrspace(1) %out, i64 %gid64",
+            "br i1 %low, label %first, label %second",
+            "first:", "store float 1.0, ptr addrspace(1) %at", "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "br label %join",
+            "second:", "store float 2.0, ptr addrspace(1) %at", "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "br label %join", "join:"]
+    text = air.module_text("divergent_barriers", body, [("out", "float", "air.read_write")],
+                           ["declare void @air.wg.barrier(i32, i32) #1"], collective=True)
+    return air.library("divergent_barriers", text)["divergent_barriers"]
+
+
+def test_divergent_barriers_are_reported_in_checked_execution():
+    kernel = _divergent_barriers_kernel()
+    out = torch.zeros(32)
+    kernel(out, threads=32, group_size=32)  # unchecked: undefined in Metal; runs as Apple GPUs do
+    assert torch.equal(out, torch.tensor([1.0] * 16 + [2.0] * 16))
+    with pytest.raises(tm.KernelExecutionError) as error:
+        kernel(out, threads=32, group_size=32, checked=True)
+    message = str(error.value)
+    assert message.startswith("divergent_barriers: divergent threadgroup barriers: thread (16, 0, 0) waits at "
+                              "the kernel's barrier #2 while thread (0, 0, 0) of the same threadgroup waits at "
+                              "barrier #1"), message
+    assert "move the barrier out of the branch" in message

@@ -24,7 +24,7 @@ from .reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
 # An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
 # l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
@@ -199,7 +199,9 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
     # (memory flags, scope), and in newer AIR a third i32 operand, which changes neither.
     if name == "air.wg.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
-        return _definition("void", name, params, ["call void @tm_rt_barrier()", SUSPEND]), []
+        # The barrier's site (SITE_PLACEHOLDER, numbered by split_at_suspends): checked
+        # execution reports threads waiting at different barriers.
+        return _definition("void", name, params, [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND]), []
     if name == "air.simdgroup.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
                  + _wait_for_exchange("null", 0) + ["br label %done", "done:"])

@@ -43,6 +43,7 @@ declare void @tm.suspend()
 _LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _MARKER = re.compile(r"^\s*(?:tail |notail )?call void @tm\.suspend\(\)")
 _EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_(?:exchange|stage)\(.*), " + SITE_PLACEHOLDER + r"\)")
+_BARRIER_SITE = "@tm_rt_barrier(" + SITE_PLACEHOLDER + ")"
 
 
 def thread_entry(name: str, lines: List[str]) -> str:
@@ -78,7 +79,7 @@ coro.end:
 
 def split_at_suspends(text: str, entry: str, kernel: str) -> str:
     """The printed module `text`, after inlining, with every ``@tm.suspend()`` marker in
-    the coroutine `entry` a suspension point, and every exchange call site numbered."""
+    the coroutine `entry` a suspension point, and every exchange and barrier call site numbered."""
     lines = text.split("\n")
     start = next(i for i, line in enumerate(lines) if line.startswith("define ") and f"@{entry}(" in line)
     end = lines.index("}", start)
@@ -90,7 +91,7 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
             f"Run it on a Mac with MPS tensors")
     body: List[str] = []
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends
-    block, suspends, sites = "entry", 0, 0
+    block, suspends, sites, barriers = "entry", 0, 0, 0
     for line in lines[start + 1:end]:
         label = _LABEL.match(line)
         if label:
@@ -107,6 +108,9 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
         elif "@tm_rt_simd_exchange(" in line or "@tm_rt_simd_stage(" in line:
             sites += 1
             line = _EXCHANGE_SITE.sub(rf"\1, i32 {sites})", line)
+        elif _BARRIER_SITE in line:
+            barriers += 1
+            line = line.replace(_BARRIER_SITE, f"@tm_rt_barrier(i32 {barriers})")
         body.append(line)
     if moved:
         def rename(match):

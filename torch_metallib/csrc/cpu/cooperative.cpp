@@ -98,6 +98,9 @@ struct GroupRun {
   uint32_t runnable = 0;           // threads in State::Ready, the running one included
   uint32_t at_barrier = 0;
   uint32_t done = 0;
+  uint32_t barrier_site = 0;       // the barrier the waiting threads wait at (0: none)
+  uint32_t barrier_thread = 0;     // the first of them
+  std::string divergence;          // checked execution: threads waiting at different barriers
 };
 
 // Read on every barrier and collective: initial-exec skips __tls_get_addr (the extension
@@ -193,6 +196,23 @@ void release_barrier(GroupRun& run) {
   }
   plan_interval(run);
   run.from_start = true;
+}
+
+std::string position_of(const GroupRun& run, uint32_t i) {
+  const uint32_t x = run.actual[0], xy = run.actual[0] * run.actual[1];
+  return "(" + std::to_string(run.origin[0] + i % x) + ", " + std::to_string(run.origin[1] + (i % xy) / x) + ", " +
+         std::to_string(run.origin[2] + i / xy) + ")";
+}
+
+// Checked execution's report of threads of one threadgroup waiting at different barriers
+// (Metal requires every thread to reach the same barrier; what a GPU does is undefined).
+std::string describe_divergence(const GroupRun& run, uint32_t site) {
+  return "divergent threadgroup barriers: thread " + position_of(run, run.current->thread) +
+         " waits at the kernel's barrier #" + std::to_string(site) + " while thread " +
+         position_of(run, run.barrier_thread) + " of the same threadgroup waits at barrier #" +
+         std::to_string(run.barrier_site) + " (barriers numbered in the order of the compiled code). "
+         "Every thread of a threadgroup must reach the same threadgroup_barrier: move the barrier out of "
+         "the branch";
 }
 
 // Copies a lane's value in 4-byte pieces: the kernel has just stored it in pieces of at
@@ -338,9 +358,14 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
   plan_interval(run);
   current_run = &run;
   Thread* next = next_ready(run, run.order.back());
+  run.divergence.clear();
   while (run.done < count) {
     if (next != nullptr) {
       run_thread(run, *next);
+      if (!run.divergence.empty()) {
+        current_run = nullptr;
+        throw ExecutionError(kernel + ": " + run.divergence);
+      }
       next = successor(run, *run.current);
       continue;
     }
@@ -439,8 +464,14 @@ extern "C" void* tm_rt_frame(uint64_t bytes) {
   return run.frames + run.current->thread * run.frame_stride;
 }
 
-extern "C" void tm_rt_barrier() {
+extern "C" void tm_rt_barrier(uint32_t site) {
   auto& run = *current_run;
+  if (run.at_barrier == 0) {
+    run.barrier_site = site;
+    run.barrier_thread = run.current->thread;
+  } else if (site != run.barrier_site && run.checked && run.divergence.empty()) {
+    run.divergence = torch_metallib::cpu::describe_divergence(run, site);
+  }
   torch_metallib::cpu::wait(run, State::AtBarrier);
   if (++run.at_barrier >= torch_metallib::cpu::barrier_quorum(run)) {
     torch_metallib::cpu::release_barrier(run);  // the last to arrive releases everyone

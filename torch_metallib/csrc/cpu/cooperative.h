@@ -53,7 +53,7 @@ extern "C" {
 // The memory of the thread's coroutine frame (`bytes`, the same for every thread of a kernel).
 void* tm_rt_frame(uint64_t bytes);
 // air.wg.barrier: the thread waits for every thread of the threadgroup.
-void tm_rt_barrier();
+void tm_rt_barrier(uint32_t site);  // site: the barrier's call site (checked execution compares them)
 // The thread's kernel returned.
 void tm_rt_finished();
 // Where a waiting lane finds its exchange's result (in the kernel's coroutine frame).

@@ -308,3 +308,17 @@ def test_compare_exchange_loop_and_64_bit_unsigned_min_max_are_atomic(element):
     unsigned = [v & (2**64 - 1) for v in values.tolist()]
     as_signed = lambda u: u - 2**64 if u >= 2**63 else u  # noqa: E731
     assert slots.tolist() == [as_signed(max(unsigned)), as_signed(min(unsigned))]
+
+
+@pytest.mark.parametrize("width", ["i16", "i32"])
+@pytest.mark.parametrize("op", ["get_thread_index_in_simdgroup", "get_simdgroup_index_in_threadgroup"])
+def test_lane_and_simdgroup_index_functions(op, width):
+    """The builtins' function forms (metaljax's and kiwi-array's MLX builds call
+    get_thread_index_in_simdgroup.i16): the position within a group of 96 threads."""
+    kernel = air.simd_kernel(f"air.{op}.{width}", width, [])
+    dtype = torch.int16 if width == "i16" else torch.int32
+    out = torch.full((192,), -1, dtype=dtype)
+    kernel(out, threads=192, group_size=96)
+    local = torch.arange(192) % 96
+    want = local % 32 if op == "get_thread_index_in_simdgroup" else local // 32
+    assert torch.equal(out, want.to(dtype))

@@ -23,7 +23,8 @@ from .signature import format_signature
 __all__ = ["Reflection", "ThreadgroupVariable", "reflect"]
 
 _BARRIERS = ("air.wg.barrier", "air.simdgroup.barrier")
-_SIMDGROUP_PREFIXES = ("air.simd_", "air.simdgroup", "air.quad_", "air.is_uniform")
+_SIMDGROUP_PREFIXES = ("air.simd_", "air.simdgroup", "air.quad_", "air.is_uniform", "air.get_thread_index_in_simdgroup",
+                       "air.get_simdgroup_index_in_threadgroup")
 _MAX_THREADS_KEY = "air.max_work_group_size"
 _REPORT = ("The bitcode does not follow the AIR conventions this version reads; please "
            "report it with the .metallib attached.")

@@ -24,7 +24,7 @@ from .reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
 
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
+RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare i32 @tm_rt_thread_in_group()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
 # An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
 # l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
@@ -209,6 +209,13 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":
         return None
+    if parts[1] in ("get_thread_index_in_simdgroup", "get_simdgroup_index_in_threadgroup") and not params \
+            and ret in ("i16", "i32"):
+        # The builtins' values as functions: from the running thread's index in its group.
+        op = "urem" if parts[1] == "get_thread_index_in_simdgroup" else "udiv"
+        lines = ["%t = call i32 @tm_rt_thread_in_group()", f"%v = {op} i32 %t, {SIMD_WIDTH}",
+                 f"%r = trunc i32 %v to {ret}" if ret == "i16" else "%r = or i32 %v, 0"]
+        return _definition(ret, name, params, lines), []
     lines: List[str] = []
     declarations: List[str] = []
     if parts[1] == "is_uniform" and len(params) == 1 and ret == "i1" and not params[0].startswith("<"):

@@ -185,6 +185,7 @@ void bind_dispatch(py::module_& m) {
     py::dict symbols;
     symbols["tm_rt_frame"] = reinterpret_cast<uintptr_t>(&tm_rt_frame);
     symbols["tm_rt_barrier"] = reinterpret_cast<uintptr_t>(&tm_rt_barrier);
+    symbols["tm_rt_thread_in_group"] = reinterpret_cast<uintptr_t>(&tm_rt_thread_in_group);
     symbols["tm_rt_finished"] = reinterpret_cast<uintptr_t>(&tm_rt_finished);
     symbols["tm_rt_simd_exchange"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_exchange);
     symbols["tm_rt_simd_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_simd_stage);

@@ -478,6 +478,8 @@ extern "C" void tm_rt_barrier(uint32_t site) {
   }
 }
 
+extern "C" uint32_t tm_rt_thread_in_group() { return current_run->current->thread; }
+
 extern "C" void tm_rt_finished() {
   auto& run = *current_run;
   auto& t = *run.current;

@@ -56,6 +56,7 @@ void* tm_rt_frame(uint64_t bytes);
 void tm_rt_barrier(uint32_t site);  // site: the barrier's call site (checked execution compares them)
 // The thread's kernel returned.
 void tm_rt_finished();
+uint32_t tm_rt_thread_in_group();  // the running thread's index in its threadgroup
 // Where a waiting lane finds its exchange's result (in the kernel's coroutine frame).
 struct ExchangeWait {
   const void* slots;  // set when the exchange completes; null: call tm_rt_simd_exchange again

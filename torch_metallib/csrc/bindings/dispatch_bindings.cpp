@@ -14,6 +14,7 @@
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
 #include "dispatch/binding_plan.h"
+#include "dispatch/command_list.h"
 
 namespace py = pybind11;
 
@@ -52,6 +53,30 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
   }
   std::sort(members.begin(), members.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
   return members;
+}
+
+// A command list as Python sees it (tests and the simulated Metal compare it).
+py::dict command_record(const dispatch::CommandList& commands) {
+  py::dict out;
+  out["function"] = commands.function;
+  out["constants"] = constants_tuple(commands.constants);
+  py::list buffers, bytes, threadgroup;
+  for (const dispatch::BufferCommand& b : commands.buffers) {
+    buffers.append(py::make_tuple(b.index, py::reinterpret_steal<py::object>(THPVariable_Wrap(b.tensor)), b.offset,
+                                  b.writable));
+  }
+  for (const dispatch::BytesCommand& b : commands.bytes) {
+    bytes.append(py::make_tuple(b.index, py::bytes(static_cast<const char*>(b.data), size_t(b.length)), b.as_buffer,
+                                b.argument_buffer != nullptr));
+  }
+  for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) threadgroup.append(py::make_tuple(t.index, t.length));
+  out["buffers"] = buffers;
+  out["bytes"] = bytes;
+  out["threadgroup"] = threadgroup;
+  out["threadgroup_total"] = commands.threadgroup_total;
+  out["grid"] = py::make_tuple(commands.grid[0], commands.grid[1], commands.grid[2]);
+  out["group"] = py::make_tuple(commands.group[0], commands.group[1], commands.group[2]);
+  return out;
 }
 
 // The checked launch for `checked` ((description, address space) per IR parameter), or none.
@@ -140,7 +165,9 @@ void bind_dispatch(py::module_& m) {
                                                               buffer.bytes->size() * 8), slots));
         }
         return out;
-      }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes");
+      }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes")
+      .def_property_readonly("commands", [](const Plan& plan) { return command_record(*plan.commands); },
+                             "The Metal-shaped command list (dispatch/command_list.h) as a dict");
 
   m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
                          bool parallel, const py::object& checked, const std::string& kernel) {

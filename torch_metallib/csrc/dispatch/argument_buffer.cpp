@@ -106,6 +106,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
   }
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = argument.type_size;
+  plan.bindings[argument.position] = {ParameterBinding::Kind::ArgumentBuffer, argument.binding, {}, false};
   plan.packed.push_back(storage);
   plan.argument_buffers.push_back(std::move(buffer));
 }

@@ -1,4 +1,5 @@
 #include "dispatch/binding_plan.h"
+#include "dispatch/command_list.h"
 #include "dispatch/python_values.h"
 
 #include <torch/csrc/autograd/python_variable.h>
@@ -253,6 +254,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   check_tensor(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);
+  plan.bindings[argument.position] = {ParameterBinding::Kind::Tensor, argument.binding, tensor, argument.writable()};
 }
 
 void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const {
@@ -299,6 +301,7 @@ void KernelSpec::bind_absent(Plan& plan, const ArgumentSpec& argument) const {
   auto storage = allocate(size_t(bytes));
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
+  plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
 
@@ -310,6 +313,7 @@ void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::share
   }
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
+  plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
 
@@ -593,6 +597,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
+  plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(read_constants(name_, constants_, constants));
   refuse_unbindable(plan.constants);
   auto guard_on = [&](const ArgumentSpec& argument) { return this->guard_on(argument, plan.constants); };
@@ -680,6 +685,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   }
   bind_grid(plan, grid, group_size.is_none() ? std::vector<int64_t>{} : read_dims(name_, "group_size", group_size));
   refuse_empty(plan, empty);
+  finish(plan);
   return plan;
 }
 
@@ -698,6 +704,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
+  plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(constants);
   refuse_unbindable(plan.constants);
   bool device_seen = false;
@@ -737,7 +744,14 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   }
   bind_grid(plan, threads, group);
   refuse_empty(plan, empty);
+  finish(plan);
   return plan;
+}
+
+void KernelSpec::finish(Plan& plan) const {
+  auto commands = std::make_shared<CommandList>(command_list(plan, name_));
+  plan.addresses = cpu_addresses(*commands, plan.addresses.size());
+  plan.commands = std::move(commands);
 }
 
 void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const {
@@ -775,6 +789,7 @@ void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair
     }
     total += bytes;
     plan.threadgroup_buffers.emplace_back(a->position, bytes);
+    plan.bindings[size_t(a->position)] = {ParameterBinding::Kind::Threadgroup, a->binding, {}, true};
   }
   if (total > kMetalMaxThreadgroupBytes) {
     throw DispatchFailure(name_ + ": threadgroup memory: expected at most " + std::to_string(kMetalMaxThreadgroupBytes) +

@@ -133,9 +133,20 @@ struct ArgumentBuffer {
   std::vector<ArgumentBufferSlot> slots;
 };
 
+// How one IR parameter is bound, for the command list (command_list.h).
+struct ParameterBinding {
+  enum class Kind { None, Tensor, Bytes, Threadgroup, ArgumentBuffer } kind = Kind::None;
+  int index = 0;          // the Metal binding index
+  at::Tensor tensor;      // Kind::Tensor
+  bool writable = false;
+};
+
+struct CommandList;
+
 // What a call binds: the backend-neutral plan.
 struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
+  std::vector<ParameterBinding> bindings;   // per IR parameter
   std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
@@ -145,6 +156,7 @@ struct Plan {
   std::vector<std::pair<int, int64_t>> threadgroup_buffers;
   std::vector<ArgumentBuffer> argument_buffers;
   c10::Device device = c10::Device(c10::kCPU);
+  std::shared_ptr<const CommandList> commands;  // built last; `addresses` are read from it
 };
 
 // Bytes from the tensor's first element to the end of its storage (what a kernel may reach).
@@ -206,6 +218,8 @@ class KernelSpec {
   void bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const;
   // Refuses used arguments given empty tensors when the grid has threads.
   void refuse_empty(const Plan& plan, const std::vector<const ArgumentSpec*>& empty) const;
+  // Builds the plan's command list and takes the CPU's addresses from it.
+  void finish(Plan& plan) const;
 
   std::string name_;
   int parameter_count_;

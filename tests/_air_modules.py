@@ -77,8 +77,8 @@ def _metal_name(element: str, unsigned: bool) -> str:
 def _module(name: str, intrinsic: str, ret: str, params: List[str], constants: List[str], unsigned: bool,
             collective: bool) -> str:
     """`out[gid] = intrinsic(in0[gid], ..., constants...)` for every thread."""
-    body, operands, argument_nodes, refs = [], [], [], []
-    buffers = [p for p in params[:len(params) - len(constants)]]
+    body, operands = [], []
+    buffers = params[:len(params) - len(constants)]
     counter = itertools.count()
     for index, param in enumerate(buffers):
         lanes, element = _split(param)

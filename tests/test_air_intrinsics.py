@@ -49,9 +49,10 @@ def _ulps(got: torch.Tensor, want: torch.Tensor) -> float:
     return float(((got64[finite] - want64[finite]).abs() / spacing).max())
 
 
-def _run(intrinsic: str, ret: str, params, inputs, out_dtype, lanes: int = 1, unsigned: bool = False):
-    kernel = air.lane_kernel(intrinsic, ret, params, unsigned=unsigned)
-    out = torch.empty(inputs[0].numel() // (lanes if params[0].startswith("<") else 1) * lanes, dtype=out_dtype)
+def _run(intrinsic: str, ret: str, params, inputs, out_dtype, lanes: int = 1):
+    """One result per input element: `lanes` of them per thread."""
+    kernel = air.lane_kernel(intrinsic, ret, params)
+    out = torch.empty(inputs[0].numel(), dtype=out_dtype)
     kernel(*inputs, out, threads=out.numel() // lanes)
     return out
 

@@ -20,7 +20,6 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List
 
-import numpy as np
 import torch
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
@@ -212,7 +211,6 @@ def main(argv=None) -> int:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     print(json.dumps(run(args.metallib, args.examples, args.seed)))
     return 0

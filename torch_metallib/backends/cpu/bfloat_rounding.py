@@ -17,16 +17,12 @@ _FPTRUNC = re.compile(r"^(\s*%[-\w.$]+ = )fptrunc (double|float|<(\d+) x (?:floa
                       r"(bfloat|<\d+ x bfloat>)(.*)$", re.M)
 
 
-def _splat(type_name: str, width: str, value: int) -> str:
-    return f"splat (i32 {value})" if width else str(value)
-
-
 def _helper(width: str) -> str:
     """@tm.round.bf16[.vN]: float (or <N x float>) -> bfloat, on the bits."""
     i32, f32 = (f"<{width} x i32>", f"<{width} x float>") if width else ("i32", "float")
     i16, bf = (f"<{width} x i16>", f"<{width} x bfloat>") if width else ("i16", "bfloat")
     i1 = f"<{width} x i1>" if width else "i1"
-    c = lambda value: _splat(i32, width, value)  # noqa: E731
+    c = lambda value: f"splat (i32 {value})" if width else str(value)  # noqa: E731
     name = f"tm.round.bf16{'.v' + width if width else ''}"
     lines = [f"%b = bitcast {f32} %x to {i32}", f"%abs = and {i32} %b, {c(0x7FFFFFFF)}",
              f"%nan = icmp ugt {i32} %abs, {c(0x7F800000)}", f"%hi = lshr {i32} %b, {c(16)}",

@@ -8,8 +8,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+import torch
+
+import torch_metallib as tm
 from torch_metallib.cli.census import census
 from test_public_corpus import subset_files
+from tests import _air_modules as air
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -49,3 +54,22 @@ def test_census_refuses_a_missing_file(tmp_path):
     run = subprocess.run([sys.executable, "-m", "torch_metallib", "census", str(tmp_path / "none.metallib")],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1 and "no such file or folder" in run.stderr
+
+
+def test_driver_supplied_functions_are_counted_and_refused_by_name(tmp_path):
+    """Metal 4's tensor operations are functions Metal's driver links in (section
+    air.externally_defined), not air.* intrinsics: the census lists them as missing, and a
+    kernel calling one is refused naming it (a JIT link error would name nothing)."""
+    function = "__tensorops_impl_matmul2d_op_cooperative_tensor_data_size"
+    declaration = (f'declare i64 @{function}(i32 noundef, i32, i32, i32) local_unnamed_addr #1 '
+                   f'section "air.externally_defined"')
+    body = [f"%size = call i64 @{function}(i32 2, i32 64, i32 32, i32 -1) #2",
+            "%p = getelementptr i64, ptr addrspace(1) %out, i64 %gid64", "store i64 %size, ptr addrspace(1) %p"]
+    library = tm.pack([tm.FunctionSource("k_tensor_ops", air.library("k_tensor_ops", air.module_text(
+        "k_tensor_ops", body, [("out", "i64", "air.read_write")], [declaration], False))["k_tensor_ops"].bitcode)])
+    path = tmp_path / "tensor_ops.metallib"
+    path.write_bytes(library)
+    result = census([str(path)])
+    assert [(v.name, v.implemented) for v in result["variants"]] == [(function, False)]
+    with pytest.raises(tm.UnsupportedKernelError, match=f"section air.externally_defined.*{function}"):
+        tm.load(path)["k_tensor_ops"](torch.zeros(32, dtype=torch.int64), threads=32)

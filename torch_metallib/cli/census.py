@@ -1,5 +1,6 @@
 """`python -m torch_metallib census`: every ``air.*`` intrinsic the kernels of one or more
-libraries declare, each type variant apart (scalar or vector width, element type, address
+libraries declare (and every function Metal's driver supplies, section
+``air.externally_defined``: Metal 4's tensor operations), each type variant apart (scalar or vector width, element type, address
 space), with how many kernels and libraries use it and whether the CPU backend implements
 it. ``--fail-on-missing`` makes an unimplemented variant exit 1 (CI runs it this way)."""
 
@@ -46,9 +47,9 @@ class Variant:
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "census", help="list the air.* intrinsics a library's kernels use and what implements them",
-        description="List every air.* intrinsic variant the compute kernels of the given "
-                    "libraries (files or folders of .metallib) declare, and whether the CPU "
-                    "backend implements it.")
+        description="List every air.* intrinsic variant (and driver-supplied function) the "
+                    "compute kernels of the given libraries (files or folders of .metallib) "
+                    "declare, and whether the CPU backend implements it.")
     parser.add_argument("paths", nargs="+", help=".metallib files or folders holding them")
     parser.add_argument("--json", metavar="FILE", help="also write the census as JSON to FILE")
     parser.add_argument("--fail-on-missing", action="store_true",
@@ -74,7 +75,7 @@ def census(paths: List[str], progress=None) -> dict:
     import llvmlite.binding as llvm
 
     from ..backends.cpu.intrinsics import parse_declaration
-    from ..backends.cpu.lowering import cpu_implements
+    from ..backends.cpu.lowering import EXTERNALLY_DEFINED, cpu_implements
     from ..library.library import load
     from ..reflection.bitcode import parse_bitcode
 
@@ -104,9 +105,11 @@ def census(paths: List[str], progress=None) -> dict:
                 kernels += 1
                 try:
                     for declared in module.functions:
-                        if not (declared.is_declaration and declared.name.startswith("air.")):
+                        if not declared.is_declaration:
                             continue
                         line = next(line for line in str(declared).splitlines() if line.startswith("declare"))
+                        if not (declared.name.startswith("air.") or EXTERNALLY_DEFINED in line):
+                            continue
                         ret, intrinsic, params = parse_declaration(line)
                         key = (intrinsic, ret, tuple(params))
                         if key not in variants:

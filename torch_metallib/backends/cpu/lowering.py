@@ -132,6 +132,11 @@ def cpu_definition(ret: str, name: str, params: List[str]) -> Optional[Tuple[str
             or define_async_copy(ret, name, params))
 
 
+# The section of a declaration whose body Metal's driver links in (MetalPerformancePrimitives'
+# tensor operations): not an air.* intrinsic, but just as much a function the backend must supply.
+EXTERNALLY_DEFINED = 'section "air.externally_defined"'
+
+
 def cpu_implements(ret: str, name: str, params: List[str]) -> bool:
     """Whether the CPU backend runs calls of this declaration (the intrinsic census)."""
     if name == "air.is_function_constant_defined":  # _specialize_constants defines it
@@ -141,9 +146,11 @@ def cpu_implements(ret: str, name: str, params: List[str]) -> bool:
 
 def _define_intrinsics(text: str, kernel: str) -> str:
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
-    extra, unsupported = [], []
+    extra, unsupported, external = [], [], []
     def replace(match):
         parsed = parse_declaration(match.group(0))
+        if parsed is not None and EXTERNALLY_DEFINED in match.group(0):
+            external.append(parsed[1])
         if parsed is None or not parsed[1].startswith(("air.", "tm.")):
             return match.group(0)
         made = cpu_definition(*parsed)
@@ -160,10 +167,13 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     text = re.sub(r"^declare [^\n]*$", replace, text, flags=re.M)
     if "@tm_rt_" in text:
         extra += RUNTIME_DECLARATIONS
-    if unsupported:
-        raise UnsupportedKernelError(
-            f"{kernel}: the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}. "
-            f"Run it on a Mac with MPS tensors, or report the intrinsic")
+    if unsupported or external:
+        missing = [f"the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}"] if unsupported else []
+        if external:  # Metal 4's MetalPerformancePrimitives tensor operations (matmul2d...)
+            missing.append(f"it calls functions that Metal's driver supplies (section air.externally_defined), "
+                           f"which the CPU backend does not implement: {', '.join(sorted(set(external)))}")
+        raise UnsupportedKernelError(f"{kernel}: {'; '.join(missing)}. "
+                                     f"Run it on a Mac with MPS tensors, or report the intrinsic")
     return text + "\n" + "\n".join(extra) + "\n"
 
 

@@ -78,8 +78,11 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
     if op in ("load", "store"):
         matrix = ret if op == "load" else (params[0] if params else "")
         memory = params if op == "load" else params[1:]
-        if not matrix.startswith("<64 x ") or len(memory) != 4 or not memory[0].startswith("ptr") \
-                or memory[1:] != ["i64", "<2 x i64>", "i1"]:
+        if not matrix.startswith("<64 x ") or len(memory) != 4 or not memory[0].startswith("ptr"):
+            return None
+        if memory[1:] == ["<2 x i64>"] * 3:
+            return _define_strided(op, ret, name, params, matrix, memory[0]), []
+        if memory[1:] != ["i64", "<2 x i64>", "i1"]:
             return None
         element = element_type(matrix)
         lines = _exchange([]) + _lane_position() + [
@@ -98,6 +101,42 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
         return _definition(ret, name, params, _products(params, [ret], [None])), [_multiply_batch(), _FMA]
     return None
+
+
+def _define_strided(op: str, ret: str, name: str, params: List[str], matrix: str, pointer: str) -> str:
+    """The form Xcode 26's compiler emits for ``simdgroup_load`` / ``simdgroup_store``:
+    (pointer, extents, strides, origin), each ``<2 x i64>`` over the memory's two dimensions.
+    Element (row r, column c) of the matrix is dimension 0's index origin[0] + c and
+    dimension 1's origin[1] + r, at pointer[index0 * strides[0] + index1 * strides[1]]: a
+    row-major load is strides (1, elements_per_row), a transposed one (elements_per_row, 1).
+    An element whose index is not below its dimension's extent is read as zero and not
+    written [ASSUMED: Apple's compiler gives extents that cover the 8x8 window, so only
+    hand-written AIR reaches this]."""
+    element = element_type(matrix)
+    zero = "0.0" if is_float_type(element) else "0"
+    lines = _exchange([]) + _lane_position() + ["%row.w = zext i32 %row to i64"]
+    for operand, label in ((1, "e"), (2, "s"), (3, "o")):
+        lines += [f"%{label}{d} = extractelement <2 x i64> %a{operand}, i32 {d}" for d in (0, 1)]
+    lines += ["%i1 = add i64 %o1, %row.w", "%row.in = icmp ult i64 %i1, %e1", "%row.at = mul i64 %i1, %s1"]
+    for k in (0, 1):
+        lines += [f"%c{k} = add i32 %col, {k}", f"%c{k}.w = zext i32 %c{k} to i64",
+                  f"%i0.{k} = add i64 %o0, %c{k}.w", f"%in0.{k} = icmp ult i64 %i0.{k}, %e0",
+                  f"%in{k} = and i1 %in0.{k}, %row.in",
+                  f"%at0.{k} = mul i64 %i0.{k}, %s0", f"%at{k}.raw = add i64 %at0.{k}, %row.at",
+                  # Outside the extents nothing is touched: the base element stands in.
+                  f"%at{k} = select i1 %in{k}, i64 %at{k}.raw, i64 0",
+                  f"%p{k} = getelementptr {element}, {pointer} %a0, i64 %at{k}"]
+    if op == "load":
+        for k in (0, 1):
+            lines += [f"%v{k}.m = load {element}, {pointer} %p{k}",
+                      f"%v{k} = select i1 %in{k}, {element} %v{k}.m, {element} {zero}"]
+        lines += [f"%r0 = insertelement {matrix} poison, {element} %v0, i32 0",
+                  f"%r = insertelement {matrix} %r0, {element} %v1, i32 1"]
+        return _definition(ret, name, params, lines)
+    for k in (0, 1):
+        lines += [f"%v{k} = extractelement {matrix} %m, i32 {k}", f"br i1 %in{k}, label %put{k}, label %next{k}",
+                  f"put{k}:", f"store {element} %v{k}, {pointer} %p{k}", f"br label %next{k}", f"next{k}:"]
+    return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"])
 
 
 def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:

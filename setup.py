@@ -35,6 +35,8 @@ if sys.platform.startswith("linux"):
     extra_compile_args.append("-fopenmp")
     extra_link_args.append("-fopenmp")
 if sys.platform == "darwin":
+    # csrc/mps is manual reference counting (it also builds against GCC's Objective-C runtime).
+    extra_compile_args.append("-fno-objc-arc")
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]
 
 setup(

@@ -2,6 +2,9 @@
 #include <torch/extension.h>  // type casters for tensors; loads before pybind11
 
 #include "bindings/bindings.h"
+#ifdef __APPLE__
+#include "mps/mps_bindings.h"  // csrc/mps is built on macOS only
+#endif
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_metallib native core";
@@ -10,4 +13,7 @@ PYBIND11_MODULE(_C, m) {
   torch_metallib::bindings::bind_dispatch(m);
   torch_metallib::bindings::bind_ops(m);
   torch_metallib::bindings::bind_guard(m);
+#ifdef __APPLE__
+  torch_metallib::mps::register_metal_backend(m);
+#endif
 }

@@ -2,6 +2,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 
 #include <torch/csrc/utils/tensor_dtypes.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -15,6 +17,7 @@
 #include "cpu/float_conversions.h"
 #include "dispatch/binding_plan.h"
 #include "dispatch/command_list.h"
+#include "dispatch/replay.h"
 
 namespace py = pybind11;
 
@@ -166,8 +169,27 @@ void bind_dispatch(py::module_& m) {
         }
         return out;
       }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes")
-      .def_property_readonly("commands", [](const Plan& plan) { return command_record(*plan.commands); },
-                             "The Metal-shaped command list (dispatch/command_list.h) as a dict");
+      .def_property_readonly("commands", [](const Plan& plan) -> py::object {
+        return plan.commands ? py::object(command_record(*plan.commands)) : py::object(py::none());
+      }, "The Metal-shaped command list (dispatch/command_list.h) as a dict; None for a replayed plan");
+
+  m.def("replayed_plan", [](const Plan& plan, const std::map<int, uintptr_t>& buffers,
+                            const std::map<int, py::bytes>& bytes, const std::map<int, int64_t>& threadgroup,
+                            std::array<uint32_t, 3> grid, std::array<uint32_t, 3> group) {
+    dispatch::EncodedCommands encoded;
+    for (const auto& [index, address] : buffers) encoded.buffers[index] = reinterpret_cast<void*>(address);
+    for (const auto& [index, data] : bytes) {
+      std::string text = data;
+      encoded.bytes[index] = std::vector<uint8_t>(text.begin(), text.end());
+    }
+    encoded.threadgroup = threadgroup;
+    std::copy(grid.begin(), grid.end(), encoded.grid);
+    std::copy(group.begin(), group.end(), encoded.group);
+    return dispatch::replayed_plan(plan, encoded);
+  }, py::arg("plan"), py::arg("buffers"), py::arg("bytes"), py::arg("threadgroup"), py::arg("grid"), py::arg("group"),
+     "`plan` rebuilt from what a Metal encoder was told (dispatch/replay.h): buffers {index: address "
+     "(contents + offset)}, bytes {index: setBytes data}, threadgroup {index: length}, grid and group "
+     "of dispatchThreads. The simulated Metal's recordings run on the CPU backend through it.");
 
   m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
                          bool parallel, const py::object& checked, const std::string& kernel) {

@@ -413,7 +413,8 @@ std::vector<ConstantValue> KernelSpec::check_constants(const std::vector<std::pa
                             (c.type->kind == ScalarKind::Bool ? "a bool" : c.type->kind == ScalarKind::Float ? "a number" : "an integer") +
                             ", got " + found(problem, number_text(value)));
     }
-    ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0};
+    ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0, c.type};
+    std::memcpy(cv.bytes, scratch, sizeof(cv.bytes));
     if (cv.is_float) {
       cv.real = value.as_double();
     } else {

@@ -80,6 +80,8 @@ struct ConstantValue {
   bool is_float;
   int64_t integer;
   double real;
+  const MetalType* type = nullptr;  // its declared type (scalar)
+  uint8_t bytes[8] = {};            // the value packed as that type, as Metal is given it
 };
 
 // A number as a caller gave it (Python or an operator's schema), before it is packed as a

@@ -1,0 +1,63 @@
+// Simulated Foundation for building csrc/mps on Linux (tests/metal_sim): only what the
+// Metal backend and the simulation use, declared as Apple documents it, on GCC's
+// Objective-C runtime (../shared/notes/objc-on-linux.md). Manual reference counting.
+#pragma once
+
+#include <objc/objc.h>
+#include <objc/runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dispatch/dispatch.h>
+
+// GCC's objc.h defines nil as (id)0, which breaks `T* p = nil` in C++ (torch's headers).
+#undef nil
+#ifdef __cplusplus
+#define nil nullptr
+#else
+#define nil ((id)0)
+#endif
+
+typedef unsigned long NSUInteger;
+typedef long NSInteger;
+
+@protocol NSObject
+- (id)retain;
+- (oneway void)release;
+- (id)autorelease;
+- (NSUInteger)retainCount;
+@end
+
+@interface NSObject <NSObject> {
+  Class isa;
+  NSUInteger _sim_references;  // the simulation's reference count (above 1)
+}
++ (id)alloc;
++ (id)new;
+- (id)init;
+- (void)dealloc;
+@end
+
+// @autoreleasepool lowers to this class on GCC's runtime.
+@interface NSAutoreleasePool : NSObject {
+  void* _sim_objects;
+}
++ (void)addObject:(id)object;
+- (void)drain;
+@end
+
+@interface NSString : NSObject {
+  char* _sim_text;
+}
++ (NSString*)stringWithUTF8String:(const char*)text;
+- (const char*)UTF8String;
+@end
+
+@interface NSDictionary : NSObject
+@end
+
+@interface NSError : NSObject {
+  NSString* _sim_description;
+}
+- (NSString*)localizedDescription;
+@end

@@ -1,0 +1,95 @@
+// Simulated Metal for building csrc/mps on Linux (tests/metal_sim): only the classes and
+// methods the backend calls, with Apple's documented signatures and enum values.
+#pragma once
+
+#import <Foundation/Foundation.h>
+
+typedef enum : NSUInteger {
+  MTLDataTypeNone = 0,
+  MTLDataTypeFloat = 3,
+  MTLDataTypeHalf = 16,
+  MTLDataTypeInt = 29,
+  MTLDataTypeUInt = 33,
+  MTLDataTypeShort = 37,
+  MTLDataTypeUShort = 41,
+  MTLDataTypeChar = 45,
+  MTLDataTypeUChar = 49,
+  MTLDataTypeBool = 53,
+  MTLDataTypeLong = 81,
+  MTLDataTypeULong = 85,
+  MTLDataTypeBFloat = 121,
+} MTLDataType;
+
+typedef enum : NSUInteger {
+  MTLResourceStorageModeShared = 0,
+} MTLResourceOptions;
+
+typedef struct {
+  NSUInteger width, height, depth;
+} MTLSize;
+
+static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUInteger depth) {
+  MTLSize size = {width, height, depth};
+  return size;
+}
+
+@protocol MTLBuffer <NSObject>
+- (void*)contents;
+@property(readonly) NSUInteger length;
+@end
+
+@protocol MTLFunction <NSObject>
+@property(readonly) NSString* name;
+@end
+
+@interface MTLFunctionConstantValues : NSObject {
+ @public
+  void* _sim_values;  // the simulation's record of the values set
+}
+- (void)setConstantValue:(const void*)value type:(MTLDataType)type atIndex:(NSUInteger)index;
+@end
+
+@protocol MTLLibrary <NSObject>
+- (id<MTLFunction>)newFunctionWithName:(NSString*)functionName;
+- (id<MTLFunction>)newFunctionWithName:(NSString*)name
+                        constantValues:(MTLFunctionConstantValues*)constantValues
+                                 error:(NSError**)error;
+@end
+
+@protocol MTLComputePipelineState <NSObject>
+@property(readonly) NSUInteger maxTotalThreadsPerThreadgroup;
+@property(readonly) NSUInteger threadExecutionWidth;
+@property(readonly) NSUInteger staticThreadgroupMemoryLength;
+@end
+
+@protocol MTLCommandBuffer <NSObject>
+@end
+
+typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
+
+@protocol MTLCommandQueue <NSObject>
+@end
+
+@protocol MTLSharedEvent <NSObject>
+@end
+
+@protocol MTLComputeCommandEncoder <NSObject>
+- (void)setComputePipelineState:(id<MTLComputePipelineState>)state;
+- (void)setBytes:(const void*)bytes length:(NSUInteger)length atIndex:(NSUInteger)index;
+- (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index;
+- (void)setThreadgroupMemoryLength:(NSUInteger)length atIndex:(NSUInteger)index;
+- (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup;
+@end
+
+@protocol MTLDevice <NSObject>
+- (id<MTLLibrary>)newLibraryWithData:(dispatch_data_t)data error:(NSError**)error;
+- (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)computeFunction
+                                                             error:(NSError**)error;
+- (id<MTLBuffer>)newBufferWithBytes:(const void*)pointer length:(NSUInteger)length options:(MTLResourceOptions)options;
+@property(readonly) NSUInteger maxThreadgroupMemoryLength;
+@end
+
+#ifdef __cplusplus
+extern "C"
+#endif
+id<MTLDevice> MTLCreateSystemDefaultDevice(void);

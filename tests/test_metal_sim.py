@@ -1,0 +1,200 @@
+"""The Metal backend on Linux, against a simulated Metal (#18; `pytest -m metal_sim`).
+
+csrc/mps's Objective-C++ (library from bytes, pipeline cache, command-list replay) is
+compiled with clang and GCC's Objective-C runtime against fake Metal headers
+(tests/metal_sim) and runs each call; the encoder's recording is replayed on the CPU
+backend and must leave every bound buffer bit-identical to a direct CPU run
+(_metal_sim.SimulatedMetal). The conformance families run unchanged through it, then the
+recorded calls are checked exactly per argument kind, the pipeline cache under 8 threads,
+and the limit checks. What only a Mac can confirm: README, "Metal backend".
+"""
+
+import concurrent.futures
+import struct
+
+import pytest
+import torch
+
+import torch_metallib as tm
+import test_cpu_conformance as conformance
+import test_cpu_cooperative as cooperative
+import test_cpu_mlx_matmul as matmul
+from _metal_sim import native, simulated_metal
+from torch_metallib.backends.mps_backend import MpsBackend
+
+pytestmark = pytest.mark.metal_sim
+
+
+@pytest.fixture(scope="module")
+def fixtures_lib(fixture_metallib):
+    return tm.load(fixture_metallib)
+
+
+fixtures = fixtures_lib  # the name test_cpu_cooperative's tests take it by
+
+
+@pytest.fixture
+def metal():
+    with simulated_metal() as simulated:
+        yield simulated
+    assert simulated.runs > 0, "no call went through the simulated Metal"
+
+
+# --- conformance families through the simulated Metal: bit-identical to the CPU backend ---
+
+@pytest.mark.parametrize("case", conformance.params(conformance.UNARY_CASES[::18]))
+def test_unary(mlx_lib, case, metal):
+    conformance.test_unary(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.BINARY_CASES[::36]))
+def test_binary(mlx_lib, case, metal):
+    conformance.test_binary_contiguous(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_BINARY_CASES[::50]))
+def test_binary_strided(mlx_lib, case, metal):
+    conformance.test_binary_strided(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.COPY_CASES[::40]))
+def test_copy(mlx_lib, case, metal):
+    conformance.test_copy_contiguous(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_COPY_CASES[::23]))
+def test_copy_strided(mlx_lib, case, metal):
+    conformance.test_copy_strided(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.SELECT_CASES[::3]))
+def test_select(mlx_lib, case, metal):
+    conformance.test_select(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.ARANGE_CASES[::2]))
+def test_arange(mlx_lib, case, metal):
+    conformance.test_arange(mlx_lib, case)
+
+
+def test_fixture_kernels(fixtures_lib, metal):
+    conformance.test_fixture_vector_add_float(fixtures_lib)
+    conformance.test_fixture_scale_shift_float(fixtures_lib, True)
+    conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+
+
+@pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25), (True, 0.0)])
+def test_function_constants(fixtures_lib, use_bias, alpha, metal):
+    conformance.test_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
+    assert metal.last["constants"], "the pipeline was made without its constant values"
+
+
+@pytest.mark.parametrize("group", [32, 128])
+def test_threadgroup_memory(fixtures, group, metal):
+    cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, group)
+    assert metal.last["threadgroup"], "no threadgroup memory was set"
+
+
+@pytest.mark.parametrize("dtype", cooperative.DTYPES)
+@pytest.mark.parametrize("variant", ["block", "looped"])
+def test_softmax(mlx_lib, variant, dtype, metal):
+    cooperative.test_softmax(mlx_lib, variant, dtype)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_layer_norm(mlx_lib, looped, metal):
+    cooperative.test_layer_norm(mlx_lib, looped)
+
+
+@pytest.mark.parametrize("transpose,dtype", [("nt", "float16"), ("tn", "float32"), ("nn", "bfloat16")])
+def test_steel_gemm(mlx_lib, transpose, dtype, metal):
+    matmul.test_steel_gemm_alignment_paths(mlx_lib, matmul.ALIGNMENT_CASES[0], transpose, dtype)
+
+
+# --- the recorded calls, exactly ------------------------------------------------------------
+
+def test_recorded_calls_per_argument_kind(mlx_lib, metal):
+    """Sliced tensors' buffer (the storage's start) and byte offset, strides packed as
+    int64 bytes, the grid and the group, as the encoder was told them."""
+    kernel = mlx_lib["g2_Addfloat32"]  # a, b, c (float*), a_strides, b_strides (constant int64*)
+    base = torch.arange(40, dtype=torch.float32)
+    a, b = base[3:23].view(4, 5), base[10:30].view(4, 5)
+    out = torch.zeros(6, 5)[1:5]
+    args = {arg.name: arg for arg in kernel.arguments if arg.kind == "buffer"}
+    strides = [5, 1]
+    kernel(a, b, out, strides, strides, threads=(5, 4, 1), group_size=(4, 2, 1))
+    record = metal.last
+    names = {arg.binding: name for name, arg in args.items()}
+    buffers, data = record["buffers"], record["bytes"]
+    # Tensors: the storage's buffer (its start address) and offset = storage_offset * itemsize.
+    assert buffers[args["a"].binding][:2] == (base.untyped_storage().data_ptr(), 3 * 4)
+    assert buffers[args["b"].binding][:2] == (base.untyped_storage().data_ptr(), 10 * 4)
+    assert buffers[args["c"].binding][1] == 5 * 4
+    assert buffers[args["a"].binding][3] != buffers[args["c"].binding][3]
+    # The strides, packed as int64[2] by value (setBytes).
+    packed = [index for index in data if names[index] in ("a_strides", "b_strides")]
+    assert packed and all(data[index] == struct.pack("<2q", 5, 1) for index in packed)
+    assert record["dispatches"] == [((5, 4, 1), (4, 2, 1))]
+    assert torch.equal(out, a + b)
+
+
+def test_values_over_4_kilobytes_go_in_a_buffer_of_their_own(mlx_lib, metal):
+    """setBytes takes at most 4 KB: a longer value (strides given as 600 int64s, of which the
+    kernel reads 2) is copied into a buffer of its own, released once the command buffer
+    has completed; a short one stays inline."""
+    before = metal.native.counts()["released_copies"]
+    a, b = torch.randn(4, 5), torch.randn(4, 5)
+    out = torch.zeros(4, 5)
+    long_strides = [5, 1] + [0] * 598
+    mlx_lib["g2_Addfloat32"](a, b, out, long_strides, [5, 1], threads=(5, 4, 1), group_size=(5, 4, 1))
+    record = metal.last
+    assert record["buffers"][3][1:3] == (0, 600 * 8) and 3 not in record["bytes"]
+    assert record["bytes"][4] == struct.pack("<2q", 5, 1)
+    assert metal.native.counts()["released_copies"] == before + 1
+    assert torch.equal(out, a + b)
+
+
+def test_pipeline_cache_builds_each_function_and_constants_once_under_8_threads(fixtures_lib):
+    """Eight threads asking at once for the pipelines of two constant sets (the native
+    cache, GIL released): one Metal function and one pipeline per (function, constants)."""
+    sim = native()
+    kernel = fixtures_lib["function_constant_scale"]
+    state = kernel._dispatch_state()
+    x, out = torch.randn(100), torch.zeros(100)
+    plans = [state.spec.bind((x, out), {}, 100, None, {"use_bias": False, "alpha": alpha}, None)
+             for alpha in (0.5, 0.25)]
+    backend = MpsBackend(sim)
+    before = sim.counts()
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        limits = list(pool.map(lambda plan: backend.limits(kernel, plan), plans * 32))
+    after = sim.counts()
+    assert after["functions"] - before["functions"] == 2
+    assert after["pipelines"] - before["pipelines"] == 2
+    assert limits[0] == {"max_total_threads_per_threadgroup": 1024, "thread_execution_width": 32,
+                         "static_threadgroup_memory_length": 0}
+
+
+def test_group_and_threadgroup_memory_limits_are_checked_before_encoding(fixtures_lib, fixtures):
+    sim = native()
+    kernel = fixtures_lib["vector_add_float"]
+    a, b = torch.randn(256), torch.randn(256)
+    out = torch.full((256,), -7.0)
+    try:
+        sim.set_limits(max_total_threads=64)
+        with simulated_metal(), pytest.raises(tm.DispatchError, match=r"at most 64 \(maxTotalThreadsPerThreadgroup"):
+            kernel(a, b, out, threads=256, group_size=128)
+        assert not sim.take_recording() and (out == -7.0).all()
+        sim.set_limits(device_threadgroup_memory=1024, static_threadgroup_memory=512)
+        with simulated_metal(), pytest.raises(tm.DispatchError, match="exceeds the device's 1024"):
+            cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, 256)  # 1024 bytes + 512
+        assert not sim.take_recording()
+    finally:
+        sim.set_limits()
+
+
+def test_every_csrc_mps_file_compiles():
+    """-fsyntax-only of csrc/mps: the simulated files against the fake Metal, and the one
+    that includes PyTorch's MPS headers against torch's own ATen/mps/MPSStream.h."""
+    from metal_sim.build import syntax_check
+
+    syntax_check()

@@ -33,6 +33,7 @@ from .atomics import define_atomic
 from .bfloat_rounding import round_bfloat_exactly
 from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
 from .intrinsics import SIMD_WIDTH, define_intrinsic, parse_declaration
+from .integer_division import guard_integer_division
 from .private_arrays import clamp_private_array_indices
 from .reconvergence import number_exchange_sites
 from .matrix_batches import batch_matrix_products
@@ -368,7 +369,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
         text, helpers_checked = instrument_accesses(text, kernel)
         text += check_definitions()
     text = _internalize(text, kernel, cooperative)
-    text = clamp_private_array_indices(_specialize_constants(text, constants))
+    text = guard_integer_division(clamp_private_array_indices(_specialize_constants(text, constants)))
     check_async_copy_calls(text, kernel)
     text, constructors = _take_constructors(text)
     if cooperative:

@@ -11,7 +11,7 @@ SIMD-group, barrier and atomic intrinsics are not per-lane and are not defined h
 import re
 from typing import List, Optional, Tuple
 
-from .lanes import lanewise, via_wider
+from .lanes import element_type, lanewise, via_wider  # element_type: re-exported
 from .math_functions import MATH_OPS, define_math
 
 __all__ = [
@@ -71,12 +71,6 @@ def parse_declaration(line: str) -> Optional[Tuple[str, str, List[str]]]:
             if character == ")":
                 return match.group(1), match.group(2), params
     return None
-
-
-def element_type(type_name: str) -> str:
-    """The element type of an LLVM vector type (``<4 x half>`` -> ``half``), else the type."""
-    match = re.fullmatch(r"<(\d+) x (\w+)>", type_name)
-    return match.group(2) if match else type_name
 
 
 def overload_suffix(type_name: str) -> str:

@@ -11,7 +11,7 @@ compute differently from it (#25).
 
 from typing import Callable, List, Optional, Tuple
 
-__all__ = ["lanewise", "via_wider"]
+__all__ = ["element_type", "lanewise", "via_wider"]
 
 Made = Optional[Tuple[str, List[str]]]
 
@@ -20,7 +20,8 @@ def _width(type_name: str) -> Optional[int]:
     return int(type_name[1:type_name.index(" ")]) if type_name.startswith("<") else None
 
 
-def _element(type_name: str) -> str:
+def element_type(type_name: str) -> str:
+    """The element type of an LLVM vector type (``<4 x half>`` -> ``half``), else the type."""
     return type_name[type_name.rindex(" ") + 1:-1] if type_name.startswith("<") else type_name
 
 
@@ -29,7 +30,7 @@ def lanewise(ret: str, name: str, params: List[str], symbol: str, scalar: Callab
     symbol)``'s definition of the element types (None if it has none)."""
     width = next(w for w in map(_width, [ret, *params]) if w)
     helper = f"{symbol}.lane"
-    made = scalar(_element(ret), name, [_element(p) for p in params], helper)
+    made = scalar(element_type(ret), name, [element_type(p) for p in params], helper)
     if made is None:
         return None
     definition, needs = made
@@ -40,14 +41,14 @@ def lanewise(ret: str, name: str, params: List[str], symbol: str, scalar: Callab
         for index, param in enumerate(params):
             if _width(param):
                 lines.append(f"%a{index}.{lane} = extractelement {param} %a{index}, i32 {lane}")
-                operands.append(f"{_element(param)} %a{index}.{lane}")
+                operands.append(f"{element_type(param)} %a{index}.{lane}")
             else:
                 operands.append(f"{param} %a{index}")
         if ret == "void":
             lines.append(f"call void @{helper}({', '.join(operands)})")
             continue
-        lines += [f"%r.{lane} = call {_element(ret)} @{helper}({', '.join(operands)})",
-                  f"%v.{lane} = insertelement {ret} {result}, {_element(ret)} %r.{lane}, i32 {lane}"]
+        lines += [f"%r.{lane} = call {element_type(ret)} @{helper}({', '.join(operands)})",
+                  f"%v.{lane} = insertelement {ret} {result}, {element_type(ret)} %r.{lane}, i32 {lane}"]
         result = f"%v.{lane}"
     signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
     body = "\n  ".join(lines + ["ret void" if ret == "void" else f"ret {ret} {result}"])

@@ -11,6 +11,7 @@ encoding that sends a kernel outside its memory can crash the run rather than fa
 """
 
 import contextlib
+import ctypes
 import importlib.util
 import struct
 import threading
@@ -53,7 +54,8 @@ def constant_value(data_type: int, data: bytes):
 
 def encoded(recording):
     """The recording as {function, constants, buffers, bytes, threadgroup, dispatches}."""
-    out = {"function": None, "constants": (), "buffers": {}, "bytes": {}, "threadgroup": {}, "dispatches": []}
+    out = {"function": None, "constants": (), "buffers": {}, "bytes": {}, "threadgroup": {}, "resources": [],
+           "dispatches": []}
     for what, text, numbers, address, constants in recording:
         if what == "pipeline":
             out["function"] = text
@@ -65,9 +67,38 @@ def encoded(recording):
             out["bytes"][numbers[0]] = text
         elif what == "threadgroup":
             out["threadgroup"][numbers[0]] = numbers[1]
+        elif what == "resource":
+            buffer_id, length, usage = numbers
+            out["resources"].append((address, length, usage, buffer_id))
         elif what == "dispatch":
             out["dispatches"].append((tuple(numbers[:3]), tuple(numbers[3:])))
     return out
+
+
+def _host_argument_buffers(plan, record, function):
+    """Argument buffers as encoded hold GPU addresses: each must fall in a buffer made
+    resident with the usage its slot needs. The setBytes values the replay takes, with
+    host addresses back in place (a struct past 4 KB is rewritten in its buffer)."""
+    values = dict(record["bytes"])
+    for binding, _, slots in plan.argument_buffers:
+        if binding in record["bytes"]:
+            data = bytearray(record["bytes"][binding])
+        else:  # encoded into a buffer of its own (past setBytes' 4 KB)
+            address, offset, length, _ = record["buffers"][binding]
+            data = bytearray(ctypes.string_at(address + offset, length))
+        for offset, tensor, writable in slots:
+            host = struct.unpack_from("<Q", data, offset)[0] ^ native().GPU_ADDRESS_TAG
+            usage = 3 if writable else 1
+            assert any(start <= host < start + length and used & usage == usage
+                       for start, length, used, _ in record["resources"]), \
+                f"{function}: buffer({binding}) byte {offset} holds no GPU address of a resident buffer"
+            assert host == tensor.data_ptr(), f"{function}: buffer({binding}) byte {offset} points elsewhere"
+            struct.pack_into("<Q", data, offset, host)
+        if binding in values:
+            values[binding] = bytes(data)
+        else:
+            ctypes.memmove(address + offset, bytes(data), length)
+    return values
 
 
 def _storages(plan):
@@ -118,9 +149,10 @@ class SimulatedMetal(Backend):
         self.metal.run(function, library, plan)
         record = self.last = encoded(self.native.take_recording())
         assert record["function"] == function.name and len(record["dispatches"]) == 1, record
+        values = _host_argument_buffers(plan, record, function.name)
         buffers = {index: address + offset for index, (address, offset, _, _) in record["buffers"].items()}
         (grid, group), = record["dispatches"]
-        replayed = _C.replayed_plan(plan, buffers, record["bytes"], record["threadgroup"], grid, group)
+        replayed = _C.replayed_plan(plan, buffers, values, record["threadgroup"], grid, group)
         self.cpu.run(function, self.cpu.prepare(function, state, record["constants"]), replayed)
         self.native.complete_command_buffer()
         for number, (storage, want) in enumerate(zip(storages, expected)):
@@ -131,11 +163,17 @@ class SimulatedMetal(Backend):
 
 
 @contextlib.contextmanager
-def simulated_metal():
+def simulated_metal(device_type: str = "cpu"):
+    """The simulated Metal as the backend for `device_type`: cpu (calls on cpu tensors) or
+    mps (operators dispatched for the MPS key, given cpu tensors)."""
     cpu = seam.backend_for("cpu", "")
     metal = SimulatedMetal(cpu)
+    metal.device_type = device_type
     seam.register_backend(metal)
     try:
         yield metal
     finally:
-        seam.register_backend(cpu)
+        if device_type == "cpu":
+            seam.register_backend(cpu)
+        else:
+            seam._backends.pop(device_type)

@@ -19,6 +19,8 @@ import torch_metallib as tm
 import test_cpu_conformance as conformance
 import test_cpu_cooperative as cooperative
 import test_cpu_mlx_matmul as matmul
+import test_argument_buffers as argument_buffers
+from test_argument_buffers import mlx002  # noqa: F401 (fixture)
 from _metal_sim import native, simulated_metal
 from torch_metallib.backends.mps_backend import MpsBackend
 
@@ -111,6 +113,19 @@ def test_steel_gemm(mlx_lib, transpose, dtype, metal):
     matmul.test_steel_gemm_alignment_paths(mlx_lib, matmul.ALIGNMENT_CASES[0], transpose, dtype)
 
 
+@pytest.mark.parametrize("form", ["dict", "sequence"])
+def test_argument_buffer_gather(mlx002, form, metal):
+    argument_buffers.test_gather_rows_matches_torch(mlx002, form)
+
+
+def test_argument_buffer_gather_two_index_arrays(mlx002, metal):
+    argument_buffers.test_gather_with_two_index_arrays_matches_torch(mlx002)
+
+
+def test_argument_buffer_scatter_with_atomics(mlx002, metal):
+    argument_buffers.test_scatter_prod_with_repeated_indices_matches_torch(mlx002)
+
+
 # --- the recorded calls, exactly ------------------------------------------------------------
 
 def test_recorded_calls_per_argument_kind(mlx_lib, metal):
@@ -136,6 +151,28 @@ def test_recorded_calls_per_argument_kind(mlx_lib, metal):
     assert packed and all(data[index] == struct.pack("<2q", 5, 1) for index in packed)
     assert record["dispatches"] == [((5, 4, 1), (4, 2, 1))]
     assert torch.equal(out, a + b)
+
+
+def test_argument_buffer_holds_gpu_addresses_of_resident_buffers(mlx002, metal):
+    """Metal 3 argument buffers: the struct goes by setBytes with each pointer slot
+    rewritten as its tensor's gpuAddress plus byte offset, and every tensor it points to is
+    made resident (useResource, read and write: the members are `device` pointers); values
+    stay as packed."""
+    storage = torch.arange(12, dtype=torch.int32)
+    rows, cols = storage[2:5], storage[7:10] % 4
+    shapes, strides = torch.tensor([3, 3], dtype=torch.int32), torch.tensor([1, 1], dtype=torch.int64)
+    src, out = torch.randn(12, 4), torch.zeros(3)
+    argument_buffers.gather(mlx002.gatherfloat32int32_2, src, [rows, cols], [0, 1], out, [1, 1])
+    record, tag = metal.last, metal.native.GPU_ADDRESS_TAG
+    pointers = struct.unpack_from("<4Q", record["bytes"][1])
+    members = [rows, cols]
+    assert [p ^ tag for p in pointers[:2]] == [t.data_ptr() for t in members]
+    assert pointers[0] - pointers[1] == rows.data_ptr() - cols.data_ptr() and pointers[0] != rows.data_ptr()
+    assert struct.unpack_from("<i", record["bytes"][1], 32) == (1,)  # ndim
+    resident = {address: (length, usage) for address, length, usage, _ in record["resources"]}
+    assert len(record["resources"]) == 4 and set(usage for _, usage in resident.values()) == {3}
+    assert resident[storage.untyped_storage().data_ptr()] == (48, 3)
+    assert torch.equal(out, src[rows.long(), cols.long()])
 
 
 def test_values_over_4_kilobytes_go_in_a_buffer_of_their_own(mlx_lib, metal):
@@ -190,6 +227,66 @@ def test_group_and_threadgroup_memory_limits_are_checked_before_encoding(fixture
         assert not sim.take_recording()
     finally:
         sim.set_limits()
+
+
+def test_kernel_function_shows_its_pipeline_limits(fixtures_lib):
+    """KernelFunction.pipeline_limits: the Metal pipeline's limits for given constants (the
+    pipeline built once and cached with the calls'); without a Metal backend, a clear
+    UnsupportedDeviceError; constants are checked as a call checks them."""
+    from torch_metallib.dispatch import backend as seam
+
+    kernel = fixtures_lib["function_constant_scale"]
+    with pytest.raises(tm.UnsupportedDeviceError, match="function_constant_scale: .*macOS build"):
+        kernel.pipeline_limits({"use_bias": True, "alpha": 1.0})
+    sim = native()
+    seam.register_backend(MpsBackend(sim))
+    try:
+        sim.set_limits(max_total_threads=896, execution_width=32, static_threadgroup_memory=48)
+        before = sim.counts()["pipelines"]
+        limits = kernel.pipeline_limits({"use_bias": True, "alpha": 3.0})
+        assert kernel.pipeline_limits({"use_bias": True, "alpha": 3.0}) == limits == {
+            "max_total_threads_per_threadgroup": 896, "thread_execution_width": 32,
+            "static_threadgroup_memory_length": 48}
+        assert sim.counts()["pipelines"] == before + 1
+        with pytest.raises(tm.DispatchError, match="missing function constants: alpha"):
+            kernel.pipeline_limits({"use_bias": True})
+    finally:
+        sim.set_limits()
+        seam._backends.pop("mps")
+
+
+# --- operators (ops.define) on the MPS dispatch key -------------------------------------------
+
+MPS_KEY = torch._C.DispatchKeySet(torch._C.DispatchKey.MPS)
+
+
+def test_defined_operators_have_an_mps_kernel(mlx_ops):
+    for name in ("tm_examples::sigmoid", "tm_examples::sigmoid_", "tm_examples::softmax"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "MPS"), name
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "CPU"), name
+
+
+def test_operator_dispatched_for_mps_encodes_through_the_metal_backend(mlx_ops):
+    """An operator's MPS kernel: bound natively (outputs allocated on the tensors' device,
+    non-contiguous inputs made dense, in-place results written back), then encoded by the
+    Metal backend through the seam. No Linux torch makes mps tensors, so the call is
+    dispatched for the MPS key with cpu tensors and the simulated Metal stands for mps."""
+    torch.manual_seed(3)
+    x = torch.randn(100, 24).t()  # not contiguous
+    with simulated_metal("mps") as metal:
+        y = torch.ops.tm_examples.softmax.default.redispatch(MPS_KEY, x)
+        assert metal.runs == 1 and metal.last["function"] == "block_softmax_float32"
+        z = torch.randn(5, 7)
+        want = torch.sigmoid(z)
+        torch.ops.tm_examples.sigmoid_.default.redispatch(MPS_KEY, z)
+        assert metal.runs == 2 and metal.last["function"] == "v_Sigmoidfloat32float32"
+    torch.testing.assert_close(y, torch.softmax(x, -1))
+    torch.testing.assert_close(z, want)
+
+
+def test_operator_dispatched_for_mps_without_a_metal_backend_says_so(mlx_ops):
+    with pytest.raises(tm.UnsupportedDeviceError, match="v_Sigmoidfloat32float32: .*macOS build"):
+        torch.ops.tm_examples.sigmoid.default.redispatch(MPS_KEY, torch.zeros(3))
 
 
 def test_every_csrc_mps_file_compiles():

@@ -35,6 +35,9 @@
 - (NSUInteger)retainCount {
   return _sim_references + 1;
 }
+- (BOOL)respondsToSelector:(SEL)aSelector {
+  return class_respondsToSelector(object_getClass(self), aSelector);
+}
 @end
 
 static thread_local std::vector<NSAutoreleasePool*> pools;

@@ -63,6 +63,11 @@ static int64_t type_bytes(MTLDataType type) {
 - (NSUInteger)length {
   return _length;
 }
+- (uint64_t)gpuAddress {
+  // Not the host address, so a pointer left unconverted cannot pass for one; the test maps
+  // it back (metal_sim.GPU_ADDRESS_TAG).
+  return uint64_t(reinterpret_cast<uintptr_t>(_contents)) ^ metal_sim::kGpuAddressTag;
+}
 - (void)dealloc {
   if (_owned) {
     std::free(_contents);
@@ -167,6 +172,11 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
 }
 - (void)setThreadgroupMemoryLength:(NSUInteger)length atIndex:(NSUInteger)index {
   metal_sim::recorder().add({"threadgroup", "", {int64_t(index), int64_t(length)}, 0, {}});
+}
+- (void)useResource:(id<MTLResource>)resource usage:(MTLResourceUsage)usage {
+  SimBuffer* sim = static_cast<SimBuffer*>(resource);
+  metal_sim::recorder().add({"resource", "", {sim->_id, int64_t(sim->_length), int64_t(usage)},
+                             reinterpret_cast<uintptr_t>(sim->_contents), {}});
 }
 - (void)dispatchThreads:(MTLSize)grid threadsPerThreadgroup:(MTLSize)group {
   metal_sim::recorder().add({"dispatch", "", {int64_t(grid.width), int64_t(grid.height), int64_t(grid.depth),

@@ -34,6 +34,8 @@ PYBIND11_MODULE(metal_sim_native, m) {
     return out;
   }, "[(what, text or bytes, numbers, address, constants)]: the encoder calls since the last take");
 
+  m.attr("GPU_ADDRESS_TAG") = metal_sim::kGpuAddressTag;
+
   m.def("complete_command_buffer", [] {
     // The GPU is done with what was encoded: buffers handed to release_when_completed go.
     std::vector<id<MTLBuffer>> copies;

@@ -45,5 +45,12 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
     if state.problem:
         raise UnsupportedKernelError(f"{function.name}: cannot be called: {state.problem}")
     plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory)
-    backend = backend_for(plan.device, function.name)
+    run_plan(function, plan, plan.device, checked)
+
+
+def run_plan(function, plan, device: str, checked=None) -> None:
+    """Runs a bound plan on the backend for `device` (also how an operator defined with
+    ops.define reaches a backend other than its native CPU path)."""
+    backend = backend_for(device, function.name)
+    state = function._dispatch_state()
     backend.run(function, backend.prepare(function, state, plan.constants, checked_requested(checked)), plan)

@@ -6,6 +6,7 @@ from typing import Optional, Tuple
 
 from ..container.function_constant import FunctionConstant
 from ..container.tables import DATA_TYPES, FUNCTION_TYPES, name_of
+from ..dispatch.backend import backend_for
 from ..dispatch.calls import call, dispatch_state
 from ..errors import MetallibFormatError
 from ..reflection.air_arguments import Argument
@@ -173,6 +174,21 @@ class KernelFunction:
     def max_total_threads_per_threadgroup(self) -> Optional[int]:
         """The kernel's ``max_total_threads_per_threadgroup`` attribute, None if unset."""
         return self.reflection.max_total_threads_per_threadgroup
+
+    def pipeline_limits(self, constants=None) -> dict:
+        """The limits Metal gives this kernel's compute pipeline on this Mac's GPU, for
+        these function-constant values (the pipeline is built and cached, as a call would):
+        ``max_total_threads_per_threadgroup``, ``thread_execution_width`` and
+        ``static_threadgroup_memory_length``. Calls on ``mps`` tensors are checked against
+        them before anything is encoded.
+
+        Raises:
+            UnsupportedDeviceError: this build has no Metal backend (every platform but macOS).
+            DispatchError: a required function constant is missing or has the wrong type.
+            UnsupportedKernelError: Metal could not build the pipeline.
+        """
+        backend = backend_for("mps", self.name)
+        return backend.limits(self, self._dispatch_state().spec.pipeline_plan(constants))
 
     @property
     def threadgroup_variables(self) -> Tuple[ThreadgroupVariable, ...]:

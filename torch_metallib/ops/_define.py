@@ -4,7 +4,8 @@ operator.
 Everything a call needs is checked here, against each kernel's reflection, before the
 operator exists: a schema that does not fit the kernel fails at registration, not at the
 first call. Then the schema is defined with torch.library, the native kernel
-(csrc/ops/metallib_op.cpp) is registered as its CPU implementation, a fake implementation
+(csrc/ops/metallib_op.cpp) is registered as its CPU and MPS implementation (CPU runs
+natively; MPS binds natively and encodes through the backend seam), a fake implementation
 is derived from the output rules, and an optional backward is registered with
 ``torch.library.register_autograd``.
 """
@@ -19,6 +20,7 @@ from .. import _C
 from ..backends.cpu.jit import compile_kernel
 from ..errors import DispatchError, KernelArgumentError, OpDefinitionError
 from ..backends.cpu.schedule import register_environment_schedule
+from ..dispatch.calls import run_plan
 from ._outputs import Output
 from ._rules import Rule, as_rule
 
@@ -403,7 +405,7 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
                                     f"{str(error).splitlines()[0]}") from None
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
-                                      compile_for)
+                                      compile_for, lambda index, plan, device: run_plan(functions[index], plan, device))
         torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size),
                                     lib=namespace)
         if backward is not None:

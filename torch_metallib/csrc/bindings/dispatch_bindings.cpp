@@ -149,7 +149,9 @@ void bind_dispatch(py::module_& m) {
            py::arg("max_threads"), py::arg("static_threadgroup_bytes"), py::arg("predicates") = py::dict())
       .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
            py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
-           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.");
+           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.")
+      .def("pipeline_plan", &KernelSpec::pipeline_plan, py::arg("constants"),
+           "A Plan whose command list holds only the pipeline key (function, checked constant values)");
 
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("constants", [](const Plan& plan) { return constants_tuple(plan.constants); })

@@ -1,4 +1,4 @@
-// torch_metallib._C.register_op: installs a MetallibKernel as an operator's CPU kernel.
+// torch_metallib._C.register_op: installs a MetallibKernel as an operator's CPU and MPS kernel.
 #include <pybind11/stl.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/library.h>
@@ -17,7 +17,7 @@ using ops::SizeRule;
 
 // Keeps an operator's kernel registered while it lives.
 struct OpRegistration {
-  std::unique_ptr<torch::Library> library;
+  std::vector<std::unique_ptr<torch::Library>> libraries;  // one per dispatch key
 };
 
 c10::ScalarType dtype_of(const py::handle& value) {
@@ -94,7 +94,8 @@ void bind_ops(py::module_& m) {
 
   m.def("register_op", [](const std::string& name, const std::vector<std::string>& argument_names,
                           const std::vector<bool>& argument_mutable, int dispatch_argument, const py::list& kernels,
-                          const py::list& outputs, const py::list& threads, const py::list& group, py::object compile) {
+                          const py::list& outputs, const py::list& threads, const py::list& group, py::object compile,
+                          py::object run_on_backend) {
     auto spec = std::make_shared<ops::OpSpec>();
     spec->name = name;
     spec->argument_names = argument_names;
@@ -114,16 +115,21 @@ void bind_ops(py::module_& m) {
     for (const py::handle& rule : threads) spec->threads.push_back(rule_of(rule));
     for (const py::handle& rule : group) spec->group.push_back(rule_of(rule));
     spec->compile = std::move(compile);
+    spec->run_on_backend = std::move(run_on_backend);
     size_t split = name.find("::");
     auto registration = std::make_unique<OpRegistration>();
-    registration->library = std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split),
-                                                             c10::DispatchKey::CPU, __FILE__, __LINE__);
-    registration->library->impl(name.substr(split + 2).c_str(),
-                                torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
+    for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS}) {
+      auto library = std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split), key, __FILE__, __LINE__);
+      library->impl(name.substr(split + 2).c_str(),
+                    torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
+      registration->libraries.push_back(std::move(library));
+    }
     return registration;
   }, py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
      py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
-     "Registers the CPU kernel of operator `name` (defined already); unregistered when the result is dropped.");
+     py::arg("run_on_backend"),
+     "Registers the CPU and MPS kernels of operator `name` (defined already): CPU runs natively, MPS through "
+     "`run_on_backend`; unregistered when the result is dropped.");
 
   m.def("add_debug_schedule_users", &ops::add_debug_schedule_users, py::arg("delta"),
         "Counts torch_metallib.cpu_schedule blocks (and the environment's default) that are not 'parallel'.");

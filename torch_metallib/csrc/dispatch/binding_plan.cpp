@@ -590,6 +590,13 @@ void KernelSpec::refuse_unbindable(const std::vector<ConstantValue>& constants) 
   }
 }
 
+Plan KernelSpec::pipeline_plan(const py::handle& constants) const {
+  Plan plan;
+  plan.constants = check_constants(read_constants(name_, constants_, constants));
+  plan.commands = std::make_shared<const CommandList>(command_list(plan, name_));
+  return plan;
+}
+
 // --- the whole call ---------------------------------------------------------------------
 
 Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,

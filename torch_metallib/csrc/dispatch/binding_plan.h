@@ -187,6 +187,10 @@ class KernelSpec {
                    const std::vector<int64_t>& group, const std::vector<std::pair<size_t, Number>>& constants,
                    const std::vector<std::pair<int, int64_t>>& threadgroup_bytes) const;
 
+  // A plan with only the pipeline key (function and checked constant values) in its
+  // command list: what a GPU backend needs to build and inspect the pipeline.
+  Plan pipeline_plan(const pybind11::handle& constants) const;
+
   const std::string& name() const { return name_; }
   int parameter_count() const { return parameter_count_; }
   const std::vector<ArgumentSpec>& arguments() const { return arguments_; }

@@ -130,12 +130,6 @@ PipelineLimits MetalLibrary::limits(const std::string& function, const std::vect
 }
 
 void MetalLibrary::run(const dispatch::CommandList& commands) {
-  for (const dispatch::BytesCommand& bytes : commands.bytes) {
-    if (bytes.argument_buffer != nullptr) {
-      throw dispatch::UnsupportedCall(commands.function + ": argument buffers (buffer(" + std::to_string(bytes.index) +
-                                      ")) are not encoded by the Metal backend yet. Run the kernel on cpu tensors");
-    }
-  }
   id<MTLComputePipelineState> pipeline = state_->pipeline(commands.function, commands.constants);
   const uint64_t threads = uint64_t(commands.group[0]) * commands.group[1] * commands.group[2];
   if (threads > pipeline.maxTotalThreadsPerThreadgroup) {

@@ -99,25 +99,31 @@ OpSpec::~OpSpec() {
   if (Py_IsInitialized()) {
     py::gil_scoped_acquire gil;
     compile = py::object();
-  } else {
-    compile.release();  // the interpreter is gone; nothing to release
+    run_on_backend = py::object();
+  } else {  // the interpreter is gone; nothing to release
+    compile.release();
+    run_on_backend.release();
   }
 }
 
 void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const OpSpec& spec = *spec_;
   const size_t count = spec.argument_names.size();
+  // Registered for CPU and MPS: the key it was dispatched for picks the backend.
+  const bool on_mps = keys.highestPriorityTypeId() == c10::DispatchKey::MPS;
   std::vector<at::Tensor> outputs;
   try {
     std::vector<c10::IValue> arguments(stack->end() - long(count), stack->end());
+    const c10::Device device = arguments[size_t(spec.dispatch_argument)].toTensor().device();
     // Kernels read memory as laid out: contiguous inputs; mutated ones are written back below.
     std::vector<std::pair<size_t, at::Tensor>> write_back;
     for (size_t i = 0; i < count; ++i) {
       if (!arguments[i].isTensor()) continue;
       const at::Tensor& t = arguments[i].toTensor();
-      if (!t.device().is_cpu()) {
-        throw ArgumentError("argument '" + spec.argument_names[i] + "' is on " + t.device().str() +
-                            "; this build runs operators on the CPU only (the MPS backend needs macOS). Pass CPU tensors");
+      if (t.device() != device) {
+        throw ArgumentError("argument '" + spec.argument_names[i] + "' is on " + t.device().str() + ", argument '" +
+                            spec.argument_names[size_t(spec.dispatch_argument)] + "' on " + device.str() +
+                            "; expected every tensor on one device. Move them with .to(...)");
       }
       if (!t.is_contiguous()) {
         at::Tensor dense = t.contiguous();
@@ -148,7 +154,7 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
       }
       c10::ScalarType dtype = rule.dtype_like >= 0 ? arguments[size_t(rule.dtype_like)].toTensor().scalar_type() : rule.dtype;
       if (rule.mutated < 0) {
-        outputs.push_back(at::empty(shape, at::TensorOptions().dtype(dtype)));
+        outputs.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(device)));
         continue;
       }
       const at::Tensor& given = arguments[size_t(rule.mutated)].toTensor();
@@ -200,7 +206,12 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
     }
     if (!empty) {  // no threads: nothing to run (Metal refuses empty grids; an op on an empty tensor is a no-op)
       dispatch::Plan plan = kspec.bind_native(values, threads, group, constants, threadgroup);
-      run(spec, *kernel, plan);
+      if (on_mps) {
+        py::gil_scoped_acquire gil;
+        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), "mps");
+      } else {
+        run(spec, *kernel, plan);
+      }
     }
     for (auto& [index, dense] : write_back) stack->at(stack->size() - count + index).toTensor().copy_(dense);
   } catch (const ArgumentError& e) {

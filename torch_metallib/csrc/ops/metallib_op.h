@@ -82,6 +82,9 @@ struct __attribute__((visibility("hidden"))) OpSpec {
   std::vector<SizeRule> group;             // empty: the binding plan's default
   // (kernel index, constants tuple, cooperative, copies) -> (launchers, serial)
   pybind11::object compile;
+  // (kernel index, plan, device type) -> None: a call dispatched for a device whose backend
+  // lives in Python (mps), run through the backend seam.
+  pybind11::object run_on_backend;
 
   ~OpSpec();
 };

@@ -26,6 +26,7 @@ typedef long NSInteger;
 - (oneway void)release;
 - (id)autorelease;
 - (NSUInteger)retainCount;
+- (BOOL)respondsToSelector:(SEL)aSelector;
 @end
 
 @interface NSObject <NSObject> {

@@ -20,9 +20,17 @@ typedef enum : NSUInteger {
   MTLDataTypeBFloat = 121,
 } MTLDataType;
 
-typedef enum : NSUInteger {
+// NS_OPTIONS as Apple's headers spell it in C++: an integer type, its flags an enum.
+typedef NSUInteger MTLResourceOptions;
+enum : NSUInteger {
   MTLResourceStorageModeShared = 0,
-} MTLResourceOptions;
+};
+
+typedef NSUInteger MTLResourceUsage;
+enum : NSUInteger {
+  MTLResourceUsageRead = 1 << 0,
+  MTLResourceUsageWrite = 1 << 1,
+};
 
 typedef struct {
   NSUInteger width, height, depth;
@@ -33,9 +41,13 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
   return size;
 }
 
-@protocol MTLBuffer <NSObject>
+@protocol MTLResource <NSObject>
+@end
+
+@protocol MTLBuffer <MTLResource>
 - (void*)contents;
 @property(readonly) NSUInteger length;
+@property(readonly) uint64_t gpuAddress;  // API_AVAILABLE(macos(13.0))
 @end
 
 @protocol MTLFunction <NSObject>
@@ -67,7 +79,10 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
 
 typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 
+@protocol MTLDevice;
+
 @protocol MTLCommandQueue <NSObject>
+@property(readonly) id<MTLDevice> device;  // torch 2.4 to 2.6's MPSStream.h calls it inline
 @end
 
 @protocol MTLSharedEvent <NSObject>
@@ -78,6 +93,7 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (void)setBytes:(const void*)bytes length:(NSUInteger)length atIndex:(NSUInteger)index;
 - (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index;
 - (void)setThreadgroupMemoryLength:(NSUInteger)length atIndex:(NSUInteger)index;
+- (void)useResource:(id<MTLResource>)resource usage:(MTLResourceUsage)usage;
 - (void)dispatchThreads:(MTLSize)threadsPerGrid threadsPerThreadgroup:(MTLSize)threadsPerThreadgroup;
 @end
 

@@ -1,10 +1,11 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus} ...`` (also installed as the
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench} ...`` (also installed as the
 ``torch-metallib`` console script)."""
 
 import argparse
 import os
 import sys
 
+from . import bench as _bench
 from . import census as _census
 from . import inspect as _inspect
 from . import program_name
@@ -34,6 +35,7 @@ def main(argv=None) -> int:
     _inspect.add_parser(subparsers)
     _census.add_parser(subparsers)
     _add_corpus_parser(subparsers)
+    _bench.add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

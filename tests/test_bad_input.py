@@ -246,7 +246,9 @@ class Bad:
     source: str  # "fixture": the project's packed kernels; "apple": an Apple-built subset
     mutate: Mutation
     words: Tuple[str, ...]  # must all appear in the message
-    # "load": tm.load raises. "bitcode": load succeeds, the function's .bitcode raises,
+    # "load": tm.load raises. "use": load (which reads the function list only) succeeds,
+    # using the function (lib[name]) raises, and so do to_bytes() and verify.
+    # "bitcode": load succeeds, the function's .bitcode raises,
     # and so do verify=True and lib.verify(). "verify": only the SHA-256 check (verify)
     # raises. "reflection": load succeeds, to_bytes(), subset() and verify raise.
     when: str = "load"
@@ -596,7 +598,7 @@ CASES = [
         ("function 0 'function_constant_scale' public metadata offset (OFFT)",)),
     Bad("offt-private-past-private-md", "fixture",
         offt(1, 1, lambda L, f: L.sections["private"][1] - 2),
-        ("function 1 'scale_shift_float' private metadata offset (OFFT)",)),
+        ("function 1 'scale_shift_float' private metadata offset (OFFT)",), when="use"),
     Bad("offt-public-near-2**64", "fixture", offt(0, 0, lambda L, f: U64_MAX - 1),
         ("public metadata offset (OFFT)",)),
     Bad("module-range-past-module-section", "fixture",
@@ -771,7 +773,12 @@ def test_malformed_input_is_rejected(case: Bad, layouts):
     lib = tm.load(data)  # lazily checked fields do not fail the load
     assert len(lib) == len(layout.functions)
     messages = set()
-    if case.when == "bitcode":
+    if case.when == "use":
+        bad = [name for name in lib.function_names if not _usable(lib, name)]
+        assert len(bad) == 1, bad
+        messages.add(raises(lambda: lib[bad[0]], data, case.words, offset))
+        messages.add(raises(lib.to_bytes, data, case.words, offset))
+    elif case.when == "bitcode":
         bad = [name for name in lib.function_names if not _bitcode_ok(lib[name])]
         assert len(bad) == 1, bad
         messages.add(raises(lambda: lib[bad[0]].bitcode, data, case.words, offset))
@@ -787,6 +794,14 @@ def test_malformed_input_is_rejected(case: Bad, layouts):
     messages.add(raises(lib.verify, data, case.words, offset))
     messages.add(raises(lambda: tm.load(data, verify=True), data, case.words, offset))
     assert len(messages) == 1, messages  # every path reports the same field and offset
+
+
+def _usable(lib, name) -> bool:
+    try:
+        lib[name]
+    except tm.MetallibFormatError:
+        return False
+    return True
 
 
 def _bitcode_ok(function) -> bool:

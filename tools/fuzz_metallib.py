@@ -239,13 +239,21 @@ _reflection_errors = 0  # ReflectionErrors raised in this process (an LLVM abort
 
 
 def exercise(data: bytes) -> str:
-    """Loads `data` and uses everything, reflection included; returns how far it got.
-    Raises anything other than MetallibFormatError (or ReflectionError from reflection)
-    for the caller to report."""
+    """Loads `data` and uses everything, reflection included; returns how far it got:
+    "rejected" by load, "rejected_on_use" (a function's metadata, read when the function
+    is first used), "loaded" or "verified". Raises anything other than MetallibFormatError
+    (or ReflectionError from reflection) for the caller to report."""
     try:
         lib = tm.load(data)
     except tm.MetallibFormatError:
         return "rejected"
+    try:
+        return _use(lib)
+    except tm.MetallibFormatError:
+        return "rejected_on_use"
+
+
+def _use(lib) -> str:
     repr(lib)
     (lib.file_version, lib.file_type, lib.platform, lib.platform_version, lib.uuid, lib.nbytes,
      lib.unknown_tags, len(lib), list(lib))

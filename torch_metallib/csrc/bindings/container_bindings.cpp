@@ -18,7 +18,9 @@ using namespace torch_metallib::metallib;
 namespace torch_metallib::bindings {
 namespace {
 
-// A parsed container plus the exported Python buffer its views point into.
+// A parsed container plus the exported Python buffer its views point into. Loading reads
+// the function list only (ReadDepth::kFunctionList); writing, verifying and the unknown-tag
+// report read the whole file once, on first need (full()).
 class LoadedContainer {
  public:
   explicit LoadedContainer(const py::buffer& source)
@@ -33,15 +35,30 @@ class LoadedContainer {
     const auto* data = static_cast<const uint8_t*>(buffer_->ptr);
     const uint64_t size = static_cast<uint64_t>(buffer_->size);
     py::gil_scoped_release unlocked;
-    container_ = read_container(data, size);
+    container_ = read_container(data, size, ReadDepth::kFunctionList);
   }
 
+  // The function list, names and sections (functions read one at a time: function()).
   const Container& container() const { return container_; }
+  Function function(size_t i) const {
+    if (i >= container_.entries.size()) throw py::index_error("function index out of range");
+    return read_function(container_, i);
+  }
+  // Every function with its metadata, unknown tags recorded (called with the GIL held).
+  const Container& full() const {
+    if (!full_) {
+      py::gil_scoped_release unlocked;
+      full_ = std::make_unique<Container>(read_container(
+          static_cast<const uint8_t*>(buffer_->ptr), static_cast<uint64_t>(buffer_->size), ReadDepth::kFull));
+    }
+    return *full_;
+  }
   uint64_t address() const { return reinterpret_cast<uintptr_t>(buffer_->ptr); }
 
  private:
-  std::unique_ptr<py::buffer_info> buffer_;  // declared first: destroyed after container_
+  std::unique_ptr<py::buffer_info> buffer_;  // declared first: destroyed after the containers
   Container container_;
+  mutable std::unique_ptr<Container> full_;
 };
 
 py::bytes to_py(std::string_view bytes) { return py::bytes(bytes.data(), bytes.size()); }
@@ -71,9 +88,7 @@ py::list constants_list(const std::vector<FunctionConstant>& constants) {
 
 // Everything Python shows about one function, gathered in one call.
 py::dict function_record(const LoadedContainer& self, size_t i) {
-  const Container& c = self.container();
-  if (i >= c.functions.size()) throw py::index_error("function index out of range");
-  const Function& f = c.functions[i];
+  const Function f = self.function(i);
   py::dict record;
   record["name"] = name_to_py(f.name);
   record["type"] = f.type;
@@ -95,7 +110,7 @@ py::dict function_record(const LoadedContainer& self, size_t i) {
   }
   for (const Tag& tag : public_metadata) {
     if (tag.code == kTagConstants) {
-      constants = decode_constants(tag.payload, tag.offset, describe_function(c, i));
+      constants = decode_constants(tag.payload, tag.offset, describe_function(i, f.name));
     }
   }
   record["versions"] = versions;
@@ -144,7 +159,7 @@ void bind_container(py::module_& m) {
   py::class_<LoadedContainer>(m, "Container",
                               "A parsed .metallib over a caller-owned buffer (zero-copy).")
       .def(py::init<const py::buffer&>(), py::arg("source"))
-      .def("__len__", [](const LoadedContainer& s) { return s.container().functions.size(); })
+      .def("__len__", [](const LoadedContainer& s) { return s.container().entries.size(); })
       .def_property_readonly("header", [](const LoadedContainer& s) {
         const Header& h = s.container().header;
         py::dict d;
@@ -158,9 +173,9 @@ void bind_container(py::module_& m) {
         return d;
       })
       .def("names", [](const LoadedContainer& s) {
-        const auto& functions = s.container().functions;
-        py::tuple out(functions.size());
-        for (size_t i = 0; i < functions.size(); ++i) out[i] = name_to_py(functions[i].name);
+        const auto& names = s.container().index.names();
+        py::tuple out(names.size());
+        for (size_t i = 0; i < names.size(); ++i) out[i] = name_to_py(names[i]);
         return out;
       })
       .def("index_of", [](const LoadedContainer& s, const py::bytes& name) -> int64_t {
@@ -169,9 +184,7 @@ void bind_container(py::module_& m) {
       })
       .def("function", &function_record, py::arg("index"))
       .def("bitcode_range", [](const LoadedContainer& s, size_t i) {
-        const Container& c = s.container();
-        if (i >= c.functions.size()) throw py::index_error("function index out of range");
-        const std::string_view bitcode = function_bitcode(c, i);
+        const std::string_view bitcode = function_bitcode(s.container(), s.function(i), i);
         return py::make_tuple(uint64_t(reinterpret_cast<uintptr_t>(bitcode.data()) - s.address()),
                               bitcode.size());
       }, "(offset, size) of the function's LLVM bitcode in the buffer, after validating its wrapper")
@@ -191,13 +204,13 @@ void bind_container(py::module_& m) {
       })
       .def_property_readonly("unknown_tags", [](const LoadedContainer& s) {
         py::list out;
-        for (const UnknownTag& tag : s.container().unknown_tags) {
+        for (const UnknownTag& tag : s.full().unknown_tags) {
           out.append(py::make_tuple(name_to_py(tag.place), tag_name(tag.code), tag.offset, tag.size));
         }
         return out;
       })
       .def("module_hashes", [](const LoadedContainer& s) {
-        const Container& c = s.container();
+        const Container& c = s.full();
         py::list out;
         for (size_t i = 0; i < c.functions.size(); ++i) {
           const Function& f = c.functions[i];
@@ -205,16 +218,18 @@ void bind_container(py::module_& m) {
         }
         return out;
       }, "[(module offset, module size, HASH bytes)] per function, for checking every HASH at once")
-      .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.container()); })
+      .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.full()); })
       .def("verify", [](const LoadedContainer& s) {
+        const Container& c = s.full();
         py::gil_scoped_release unlocked;
-        verify_container(s.container());
+        verify_container(c);
       }, "Validates every module wrapper and reflection group (HASHes: Library.verify).")
       .def("subset", [](const LoadedContainer& s, const std::vector<size_t>& indices) {
+        const Container& c = s.full();
         for (size_t i : indices) {
-          if (i >= s.container().functions.size()) throw py::index_error("function index out of range");
+          if (i >= c.functions.size()) throw py::index_error("function index out of range");
         }
-        return write_bytes(select_functions(s.container(), indices, hashlib_sha256));
+        return write_bytes(select_functions(c, indices, hashlib_sha256));
       }, py::arg("indices"));
 
   m.def("pack", [](const py::dict& header, const py::list& functions) {

@@ -76,8 +76,26 @@ struct UnknownTag {
 // themselves in both. Read per file, and written back the same way.
 enum class GroupSizeConvention : uint8_t { kCountsItself, kExcludesItself };
 
+// A section of the file, located by read_container.
+struct SectionRange {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+  uint64_t end() const { return offset + size; }
+};
+
+// Where one function's function-list group lies (its u32 size field, validated by the
+// load): all a load keeps per function besides its name.
+struct FunctionEntry {
+  uint64_t group_offset = 0;
+};
+
 struct Container {
   std::string_view source;  // the parsed input (empty for a built container)
+  // Read at ReadDepth::kFunctionList: `functions` is empty and read_function(c, i) reads one.
+  bool functions_read = true;
+  std::vector<FunctionEntry> entries;  // per function, in file order (both depths)
+  SectionRange public_section, private_section, module_section, reflection_list;
+  bool has_reflection_list = false;
   Header header;
   GroupSizeConvention metadata_sizes = GroupSizeConvention::kCountsItself;
   bool metadata_sizes_known = false;  // set by the first metadata group the reader sees

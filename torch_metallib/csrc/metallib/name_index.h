@@ -13,8 +13,8 @@ class NameIndex {
  public:
   // `names` must outlive the index (views into the file or container storage).
   void reserve(size_t count) {
-    size_t capacity = 16;
-    while (capacity < 2 * count) capacity *= 2;
+    size_t capacity = 16;  // at most 3/4 full: 17k names take 128 KB of slots
+    while (3 * capacity < 4 * count) capacity *= 2;
     slots_.assign(capacity, kEmpty);
     names_.clear();
     names_.reserve(count);
@@ -22,13 +22,16 @@ class NameIndex {
 
   // Adds `name` as position names_.size(); returns the earlier position if it is taken.
   int64_t insert(std::string_view name) {
-    if (2 * (names_.size() + 1) > slots_.size()) grow();
+    if (4 * (names_.size() + 1) > 3 * slots_.size()) grow();
     size_t slot = find_slot(name);
     if (slots_[slot] != kEmpty) return slots_[slot];
     slots_[slot] = uint32_t(names_.size());
     names_.push_back(name);
     return -1;
   }
+
+  // Every name, by position.
+  const std::vector<std::string_view>& names() const { return names_; }
 
   int64_t find(std::string_view name) const {
     if (slots_.empty()) return -1;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 
 #include "byte_reader.h"
 #include "function_constants.h"
@@ -16,11 +17,7 @@ namespace torch_metallib::metallib {
 namespace {
 
 // A section named by an (offset, size) pair, already checked to lie inside the file.
-struct Region {
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  uint64_t end() const { return offset + size; }
-};
+using Region = SectionRange;
 
 std::string byte_count(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte" : " bytes"); }
 
@@ -322,51 +319,166 @@ std::string_view read_metadata(const ByteReader& in, Container& c, const Region&
   });
 }
 
-void check_modules_disjoint(const Container& c) {
-  std::vector<size_t> order(c.functions.size());
+// Module (offset, size) of each function, in file order; throws for two that overlap.
+void check_modules_disjoint(const std::vector<std::pair<uint64_t, uint64_t>>& modules,
+                            const std::function<std::string(size_t)>& describe) {
+  std::vector<size_t> order(modules.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  const auto starts_before = [&](size_t a, size_t b) {
-    return c.functions[a].module_offset < c.functions[b].module_offset;
-  };
+  const auto starts_before = [&](size_t a, size_t b) { return modules[a].first < modules[b].first; };
   if (!std::is_sorted(order.begin(), order.end(), starts_before)) {
     std::sort(order.begin(), order.end(), starts_before);
   }
   for (size_t k = 1; k < order.size(); ++k) {
-    const Function& before = c.functions[order[k - 1]];
-    const Function& after = c.functions[order[k]];
-    if (after.module_offset < before.module_offset + before.module.size()) {
-      throw FormatError(after.module_offset, describe_function(c, order[k]) + " module",
-                        "a module disjoint from the others",
-                        "overlap with " + describe_function(c, order[k - 1]) +
-                            " (bytes " + std::to_string(before.module_offset) + "-" +
-                            std::to_string(before.module_offset + before.module.size()) + ")");
+    const auto& before = modules[order[k - 1]];
+    const auto& after = modules[order[k]];
+    if (after.first < before.first + before.second) {
+      throw FormatError(after.first, describe(order[k]) + " module", "a module disjoint from the others",
+                        "overlap with " + describe(order[k - 1]) + " (bytes " + std::to_string(before.first) +
+                            "-" + std::to_string(before.first + before.second) + ")");
     }
   }
 }
 
+// What a load keeps of one function-list group, read without the tag table: false when
+// anything is unusual (a tag this reader does not expect, repeated, missing or of an odd
+// size), for read_function_tags to judge with its exact messages.
+struct ListFields {
+  std::string_view name;
+  uint64_t module_offset = 0, module_size = 0, offsets_tag_at = 0;
+  bool has_reflection = false;
+  uint64_t reflection_offset = 0, reflection_tag_at = 0;
+};
+
+bool read_list_group_fast(const uint8_t* data, uint64_t at, uint64_t end, ListFields& out) {
+  enum : uint32_t { kName = 1, kType = 2, kHash = 4, kOffsets = 8, kVersions = 16, kSize = 32, kReflection = 64 };
+  constexpr uint32_t kRequired = kName | kType | kHash | kOffsets | kSize;
+  uint32_t seen = 0;
+  while (true) {
+    if (!range_fits(at, 4, end)) return false;
+    const uint32_t code = load_le<uint32_t>(data + at);
+    if (code == kEndTag) return at + 4 == end && (seen & kRequired) == kRequired;
+    if (!range_fits(at + 4, 2, end)) return false;
+    const uint64_t length = load_le<uint16_t>(data + at + 4);
+    const uint64_t payload = at + 6;
+    if (!range_fits(payload, length, end)) return false;
+    const char* bytes = reinterpret_cast<const char*>(data + payload);
+    uint32_t bit = 0;
+    uint64_t size = 0;
+    switch (code) {
+      case kTagName: bit = kName, size = length; break;
+      case kTagType: bit = kType, size = 1; break;
+      case kTagHash: bit = kHash, size = 32; break;
+      case kTagOffsets: bit = kOffsets, size = 24; break;
+      case kTagVersions: bit = kVersions, size = 8; break;
+      case kTagModuleSize: bit = kSize, size = 8; break;
+      case kTagReflection: bit = kReflection, size = 8; break;
+      default: return false;
+    }
+    if (length != size || (seen & bit) != 0) return false;
+    seen |= bit;
+    switch (code) {
+      case kTagName:
+        if (length < 2 || std::memchr(bytes, 0, length) != bytes + length - 1) return false;
+        out.name = {bytes, size_t(length - 1)};
+        break;
+      case kTagOffsets:
+        out.module_offset = load_le<uint64_t>(bytes + 16);
+        out.offsets_tag_at = at;
+        break;
+      case kTagModuleSize:
+        out.module_size = load_le<uint64_t>(bytes);
+        break;
+      case kTagReflection:
+        out.has_reflection = true;
+        out.reflection_offset = load_le<uint64_t>(bytes);
+        out.reflection_tag_at = at;
+        break;
+      default:
+        break;
+    }
+    at = payload + length;
+  }
+}
+
+void check_module_range(const Container& c, const Place& where, uint64_t offset, uint64_t size, uint64_t tag_at) {
+  if (!range_fits(offset, size, c.module_section.size)) {
+    throw FormatError(tag_at, where.describe() + " module range (OFFT/MDSZ)",
+                      "a range inside the " + std::to_string(c.module_section.size) + "-byte module section",
+                      range_text(offset, size));
+  }
+}
+
+void check_reflection_reference(const Container& c, const Place& function, uint64_t offset, uint64_t tag_at) {
+  const Place where{"reflection-list group", function.function, function.name};
+  if (!c.has_reflection_list) {
+    throw FormatError(tag_at, where.describe() + " RFLT",
+                      "a header-extension RLST tag locating the reflection list", "no reflection list");
+  }
+  if (!range_fits(offset, 8, c.reflection_list.size)) {
+    throw FormatError(tag_at, where.describe() + " RFLT offset",
+                      "an offset inside the " + std::to_string(c.reflection_list.size) + "-byte reflection list",
+                      std::to_string(offset));
+  }
+}
+
+uint32_t read_group_size(const ByteReader& in, uint64_t at, uint64_t list_end, const Place& where) {
+  const uint32_t group_size = in.read<uint32_t>(at, "function group size");
+  if (group_size < 8 || !range_fits(at, group_size, list_end)) {
+    throw FormatError(at, where.describe() + " size",
+                      "8 to " + std::to_string(list_end - at) + " bytes (the rest of the function list)",
+                      std::to_string(group_size));
+  }
+  return group_size;
+}
+
+// Function `i` from its function-list group: every tag checked against the table (unknown
+// ones recorded in `c`), its module and reflection ranges, and with `metadata` its public
+// and private metadata groups.
+Function read_function_group(const ByteReader& in, Container& c, size_t i, uint64_t at, uint32_t group_size,
+                             bool metadata) {
+  Function f;
+  Place where{"function-list group", int64_t(i)};
+  const FunctionFields fields = read_function_tags(in, c, f, where, at, at + group_size);
+  where.name = f.name;
+  check_module_range(c, where, fields.module_offset, fields.module_size, fields.offsets_tag_at);
+  f.module_offset = c.module_section.offset + fields.module_offset;
+  f.module = in.bytes(f.module_offset, fields.module_size, "module");
+  if (metadata) {
+    const Place public_place{"public metadata", int64_t(i), f.name};
+    f.public_metadata = read_metadata(in, c, c.public_section, fields.public_offset, kPublicMetadata, public_place,
+                                      fields.offsets_tag_at);
+    f.public_offset = c.public_section.offset + fields.public_offset + 4;
+    const Place private_place{"private metadata", int64_t(i), f.name};
+    f.private_metadata = read_metadata(in, c, c.private_section, fields.private_offset, kPrivateMetadata,
+                                       private_place, fields.offsets_tag_at);
+    f.private_offset = c.private_section.offset + fields.private_offset + 4;
+  }
+  if (fields.has_reflection) {
+    check_reflection_reference(c, where, fields.reflection_offset, fields.reflection_tag_at);
+    f.reflection_offset = c.reflection_list.offset + fields.reflection_offset;
+    f.reflection = in.bytes(f.reflection_offset, c.reflection_list.end() - f.reflection_offset, "reflection group");
+  }
+  return f;
+}
+
 }  // namespace
 
-std::string describe_function(const Container& container, size_t index) {
-  return "function " + std::to_string(index) + " '" +
-         std::string(container.functions[index].name) + "'";
+std::string describe_function(size_t index, std::string_view name) {
+  return "function " + std::to_string(index) + " '" + std::string(name) + "'";
 }
 
-std::string_view function_bitcode(const Container& container, size_t index) {
-  const Function& f = container.functions[index];
-  return unwrap_bitcode(f.module, f.module_offset, describe_function(container, index));
+std::string_view function_bitcode(const Container& container, const Function& f, size_t index) {
+  return unwrap_bitcode(f.module, f.module_offset, describe_function(index, f.name));
 }
 
-std::string_view function_reflection(const Container& container, size_t index) {
-  const Function& f = container.functions[index];
+std::string_view function_reflection(const Container& container, const Function& f, size_t index) {
   if (f.reflection.empty()) return {};
   const Place where{"reflection-list group", int64_t(index), f.name};
-  const ByteReader in(reinterpret_cast<const uint8_t*>(container.source.data()),
-                      container.source.size());
+  const ByteReader in(reinterpret_cast<const uint8_t*>(container.source.data()), container.source.size());
   const uint32_t size = load_le<uint32_t>(f.reflection, 0);
   if (size < 8 || size > f.reflection.size()) {
     throw FormatError(f.reflection_offset, where.describe() + " size",
-                      "8 to " + std::to_string(f.reflection.size()) +
-                          " bytes (the rest of the reflection list)",
+                      "8 to " + std::to_string(f.reflection.size()) + " bytes (the rest of the reflection list)",
                       std::to_string(size));
   }
   read_tag_group(in, f.reflection_offset + 4, f.reflection_offset + size, where, [](const Tag&) {});
@@ -375,12 +487,31 @@ std::string_view function_reflection(const Container& container, size_t index) {
 
 void verify_container(const Container& container) {
   for (size_t i = 0; i < container.functions.size(); ++i) {
-    function_bitcode(container, i);
-    function_reflection(container, i);
+    function_bitcode(container, container.functions[i], i);
+    function_reflection(container, container.functions[i], i);
   }
 }
 
-Container read_container(const uint8_t* data, uint64_t size) {
+Function read_function(const Container& container, size_t index) {
+  if (container.functions_read) return container.functions.at(index);
+  const FunctionEntry& entry = container.entries.at(index);
+  const ByteReader in(reinterpret_cast<const uint8_t*>(container.source.data()), container.source.size());
+  // The sections and the metadata convention, known since the load; unknown tags met here
+  // are not kept (a full read records them).
+  Container scratch;
+  scratch.source = container.source;
+  scratch.metadata_sizes = container.metadata_sizes;
+  scratch.metadata_sizes_known = container.metadata_sizes_known;
+  scratch.public_section = container.public_section;
+  scratch.private_section = container.private_section;
+  scratch.module_section = container.module_section;
+  scratch.reflection_list = container.reflection_list;
+  scratch.has_reflection_list = container.has_reflection_list;
+  const uint32_t group_size = in.read<uint32_t>(entry.group_offset, "function group size");
+  return read_function_group(in, scratch, index, entry.group_offset, group_size, true);
+}
+
+Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
   const ByteReader in(data, size);
   Container c;
   c.source = in.bytes(0, size, "file");
@@ -417,6 +548,12 @@ Container read_container(const uint8_t* data, uint64_t size) {
     }
   }
 
+  c.public_section = public_md;
+  c.private_section = private_md;
+  c.module_section = modules;
+  c.reflection_list = reflection_list;
+  c.has_reflection_list = has_reflection_list;
+
   const uint32_t count = in.read<uint32_t>(list_offset, "function count");
   if (count > list.size / 8) {
     throw FormatError(list_offset, "function count",
@@ -424,8 +561,16 @@ Container read_container(const uint8_t* data, uint64_t size) {
                           std::to_string(list.size) + "-byte function list (8 bytes minimum each)",
                       std::to_string(count));
   }
-  c.functions.resize(count);
+  const bool full = depth == ReadDepth::kFull;
+  c.functions_read = full;
+  if (full) c.functions.reserve(count);
+  c.entries.resize(count);
   c.index.reserve(count);
+  // Module ranges in file order, kept only once one starts before the previous one ends
+  // (MLX's are in order: nothing to keep).
+  std::vector<std::pair<uint64_t, uint64_t>> modules_seen;
+  bool in_order = true;
+  uint64_t previous_end = 0;
   uint64_t at = list.offset;
   for (uint32_t i = 0; i < count; ++i) {
     if (at == list.end()) {
@@ -434,56 +579,41 @@ Container read_container(const uint8_t* data, uint64_t size) {
                             " function list holds)",
                         std::to_string(count));
     }
-    Function& f = c.functions[i];
     Place where{"function-list group", int64_t(i)};
-    const uint32_t group_size = in.read<uint32_t>(at, "function group size");
-    if (group_size < 8 || !range_fits(at, group_size, list.end())) {
-      throw FormatError(at, where.describe() + " size",
-                        "8 to " + std::to_string(list.end() - at) +
-                            " bytes (the rest of the function list)",
-                        std::to_string(group_size));
+    const uint32_t group_size = read_group_size(in, at, list.end(), where);
+    c.entries[i] = {at};
+    uint64_t module_offset = 0, module_size = 0;
+    ListFields fast;
+    // The first function's metadata is read at either depth: it settles the file's
+    // group-size convention.
+    if (full || i == 0 || !read_list_group_fast(in.data(), at + 4, at + group_size, fast)) {
+      Function f = read_function_group(in, c, i, at, group_size, full || i == 0);
+      where.name = f.name;
+      module_offset = f.module_offset;
+      module_size = f.module.size();
+      if (full) c.functions.push_back(std::move(f));
+      else fast.name = f.name;
+    } else {
+      where.name = fast.name;
+      check_module_range(c, where, fast.module_offset, fast.module_size, fast.offsets_tag_at);
+      if (fast.has_reflection) check_reflection_reference(c, where, fast.reflection_offset, fast.reflection_tag_at);
+      module_offset = modules.offset + fast.module_offset;
+      module_size = fast.module_size;
     }
-    const FunctionFields fields = read_function_tags(in, c, f, where, at, at + group_size);
-    where.name = f.name;
-    if (const int64_t earlier = c.index.insert(f.name); earlier >= 0) {
+    if (const int64_t earlier = c.index.insert(where.name); earlier >= 0) {
       throw FormatError(at, where.describe() + " NAME", "unique function names",
                         "the same name as function " + std::to_string(earlier));
     }
-    if (!range_fits(fields.module_offset, fields.module_size, modules.size)) {
-      throw FormatError(fields.offsets_tag_at, where.describe() + " module range (OFFT/MDSZ)",
-                        "a range inside the " + std::to_string(modules.size) +
-                            "-byte module section",
-                        range_text(fields.module_offset, fields.module_size));
-    }
-    f.module_offset = modules.offset + fields.module_offset;
-    f.module = in.bytes(f.module_offset, fields.module_size, "module");
-
-    const Place public_place{"public metadata", int64_t(i), f.name};
-    f.public_metadata = read_metadata(in, c, public_md, fields.public_offset, kPublicMetadata,
-                                      public_place, fields.offsets_tag_at);
-    f.public_offset = public_md.offset + fields.public_offset + 4;
-    const Place private_place{"private metadata", int64_t(i), f.name};
-    f.private_metadata = read_metadata(in, c, private_md, fields.private_offset, kPrivateMetadata,
-                                       private_place, fields.offsets_tag_at);
-    f.private_offset = private_md.offset + fields.private_offset + 4;
-
-    if (fields.has_reflection) {
-      const Place reflection_place{"reflection-list group", int64_t(i), f.name};
-      if (!has_reflection_list) {
-        throw FormatError(fields.reflection_tag_at, reflection_place.describe() + " RFLT",
-                          "a header-extension RLST tag locating the reflection list",
-                          "no reflection list");
+    if (in_order && module_offset < previous_end) {
+      in_order = false;
+      modules_seen.reserve(count);
+      for (uint32_t k = 0; k < i; ++k) {
+        const Function earlier = read_function(c, k);
+        modules_seen.emplace_back(earlier.module_offset, earlier.module.size());
       }
-      if (!range_fits(fields.reflection_offset, 8, reflection_list.size)) {
-        throw FormatError(fields.reflection_tag_at, reflection_place.describe() + " RFLT offset",
-                          "an offset inside the " + std::to_string(reflection_list.size) +
-                              "-byte reflection list",
-                          std::to_string(fields.reflection_offset));
-      }
-      f.reflection_offset = reflection_list.offset + fields.reflection_offset;
-      f.reflection = in.bytes(f.reflection_offset, reflection_list.end() - f.reflection_offset,
-                              "reflection group");
     }
+    if (!in_order) modules_seen.emplace_back(module_offset, module_size);
+    previous_end = module_offset + module_size;
     at += group_size;
   }
   if (at != list.end()) {
@@ -492,7 +622,11 @@ Container read_container(const uint8_t* data, uint64_t size) {
                           " (offset + 4 + size from the header)",
                       "groups ending at byte " + std::to_string(at));
   }
-  check_modules_disjoint(c);
+  if (!in_order) {
+    check_modules_disjoint(modules_seen, [&](size_t k) {
+      return describe_function(k, read_function(c, k).name);
+    });
+  }
   return c;
 }
 

@@ -41,7 +41,7 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
     layout.module_offsets.push_back(layout.module_size);
     layout.module_size += f.module.size();
     layout.reflection_offsets.push_back(reflection_at);
-    reflections.push_back(function_reflection(c, i));
+    reflections.push_back(function_reflection(c, f, i));
     if (!reflections.back().empty()) {
       reflection_at += reflections.back().size();
       layout.any_reflection = true;

@@ -49,7 +49,7 @@ def test_json_follows_the_schema(measured, fixture_path):
     assert set(result["versions"]) == {"python", "torch", "torch_metallib", "llvmlite"}
     kernel = " (vector_add_float)"
     expected = {"python function list", "import torch", "import torch_metallib", "load(bytes)", "load(path)",
-                "memory added by load(bytes)", "memory added by load(path)", "function list" + kernel,
+                "memory added by load(bytes)", "memory added by load(path)", "function list",
                 "first reflection" + kernel, "first call, cold cache" + kernel, "first call, warm cache" + kernel,
                 "steady-state call" + kernel}
     assert set(result["figures"]) == expected

@@ -163,7 +163,6 @@ def test_argument_buffer_holds_gpu_addresses_of_resident_buffers(mlx002, metal):
     stay as packed."""
     storage = torch.arange(12, dtype=torch.int32)
     rows, cols = storage[2:5], storage[7:10] % 4
-    shapes, strides = torch.tensor([3, 3], dtype=torch.int32), torch.tensor([1, 1], dtype=torch.int64)
     src, out = torch.randn(12, 4), torch.zeros(3)
     argument_buffers.gather(mlx002.gatherfloat32int32_2, src, [rows, cols], [0, 1], out, [1, 1])
     record, tag = metal.last, metal.native.GPU_ADDRESS_TAG

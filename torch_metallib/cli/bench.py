@@ -181,8 +181,6 @@ def _summary(samples: list, unit: str) -> dict:
 def measure(path: str, kernel_names=None, repeat: int = 7, calls: int = 20, source=None, device=None,
             progress: bool = False) -> dict:
     """Every figure for the library at `path`, as the JSON document described above."""
-    import torch
-
     if not os.path.isfile(path):
         raise FileNotFoundError(f"bench: {path}: no such file")
     library = load(path)  # refuses a file that is not a metallib, with the byte offset
@@ -204,7 +202,8 @@ def measure(path: str, kernel_names=None, repeat: int = 7, calls: int = 20, sour
                 for label, value in figures.items():
                     if label == "functions":
                         continue
-                    per_kernel = kind in ("cold", "warm") and not label.startswith(("import", "load", "memory"))
+                    library_wide = label.startswith(("import", "load", "memory", "function list"))
+                    per_kernel = kind in ("cold", "warm") and not library_wide
                     samples.setdefault(f"{label} ({kernel})" if per_kernel else label, []).append(value)
                 progress_bar.step(f"{kind} {kernel}")
     progress_bar.close()

@@ -44,10 +44,10 @@ class LoadedContainer {
     if (i >= container_.entries.size()) throw py::index_error("function index out of range");
     return read_function(container_, i);
   }
-  // Every function with its metadata, unknown tags recorded (called with the GIL held).
+  // Every function with its metadata, unknown tags recorded. Read once, with the GIL held
+  // throughout: that is what makes a second thread wait instead of reading it again.
   const Container& full() const {
     if (!full_) {
-      py::gil_scoped_release unlocked;
       full_ = std::make_unique<Container>(read_container(
           static_cast<const uint8_t*>(buffer_->ptr), static_cast<uint64_t>(buffer_->size), ReadDepth::kFull));
     }

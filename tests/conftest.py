@@ -64,6 +64,18 @@ def fixture_metallib(fixture_sources) -> bytes:
     return tm.pack(fixture_sources)
 
 
+@pytest.fixture(scope="module")
+def fixtures_lib(fixture_metallib) -> tm.Library:
+    """The fixture kernels loaded (per test module, as each module had its own)."""
+    return tm.load(fixture_metallib)
+
+
+@pytest.fixture(scope="module")
+def fixtures(fixtures_lib) -> tm.Library:
+    """The same library, by the name test_cpu_cooperative's tests take it."""
+    return fixtures_lib
+
+
 @pytest.fixture(scope="session")
 def mlx_ops(mlx_lib) -> dict:
     """The example operators on MLX kernels (tests/_ops_examples.py), defined once."""

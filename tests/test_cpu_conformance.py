@@ -455,11 +455,6 @@ def test_arange(mlx_lib, case):
 
 # --- the project's fixture kernels ----------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def fixtures_lib(fixture_metallib):
-    return tm.load(fixture_metallib)
-
-
 def _exact_floats(n: int, seed: int) -> torch.Tensor:
     """Multiples of 1/8 in [-64, 64]: products with the scales below and sums are exact,
     fused (llvm.fmuladd) or not."""

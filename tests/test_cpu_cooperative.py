@@ -17,11 +17,6 @@ def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-@pytest.fixture(scope="module")
-def fixtures(fixture_metallib):
-    return tm.load(fixture_metallib)
-
-
 # --- the project's fixtures ----------------------------------------------------------------
 
 @pytest.mark.parametrize("group", [32, 64, 128, 256])

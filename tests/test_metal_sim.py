@@ -30,14 +30,6 @@ pytestmark = [pytest.mark.metal_sim,
               pytest.mark.skipif(sys.platform == "darwin", reason="the simulated Metal is built on Linux only")]
 
 
-@pytest.fixture(scope="module")
-def fixtures_lib(fixture_metallib):
-    return tm.load(fixture_metallib)
-
-
-fixtures = fixtures_lib  # the name test_cpu_cooperative's tests take it by
-
-
 @pytest.fixture
 def metal():
     with simulated_metal() as simulated:

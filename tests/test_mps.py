@@ -24,14 +24,6 @@ MPS = torch.backends.mps.is_available()
 on_mac = pytest.mark.skipif(not MPS, reason="torch.backends.mps.is_available() is False: no Metal device")
 
 
-@pytest.fixture(scope="module")
-def fixtures_lib(fixture_metallib):
-    return tm.load(fixture_metallib)
-
-
-fixtures = fixtures_lib  # the name test_cpu_cooperative's tests take it by
-
-
 @pytest.fixture
 def on_mps():
     with mirrored_calls("mps") as names:

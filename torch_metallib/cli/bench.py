@@ -143,7 +143,7 @@ def _probe(kind, library, kernel, calls, device, source, cache_dir) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _plan(kernels, device, source) -> tuple:
+def _plan(kernels, source) -> tuple:
     """(probe kinds per round, figures that cannot be taken here and why)."""
     import torch
 
@@ -186,7 +186,7 @@ def measure(path: str, kernel_names=None, repeat: int = 7, calls: int = 20, sour
     library = load(path)  # refuses a file that is not a metallib, with the byte offset
     kernels = choose_kernels(library, kernel_names)
     device = _device(device)
-    kinds, skipped = _plan(kernels, device, source)
+    kinds, skipped = _plan(kernels, source)
     samples = {}
     progress_bar = _Progress(len(kinds) * repeat + len(kernels), progress)
     with tempfile.TemporaryDirectory(prefix="torch_metallib_bench_") as scratch:

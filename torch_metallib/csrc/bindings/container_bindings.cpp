@@ -184,7 +184,7 @@ void bind_container(py::module_& m) {
       })
       .def("function", &function_record, py::arg("index"))
       .def("bitcode_range", [](const LoadedContainer& s, size_t i) {
-        const std::string_view bitcode = function_bitcode(s.container(), s.function(i), i);
+        const std::string_view bitcode = function_bitcode(s.function(i), i);
         return py::make_tuple(uint64_t(reinterpret_cast<uintptr_t>(bitcode.data()) - s.address()),
                               bitcode.size());
       }, "(offset, size) of the function's LLVM bitcode in the buffer, after validating its wrapper")

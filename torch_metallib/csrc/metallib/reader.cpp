@@ -467,7 +467,7 @@ std::string describe_function(size_t index, std::string_view name) {
   return "function " + std::to_string(index) + " '" + std::string(name) + "'";
 }
 
-std::string_view function_bitcode(const Container& container, const Function& f, size_t index) {
+std::string_view function_bitcode(const Function& f, size_t index) {
   return unwrap_bitcode(f.module, f.module_offset, describe_function(index, f.name));
 }
 
@@ -487,7 +487,7 @@ std::string_view function_reflection(const Container& container, const Function&
 
 void verify_container(const Container& container) {
   for (size_t i = 0; i < container.functions.size(); ++i) {
-    function_bitcode(container, container.functions[i], i);
+    function_bitcode(container.functions[i], i);
     function_reflection(container, container.functions[i], i);
   }
 }

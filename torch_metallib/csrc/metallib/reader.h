@@ -41,7 +41,7 @@ void verify_container(const Container& container);
 std::string describe_function(size_t index, std::string_view name);
 
 // The LLVM bitcode inside a function's module, after validating its wrapper.
-std::string_view function_bitcode(const Container& container, const Function& function, size_t index);
+std::string_view function_bitcode(const Function& function, size_t index);
 
 // The function's whole reflection-list group (empty if it has none), after validating it.
 std::string_view function_reflection(const Container& container, const Function& function, size_t index);

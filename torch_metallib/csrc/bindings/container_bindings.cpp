@@ -173,14 +173,14 @@ void bind_container(py::module_& m) {
         return d;
       })
       .def("names", [](const LoadedContainer& s) {
-        const auto& names = s.container().index.names();
-        py::tuple out(names.size());
-        for (size_t i = 0; i < names.size(); ++i) out[i] = name_to_py(names[i]);
+        const Container& c = s.container();
+        py::tuple out(c.entries.size());
+        for (size_t i = 0; i < c.entries.size(); ++i) out[i] = name_to_py(c.name(i));
         return out;
       })
       .def("index_of", [](const LoadedContainer& s, const py::bytes& name) -> int64_t {
         const std::string_view key(name);
-        return s.container().index.find(key);
+        return s.container().find(key);
       })
       .def("function", &function_record, py::arg("index"))
       .def("bitcode_range", [](const LoadedContainer& s, size_t i) {

@@ -55,7 +55,7 @@ Container build_container(const Header& header, const std::vector<FunctionSource
     Function f;
     f.type = source.type;
     f.name = c.own(source.name);
-    if (const int64_t earlier = c.index.insert(f.name); earlier >= 0) {
+    if (const int64_t earlier = c.index.insert(f.name, [&c](size_t k) { return c.functions[k].name; }); earlier >= 0) {
       throw std::invalid_argument("function " + std::to_string(i) + " '" + source.name +
                                   "': duplicate name (also function " + std::to_string(earlier) +
                                   ")");

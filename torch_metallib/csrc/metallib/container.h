@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "byte_reader.h"
 #include "name_index.h"
 
 namespace torch_metallib::metallib {
@@ -83,10 +84,12 @@ struct SectionRange {
   uint64_t end() const { return offset + size; }
 };
 
-// Where one function's function-list group lies (its u32 size field, validated by the
-// load): all a load keeps per function besides its name.
+// Where one function's function-list group (its u32 size field, validated by the load)
+// and its NAME payload lie, as offsets into the function list: all a load keeps per
+// function. The name's length is its NAME tag's u16 length, just before it, less the NUL.
 struct FunctionEntry {
-  uint64_t group_offset = 0;
+  uint32_t group_offset = 0;
+  uint32_t name_offset = 0;
 };
 
 struct Container {
@@ -94,7 +97,7 @@ struct Container {
   // Read at ReadDepth::kFunctionList: `functions` is empty and read_function(c, i) reads one.
   bool functions_read = true;
   std::vector<FunctionEntry> entries;  // per function, in file order (both depths)
-  SectionRange public_section, private_section, module_section, reflection_list;
+  SectionRange function_list, public_section, private_section, module_section, reflection_list;
   bool has_reflection_list = false;
   Header header;
   GroupSizeConvention metadata_sizes = GroupSizeConvention::kCountsItself;
@@ -108,9 +111,19 @@ struct Container {
   std::vector<TrailingSection> trailing;
   std::string_view tail;  // bytes after the last known section
   std::vector<UnknownTag> unknown_tags;
-  NameIndex index;  // name -> position in `functions`
+  NameIndex index;  // name -> position in `entries`
   // Bytes created for this container (new UUIDs, wrapped modules); views may point here.
   std::vector<std::unique_ptr<std::string>> owned;
+
+  // Function i's name: from the file when read (entries), else from `functions`.
+  std::string_view name(size_t i) const {
+    if (entries.empty()) return functions[i].name;
+    const char* at = source.data() + function_list.offset + entries[i].name_offset;
+    return {at, size_t(load_le<uint16_t>(at - 2) - 1)};
+  }
+  int64_t find(std::string_view name) const {
+    return index.find(name, [this](size_t k) { return this->name(k); });
+  }
 
   std::string_view own(std::string bytes) {
     owned.push_back(std::make_unique<std::string>(std::move(bytes)));

@@ -400,24 +400,34 @@ bool read_list_group_fast(const uint8_t* data, uint64_t at, uint64_t end, ListFi
   }
 }
 
-void check_module_range(const Container& c, const Place& where, uint64_t offset, uint64_t size, uint64_t tag_at) {
-  if (!range_fits(offset, size, c.module_section.size)) {
-    throw FormatError(tag_at, where.describe() + " module range (OFFT/MDSZ)",
-                      "a range inside the " + std::to_string(c.module_section.size) + "-byte module section",
-                      range_text(offset, size));
-  }
+// The checks a load makes per function, small enough to inline; their messages are built
+// out of line.
+[[noreturn]] void throw_bad_module_range(const Container& c, const Place& where, uint64_t offset, uint64_t size,
+                                         uint64_t tag_at) {
+  throw FormatError(tag_at, where.describe() + " module range (OFFT/MDSZ)",
+                    "a range inside the " + std::to_string(c.module_section.size) + "-byte module section",
+                    range_text(offset, size));
 }
 
-void check_reflection_reference(const Container& c, const Place& function, uint64_t offset, uint64_t tag_at) {
+void check_module_range(const Container& c, const Place& where, uint64_t offset, uint64_t size, uint64_t tag_at) {
+  if (!range_fits(offset, size, c.module_section.size)) throw_bad_module_range(c, where, offset, size, tag_at);
+}
+
+[[noreturn]] void throw_bad_reflection_reference(const Container& c, const Place& function, uint64_t offset,
+                                                 uint64_t tag_at) {
   const Place where{"reflection-list group", function.function, function.name};
   if (!c.has_reflection_list) {
     throw FormatError(tag_at, where.describe() + " RFLT",
                       "a header-extension RLST tag locating the reflection list", "no reflection list");
   }
-  if (!range_fits(offset, 8, c.reflection_list.size)) {
-    throw FormatError(tag_at, where.describe() + " RFLT offset",
-                      "an offset inside the " + std::to_string(c.reflection_list.size) + "-byte reflection list",
-                      std::to_string(offset));
+  throw FormatError(tag_at, where.describe() + " RFLT offset",
+                    "an offset inside the " + std::to_string(c.reflection_list.size) + "-byte reflection list",
+                    std::to_string(offset));
+}
+
+void check_reflection_reference(const Container& c, const Place& function, uint64_t offset, uint64_t tag_at) {
+  if (!c.has_reflection_list || !range_fits(offset, 8, c.reflection_list.size)) {
+    throw_bad_reflection_reference(c, function, offset, tag_at);
   }
 }
 
@@ -507,8 +517,9 @@ Function read_function(const Container& container, size_t index) {
   scratch.module_section = container.module_section;
   scratch.reflection_list = container.reflection_list;
   scratch.has_reflection_list = container.has_reflection_list;
-  const uint32_t group_size = in.read<uint32_t>(entry.group_offset, "function group size");
-  return read_function_group(in, scratch, index, entry.group_offset, group_size, true);
+  const uint64_t group_at = container.function_list.offset + entry.group_offset;
+  const uint32_t group_size = in.read<uint32_t>(group_at, "function group size");
+  return read_function_group(in, scratch, index, group_at, group_size, true);
 }
 
 Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
@@ -548,6 +559,11 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
     }
   }
 
+  // Entries keep 32-bit offsets into the list (8 bytes a function instead of 24).
+  if (list.size > UINT32_MAX) {
+    throw FormatError(32, "function list size", "at most 4 GiB (this reader's limit)", byte_count(list.size));
+  }
+  c.function_list = list;
   c.public_section = public_md;
   c.private_section = private_md;
   c.module_section = modules;
@@ -581,7 +597,6 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
     }
     Place where{"function-list group", int64_t(i)};
     const uint32_t group_size = read_group_size(in, at, list.end(), where);
-    c.entries[i] = {at};
     uint64_t module_offset = 0, module_size = 0;
     ListFields fast;
     // The first function's metadata is read at either depth: it settles the file's
@@ -600,7 +615,8 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
       module_offset = modules.offset + fast.module_offset;
       module_size = fast.module_size;
     }
-    if (const int64_t earlier = c.index.insert(where.name); earlier >= 0) {
+    c.entries[i] = {uint32_t(at - list.offset), uint32_t(where.name.data() - reinterpret_cast<const char*>(data) - list.offset)};
+    if (const int64_t earlier = c.index.insert(where.name, [&c](size_t k) { return c.name(k); }); earlier >= 0) {
       throw FormatError(at, where.describe() + " NAME", "unique function names",
                         "the same name as function " + std::to_string(earlier));
     }

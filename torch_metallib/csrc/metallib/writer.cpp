@@ -212,7 +212,7 @@ Container select_functions(const Container& source, const std::vector<size_t>& i
   out.index.reserve(indices.size());
   for (size_t i : indices) {
     const Function& f = source.functions.at(i);
-    if (out.index.insert(f.name) >= 0) {
+    if (out.index.insert(f.name, [&out](size_t k) { return out.functions[k].name; }) >= 0) {
       throw std::invalid_argument("subset: function '" + std::string(f.name) + "' is listed twice");
     }
     out.functions.push_back(f);

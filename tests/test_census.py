@@ -60,10 +60,12 @@ def test_driver_supplied_functions_are_counted_and_refused_by_name(tmp_path):
     """Metal 4's tensor operations are functions Metal's driver links in (section
     air.externally_defined), not air.* intrinsics: the census lists them as missing, and a
     kernel calling one is refused naming it (a JIT link error would name nothing)."""
-    function = "__tensorops_impl_matmul2d_op_cooperative_tensor_data_size"
-    declaration = (f'declare i64 @{function}(i32 noundef, i32, i32, i32) local_unnamed_addr #1 '
-                   f'section "air.externally_defined"')
-    body = [f"%size = call i64 @{function}(i32 2, i32 64, i32 32, i32 -1) #2",
+    function = "__tensorops_impl_matmul2d_op_cooperative_tensor_num_elements"  # not implemented
+    declaration = (f'declare i16 @{function}(i32 noundef, i32, i32, i32, i8, i8, i8, i32, ptr, i32, i32, i32) '
+                   f'local_unnamed_addr #1 section "air.externally_defined"')
+    body = ["%storage = alloca [64 x i8], align 16",
+            f"%count = call i16 @{function}(i32 2, i32 16, i32 32, i32 16, i8 0, i8 0, i8 1, i32 1, ptr %storage, "
+            f"i32 268435488, i32 268435488, i32 268435488) #2", "%size = zext i16 %count to i64",
             "%p = getelementptr i64, ptr addrspace(1) %out, i64 %gid64", "store i64 %size, ptr addrspace(1) %p"]
     library = tm.pack([tm.FunctionSource("k_tensor_ops", air.library("k_tensor_ops", air.module_text(
         "k_tensor_ops", body, [("out", "i64", "air.read_write")], [declaration], False))["k_tensor_ops"].bitcode)])

@@ -25,6 +25,8 @@ __all__ = ["Reflection", "ThreadgroupVariable", "reflect"]
 _BARRIERS = ("air.wg.barrier", "air.simdgroup.barrier")
 _SIMDGROUP_PREFIXES = ("air.simd_", "air.simdgroup", "air.quad_", "air.is_uniform", "air.get_thread_index_in_simdgroup",
                        "air.get_simdgroup_index_in_threadgroup")
+# matmul2d's run on cooperative tensors is a SIMD-group collective (backends/cpu/tensor_ops.py).
+_SIMDGROUP_DRIVER_PREFIX = "__tensorops_impl_matmul2d_op_run_cooperative"
 _MAX_THREADS_KEY = "air.max_work_group_size"
 _REPORT = ("The bitcode does not follow the AIR conventions this version reads; please "
            "report it with the .metallib attached.")
@@ -61,6 +63,8 @@ class Reflection:
     # Argument guards that are not function constants but expressions of them:
     # (name, expression or None), see constant_predicates.
     derived_predicates: Tuple[Tuple[str, Optional[list]], ...] = ()
+    # Functions Metal's driver supplies that the kernel calls (Metal 4's tensor operations).
+    driver_functions: Tuple[str, ...] = ()
 
     @property
     def buffers(self) -> Tuple[Argument, ...]:
@@ -84,7 +88,8 @@ class Reflection:
 
     @property
     def uses_simdgroup_ops(self) -> bool:
-        return any(name.startswith(_SIMDGROUP_PREFIXES) for name in self.intrinsics)
+        return any(name.startswith(_SIMDGROUP_PREFIXES) for name in self.intrinsics) \
+            or any(name.startswith(_SIMDGROUP_DRIVER_PREFIX) for name in self.driver_functions)
 
     @property
     def signature(self) -> str:
@@ -141,6 +146,7 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
         extra=extra,
         function_type=function_type,
         derived_predicates=_derived_predicates(text, arguments, constants, initializers),
+        driver_functions=tuple(sorted(text.declarations("__tensorops_impl_"))),
     )
 
 

@@ -38,6 +38,7 @@ from .private_arrays import clamp_private_array_indices
 from .reconvergence import number_exchange_sites
 from .matrix_batches import batch_matrix_products
 from .simdgroup_matrix import define_matrix, define_product_batch
+from .tensor_ops import TENSOR_OP_PREFIX, check_tensor_op_calls, define_tensor_op
 from ...errors import UnsupportedKernelError
 
 __all__ = ["lower", "constant_literal"]
@@ -130,7 +131,7 @@ def cpu_definition(ret: str, name: str, params: List[str]) -> Optional[Tuple[str
                 ["declare void @llvm.trap()"])
     return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params) or define_matrix(ret, name, params)
             or define_product_batch(ret, name, params) or define_collective(ret, name, params)
-            or define_async_copy(ret, name, params))
+            or define_async_copy(ret, name, params) or define_tensor_op(ret, name, params))
 
 
 # The section of a declaration whose body Metal's driver links in (MetalPerformancePrimitives'
@@ -150,13 +151,13 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     extra, unsupported, external = [], [], []
     def replace(match):
         parsed = parse_declaration(match.group(0))
-        if parsed is not None and EXTERNALLY_DEFINED in match.group(0):
-            external.append(parsed[1])
-        if parsed is None or not parsed[1].startswith(("air.", "tm.")):
+        if parsed is None or not parsed[1].startswith(("air.", "tm.", TENSOR_OP_PREFIX)):
+            if parsed is not None and EXTERNALLY_DEFINED in match.group(0):
+                external.append(parsed[1])
             return match.group(0)
         made = cpu_definition(*parsed)
         if made is None:
-            unsupported.append(parsed[1])
+            (external if EXTERNALLY_DEFINED in match.group(0) else unsupported).append(parsed[1])
             return match.group(0)
         definition, needs = made
         for line in needs:
@@ -371,6 +372,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = _internalize(text, kernel, cooperative)
     text = guard_integer_division(clamp_private_array_indices(_specialize_constants(text, constants)))
     check_async_copy_calls(text, kernel)
+    check_tensor_op_calls(text, kernel, cooperative)
     text, constructors = _take_constructors(text)
     if cooperative:
         text = batch_matrix_products(text, unroll)

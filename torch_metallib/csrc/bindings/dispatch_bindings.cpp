@@ -15,6 +15,7 @@
 #include "cpu/cooperative.h"
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
+#include "cpu/tensor_ops.h"
 #include "dispatch/binding_plan.h"
 #include "dispatch/command_list.h"
 #include "dispatch/replay.h"
@@ -244,6 +245,9 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_check_context"] = reinterpret_cast<uintptr_t>(&tm_rt_check_context);
     symbols["tm_rt_check_static"] = reinterpret_cast<uintptr_t>(&tm_rt_check_static);
     symbols["tm_rt_async_copy_2d"] = reinterpret_cast<uintptr_t>(&tm_rt_async_copy_2d);
+    symbols["tm_rt_matmul2d_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_stage);
+    symbols["tm_rt_matmul2d_multiply"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_multiply);
+    symbols["tm_rt_matmul2d_read"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_read);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;
   });

@@ -63,6 +63,24 @@ def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     return lines
 
 
+def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
+    """Given %wait (WAIT_ALLOCA): takes `bytes_` (an i64 operand) of the SIMD-group's staging
+    memory as %staged (tm_rt_simd_stage; suspends until it is handed out), runs `fill`
+    (straight-line lines that may use %lane) to write this lane's part, then waits until
+    every lane has staged; leaves %staged, %lane, %slots and %leads. A lane that had to
+    step back stages again."""
+    return ["br label %stage", "stage:",
+            f"%staged = call ptr @tm_rt_simd_stage(i64 {bytes_}, ptr %wait, {SITE_ORDER}, {SITE_PLACEHOLDER})",
+            "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
+            "enter.wait:", SUSPEND, "br label %stage",
+            "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"] + fill + [
+            # Arrived when staged: the slots are there already if this lane completed the exchange.
+            "%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
+            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
+            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",
+            "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim()
+
+
 def _claim() -> List[str]:
     """%leads, given %slots: this lane is the first to read the exchange's result."""
     return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",

@@ -20,11 +20,9 @@ import functools
 import re
 from typing import List, Optional, Tuple
 
-from .collectives import MASK_OFFSET, WAIT_ALLOCA, _claim, _definition, _exchange
-from .coroutine import SITE_PLACEHOLDER, SUSPEND
+from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _exchange, _staged_exchange
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type
 from .matrix_batches import BATCH_PREFIX
-from .reconvergence import SITE_ORDER
 
 __all__ = ["define_matrix", "define_product_batch"]
 
@@ -164,30 +162,21 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
     exchange computes every product (@tm.simdgroup_matrix_8x8.multiply_batch), each D in
     place of its C, and every lane reads its pair of each D."""
     count = len(results)
-    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4", "br label %stage", "stage:",
-             f"%staged = call ptr @tm_rt_simd_stage(i64 {count * _PRODUCT_BYTES}, ptr %wait, {SITE_ORDER}, "
-             f"{SITE_PLACEHOLDER})",
-             "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
-             "enter.wait:", SUSPEND, "br label %stage",
-             "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"]
-    lines += _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
+    fill = _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
     for m in range(count):
         for index, operand in enumerate("abc" if sources[m] is None else "ab"):
             type_name = params[3 * m + index]
             value = f"%f{m}{operand}"
             for k in (0, 1):
-                lines += [f"{value}{k}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
-                lines += _to_float(element_type(type_name), f"{value}{k}.e", f"{value}{k}")
-            lines += [f"{value}.v0 = insertelement <2 x float> poison, float {value}0, i32 0",
+                fill += [f"{value}{k}.e = extractelement {type_name} %a{3 * m + index}, i32 {k}"]
+                fill += _to_float(element_type(type_name), f"{value}{k}.e", f"{value}{k}")
+            fill += [f"{value}.v0 = insertelement <2 x float> poison, float {value}0, i32 0",
                       f"{value}.v = insertelement <2 x float> {value}.v0, float {value}1, i32 1",
                       f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
-    # Arrived when staged: the slots are there already if this lane completed the exchange.
-    lines += ["%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
-              "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
-              "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",  # stepped back: stage again
-              "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim()
+    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4"]
+    lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill)
     lines += ["br i1 %leads, label %compute, label %read", "compute:"]
     for m, j in enumerate(sources):  # the product whose matrices hold product m's C
         lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",

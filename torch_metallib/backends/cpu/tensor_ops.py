@@ -26,10 +26,7 @@ intrinsics are not implemented: kernels calling them are refused, naming them.
 import re
 from typing import List, Optional, Tuple
 
-from .collectives import WAIT_ALLOCA, _claim, _definition
-from .coroutine import SITE_PLACEHOLDER, SUSPEND
-from .intrinsics import SIMD_WIDTH
-from .reconvergence import SITE_ORDER
+from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _staged_exchange
 from ...errors import UnsupportedKernelError
 
 __all__ = ["define_tensor_op", "check_tensor_op_calls", "TENSOR_OP_PREFIX"]
@@ -94,19 +91,11 @@ def _run(types: List[int]) -> List[str]:
             "%mk = mul i32 %m, %k", "%kn = mul i32 %k, %n", "%mn = mul i32 %m, %n",
             "%floats0 = add i32 %mk, %kn", "%floats = add i32 %floats0, %mn",
             "%floats.w = zext i32 %floats to i64", "%staged.bytes = mul i64 %floats.w, 4",
-            "br label %stage", "stage:",
-            f"%staged = call ptr @tm_rt_simd_stage(i64 %staged.bytes, ptr %wait, {SITE_ORDER}, {SITE_PLACEHOLDER})",
-            "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
-            "enter.wait:", SUSPEND, "br label %stage",
-            "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep",
-            f"call void @tm_rt_matmul2d_stage(ptr %a0, i32 %lane, ptr %a1, ptr %a2, ptr %a3, i32 {left}, "
-            f"i32 {right}, i32 {destination}, ptr %staged)",
-            "%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
-            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
-            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",
-            "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim() + [
+            ] + _staged_exchange("%staged.bytes", [
+                f"call void @tm_rt_matmul2d_stage(ptr %a0, i32 %lane, ptr %a1, ptr %a2, ptr %a3, i32 {left}, "
+                f"i32 {right}, i32 {destination}, ptr %staged)"]) + [
             "br i1 %leads, label %compute, label %read", "compute:",
-            f"%mask.p = getelementptr i8, ptr %slots, i32 {SIMD_WIDTH * 64}", "%mask = load i32, ptr %mask.p",
+            f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
             "call void @tm_rt_matmul2d_multiply(ptr %a0, ptr %staged, i32 %mask)", "br label %read",
             "read:", f"call void @tm_rt_matmul2d_read(ptr %a0, i32 %lane, ptr %a3, i32 {destination}, ptr %staged)"]
 

@@ -55,8 +55,6 @@ class NameIndex {
     size_ = 0;
   }
 
-  size_t size() const { return size_; }
-
   // Adds `name` as position size(), or returns the earlier position holding it.
   // `name_of(k)` reads the name of an earlier position k.
   template <class NameOf>

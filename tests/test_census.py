@@ -60,7 +60,8 @@ def test_driver_supplied_functions_are_counted_and_refused_by_name(tmp_path):
     """Metal 4's tensor operations are functions Metal's driver links in (section
     air.externally_defined), not air.* intrinsics: the census lists them as missing, and a
     kernel calling one is refused naming it (a JIT link error would name nothing)."""
-    function = "__tensorops_impl_matmul2d_op_cooperative_tensor_num_elements"  # not implemented
+    # Stands for any driver function the backend lacks (every one the corpora use is defined).
+    function = "__tensorops_impl_convolution2d_op_cooperative_tensor_num_elements"
     declaration = (f'declare i16 @{function}(i32 noundef, i32, i32, i32, i8, i8, i8, i32, ptr, i32, i32, i32) '
                    f'local_unnamed_addr #1 section "air.externally_defined"')
     body = ["%storage = alloca [64 x i8], align 16",

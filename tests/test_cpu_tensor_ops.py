@@ -82,3 +82,150 @@ def test_half_and_bfloat_operands_are_converted_exactly(operand_type):
 def test_a_descriptor_off_the_16_grid_is_refused():
     with pytest.raises(tm.UnsupportedKernelError, match="M, N, K = 8, 32, 16"):
         _run("f32", 1, 1.0, 1.0, 0.0, m=8)
+
+
+# === operands in device memory: Metal 4 tensors (backends/cpu/private_tensors.py) ==========
+
+I8, I32 = 0x20000008, 0x20000020
+TENSOR_DECLARATIONS = [
+    "declare i16 @air.get_descriptor_size_tensor(i16, i16)",
+    "declare void @air.init_strided_private_tensor.i32.global(ptr, i16, ptr addrspace(1), ptr, ptr, i8)",
+    "declare void @air.slice_private_tensor_private_tensor.s.i32(ptr, ptr, i16, ptr, ptr)",
+    "declare i32 @air.get_extent_private_tensor.i32(ptr, i16, i16)",
+    f'declare void @{PREFIX}cooperative_tensor_init({DESCRIPTOR_PARAMS}, ptr, i32, i32, i32, i32) '
+    'section "air.externally_defined"',
+    f'declare ptr @{PREFIX}cooperative_tensor_get_element_pointer({DESCRIPTOR_PARAMS}, ptr, i16, i32, i32, i32) '
+    'section "air.externally_defined"',
+    f'declare i16 @{PREFIX}cooperative_tensor_num_elements({DESCRIPTOR_PARAMS}, ptr, i32, i32, i32) '
+    'section "air.externally_defined"',
+    f'declare i1 @{PREFIX}cooperative_tensor_is_valid_element({DESCRIPTOR_PARAMS}, ptr, i16, i32, i32, i32, i32) '
+    'section "air.externally_defined"',
+    f'declare void @{PREFIX}cooperative_tensor_get_coordinate({DESCRIPTOR_PARAMS}, ptr, i16, ptr, i32, i32, i32, '
+    'i32, i32) section "air.externally_defined"',
+    f'declare void @{PREFIX}run_cooperative_dv_i8_dv_i8_i32(ptr, ptr, i32, ptr, i32, ptr, i32) '
+    'section "air.externally_defined"',
+]
+
+
+def _tensor(name: str, data: str, extents, strides, slice_at=None, slice_extents=None) -> list:
+    """%<name>: a rank-2 device tensor descriptor over `data` (then sliced, if asked)."""
+    lines = [f"%{name}.size = call i16 @air.get_descriptor_size_tensor(i16 2, i16 4) #2",
+             f"%{name}.bytes = zext i16 %{name}.size to i64", f"%{name} = alloca i8, i64 %{name}.bytes, align 8",
+             f"%{name}.e = alloca [2 x i32], align 4", f"%{name}.s = alloca [2 x i32], align 4"]
+    for which, values in (("e", extents), ("s", strides)):
+        for i, value in enumerate(values):
+            lines += [f"%{name}.{which}{i} = getelementptr i32, ptr %{name}.{which}, i32 {i}",
+                      f"store i32 {value}, ptr %{name}.{which}{i}"]
+    lines.append(f"call void @air.init_strided_private_tensor.i32.global(ptr %{name}, i16 2, ptr addrspace(1) "
+                 f"%{data}, ptr %{name}.e, ptr %{name}.s, i8 1) #2")
+    if slice_at is None:
+        return lines
+    lines += [f"%{name}.whole = alloca i8, i64 %{name}.bytes, align 8",
+              f"call void @llvm.memcpy.p0.p0.i64(ptr %{name}.whole, ptr %{name}, i64 %{name}.bytes, i1 false)",
+              f"%{name}.o = alloca [2 x i32], align 4", f"%{name}.x = alloca [2 x i32], align 4"]
+    for which, values in (("o", slice_at), ("x", slice_extents)):
+        for i, value in enumerate(values):
+            lines += [f"%{name}.{which}{i} = getelementptr i32, ptr %{name}.{which}, i32 {i}",
+                      f"store i32 {value}, ptr %{name}.{which}{i}"]
+    lines.append(f"call void @air.slice_private_tensor_private_tensor.s.i32(ptr %{name}, ptr %{name}.whole, i16 2, "
+                 f"ptr %{name}.o, ptr %{name}.x) #2")
+    return lines
+
+
+def _integer_kernel(k_extent: int, c: int, a_slice=None, b_rows=None) -> str:
+    """out[r * 16 + c] = (A @ B + c)[r, c] for A (16 x K) and B (K x 16) char tensors, K
+    dynamic (-1: A's extent), written by each lane through is_valid_element and
+    get_coordinate; a_slice: (offsets, extents) of the view of A that the product reads;
+    b_rows: B's rows (K's by default)."""
+    descriptor = "i32 {operand}, i32 16, i32 16, i32 -1, i8 0, i8 0, i8 0, i32 1"
+    types = f"i32 {I8}, i32 {I8}, i32 {I32}"
+    dest = descriptor.format(operand=2)
+    body = ["%desc = alloca [20 x i8], align 4"]
+    for offset, value in ((0, "i32 16"), (4, "i32 16"), (8, "i32 -1"), (12, "i8 0"), (13, "i8 0"),
+                          (14, "i8 0"), (16, "i32 1")):
+        body += [f"%d{offset} = getelementptr i8, ptr %desc, i32 {offset}", f"store {value}, ptr %d{offset}"]
+    a_extents = (k_extent, 16) if a_slice is None else (k_extent + 8, 16)
+    body += _tensor("ta", "a", a_extents, (1, a_extents[0]), *(a_slice or (None, None)))
+    body += _tensor("tb", "b", (16, b_rows or k_extent), (1, 16))
+    body += ["%ct = alloca [32 x i8], align 4",
+             f"call void @{PREFIX}cooperative_tensor_init({dest}, ptr %ct, {types}, i32 32) #2",
+             f"%count = call i16 @{PREFIX}cooperative_tensor_num_elements({dest}, ptr %ct, i32 {I8}, i32 {I8}, "
+             "i32 32) #2"]
+    for e in range(8):
+        body += [f"%p{e} = call ptr @{PREFIX}cooperative_tensor_get_element_pointer({dest}, ptr %ct, i16 {e}, "
+                 f"{types}) #2", f"store i32 {c}, ptr %p{e}"]
+    body += [f"%whole = call ptr @{PREFIX}cooperative_tensor_get_element_pointer({dest}, ptr %ct, i16 -1, {types}) #2",
+             f"call void @{PREFIX}run_cooperative_dv_i8_dv_i8_i32(ptr %desc, ptr %ta, i32 2, ptr %tb, i32 2, "
+             "ptr %whole, i32 32) #2",
+             "%at = alloca [2 x i32], align 4", "br label %loop", "loop:",
+             "%i = phi i16 [ 0, %entry ], [ %next, %step ]", "%more = icmp ult i16 %i, %count",
+             "br i1 %more, label %body, label %done", "body:",
+             f"%valid = call i1 @{PREFIX}cooperative_tensor_is_valid_element({dest}, ptr %ct, i16 %i, {types}, "
+             "i32 32) #2", "br i1 %valid, label %write, label %step", "write:",
+             f"call void @{PREFIX}cooperative_tensor_get_coordinate({dest}, ptr %ct, i16 %i, ptr %at, i32 {I32}, "
+             f"i32 32, {types}) #2",
+             "%column = load i32, ptr %at", "%row.p = getelementptr i32, ptr %at, i32 1", "%row = load i32, ptr %row.p",
+             "%row16 = mul i32 %row, 16", "%index = add i32 %row16, %column", "%index.w = zext i32 %index to i64",
+             f"%element = call ptr @{PREFIX}cooperative_tensor_get_element_pointer({dest}, ptr %ct, i16 %i, "
+             f"{types}) #2", "%value = load i32, ptr %element",
+             "%o = getelementptr i32, ptr addrspace(1) %out, i64 %index.w", "store i32 %value, ptr addrspace(1) %o",
+             "br label %step", "step:", "%next = add i16 %i, 1", "br label %loop", "done:"]
+    declarations = TENSOR_DECLARATIONS + ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    return air.module_text("k_integer", body, [("a", "i8", "air.read"), ("b", "i8", "air.read"),
+                                               ("out", "i32", "air.read_write")], declarations, True)
+
+
+def _run_integer(a, b, k_extent, c, a_slice=None):
+    text = _integer_kernel(k_extent, c, a_slice, b.shape[0])
+    library = tm.pack([tm.FunctionSource("k_integer", air.library("k_integer", text)["k_integer"].bitcode)])
+    out = torch.full((256,), -1, dtype=torch.int32)
+    tm.load(library)["k_integer"](a, b, out, threads=32, group_size=32)
+    return out.view(16, 16)
+
+
+def _wrapped(values: torch.Tensor) -> torch.Tensor:
+    return ((values + 2 ** 31) % 2 ** 32 - 2 ** 31).to(torch.int32)
+
+
+def test_integer_product_of_device_tensors_is_exact_and_wraps():
+    """char x char -> int with K dynamic (taken from A's extent, 40: no multiple of 16),
+    every product at the extremes, accumulated onto C near INT_MAX so the sum wraps."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (16, 40), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (40, 16), generator=g, dtype=torch.int8)
+    a[0], b[:, 0] = -128, -128  # 40 * 16384 = 655,360 in element (0, 0)
+    c = 2 ** 31 - 300_000
+    expected = _wrapped(a.long() @ b.long() + c)
+    assert bool((a.long() @ b.long() + c > 2 ** 31 - 1).any()), "the test must wrap somewhere"
+    assert torch.equal(_run_integer(a, b, 40, c), expected)
+
+
+def test_a_slice_is_the_view_the_product_reads():
+    """A stored 16 x 48, sliced at column 8 to 40 columns: the product sees A[:, 8:48]."""
+    g = torch.Generator().manual_seed(6)
+    a = torch.randint(-128, 128, (16, 48), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (40, 16), generator=g, dtype=torch.int8)
+    expected = _wrapped(a[:, 8:].long() @ b.long())
+    assert torch.equal(_run_integer(a, b, 40, 0, a_slice=((8, 0), (40, 16))), expected)
+
+
+def test_a_slice_past_the_source_is_clamped():
+    """Asking 64 columns from column 8 of 48 gives 40, so K is 40 although B has 64 rows
+    (unclamped, K would be 64 and A's view would run into its next row)."""
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(-128, 128, (16, 48), generator=g, dtype=torch.int8)
+    b = torch.randint(-128, 128, (64, 16), generator=g, dtype=torch.int8)
+    expected = _wrapped(a[:, 8:].long() @ b[:40].long())
+    assert torch.equal(_run_integer(a, b, 40, 0, a_slice=((8, 0), (64, 16))), expected)
+
+
+def test_several_simdgroups_as_one_scope_are_refused():
+    """matmul2d<desc, execution_simdgroups<4>> spreads one operand over 128 threads (as
+    mlx-kquant's indexer kernels do); the CPU backend runs one SIMD-group, and says so."""
+    scope = ("define internal i64 @_ZN3mpp10tensor_ops17__mutmul2d_detail16__operand_layoutIN5metal20"
+             "execution_simdgroupsILm4EEE19thread_storage_sizeEv() {\n  ret i64 0\n}\n")
+    text = _integer_kernel(40, 0) + scope
+    library = tm.pack([tm.FunctionSource("k_integer", air.library("k_integer", text)["k_integer"].bitcode)])
+    a, b = torch.zeros(16, 40, dtype=torch.int8), torch.zeros(40, 16, dtype=torch.int8)
+    with pytest.raises(tm.UnsupportedKernelError, match=r"execution_simdgroups<4>"):
+        tm.load(library)["k_integer"](a, b, torch.zeros(256, dtype=torch.int32), threads=32, group_size=32)

@@ -11,7 +11,7 @@ from ..cache.disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CALL_RECORD_VERSION", "call_record", "cached_call_record", "binding_problem"]
 
-CALL_RECORD_VERSION = 8  # bump when call_record's fields change
+CALL_RECORD_VERSION = 9  # bump when call_record's fields change
 
 
 def call_record(function) -> dict:

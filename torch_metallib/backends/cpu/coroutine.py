@@ -14,7 +14,11 @@ It happens in two steps, because a suspension point must be in the coroutine its
    the thread must wait; where it must they call the marker ``@tm.suspend()``. Everything
    is inlined into the thread entry (``thread_entry``) by LLVM's always-inliner.
 2. ``split_at_suspends`` replaces each marker by an ``llvm.coro.suspend`` and numbers the
-   exchange call sites, which are now distinct calls.
+   exchange call sites, which are now distinct calls. It also moves thread memory that
+   inlining left outside the entry block (a callee's allocation whose size was a call's
+   result until folded: Metal 4's tensor descriptors) into the entry block, and drops the
+   stack save and restore around it: LLVM keeps only entry-block allocations in the
+   frame, and anything on the stack is gone when a thread resumes.
 """
 
 import re
@@ -44,6 +48,9 @@ _LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _MARKER = re.compile(r"^\s*(?:tail |notail )?call void @tm\.suspend\(\)")
 _EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_(?:exchange|stage)\(.*), " + SITE_PLACEHOLDER + r"\)")
 _BARRIER_SITE = "@tm_rt_barrier(" + SITE_PLACEHOLDER + ")"
+_ALLOCA = re.compile(r"^\s*%[-\w$.]+ = alloca ")
+_DYNAMIC_ALLOCA = re.compile(r"= alloca [^,]+, i\d+ %")
+_STACK = re.compile(r"@llvm\.stack(save|restore)")
 
 
 def thread_entry(name: str, lines: List[str]) -> str:
@@ -90,12 +97,22 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
             f"could not be inlined (it is recursive), which the CPU backend needs. "
             f"Run it on a Mac with MPS tensors")
     body: List[str] = []
+    hoisted: List[str] = []
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends
     block, suspends, sites, barriers = "entry", 0, 0, 0
     for line in lines[start + 1:end]:
         label = _LABEL.match(line)
         if label:
             block = label.group(1)
+        elif _ALLOCA.match(line) and block != "entry":
+            if _DYNAMIC_ALLOCA.search(line):
+                raise UnsupportedKernelError(
+                    f"{kernel}: allocates thread memory of a size known only at run time, which the CPU "
+                    f"backend cannot keep across a barrier or SIMD-group function. Run it on a Mac with MPS tensors")
+            hoisted.append(line)
+            continue
+        elif _STACK.search(line):
+            continue  # around allocations now in the entry block
         elif _MARKER.match(line):
             suspends += 1
             resume = f"tm.resume.{suspends}"
@@ -117,4 +134,6 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
             return f", %{moved.get(match.group(1), match.group(1))} ]"
         body = [re.sub(r", %([-\w$.]+|\"[^\"]*\") \]", rename, line) if " = phi " in line else line
                 for line in body]
+    entry_at = body.index("entry:") + 1
+    body[entry_at:entry_at] = hoisted
     return "\n".join(lines[:start + 1] + body + lines[end:])

@@ -24,7 +24,7 @@ from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 29  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 30  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
@@ -110,6 +110,7 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
             inliner = llvm.create_new_module_pass_manager()
             inliner.add_always_inliner_pass()
             inliner.run(modules[-1], llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options()))
+            _fold_constants(modules[-1].get_function(f"__tm_thread_{symbol}"))
             text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
             modules.append(llvm.parse_assembly(text, context=context))
         module = modules[-1]
@@ -121,6 +122,18 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
         for module in modules:
             module.close()
         context.close()
+
+
+def _fold_constants(function) -> None:
+    """Folds constant expressions in `function`: thread memory that Metal 4 code sizes
+    through calls (a tensor descriptor's ``air.get_descriptor_size_tensor``) gets a
+    constant size once those are inlined, which split_at_suspends needs to keep it in
+    the coroutine's frame (which moves instructions: every value gets a name, as numbered
+    values must stay in order)."""
+    passes = llvm.create_new_function_pass_manager()
+    passes.add_instruction_combine_pass()
+    passes.add_instruction_namer_pass()
+    passes.run(function, llvm.create_pass_builder(host().machine, llvm.create_pipeline_tuning_options()))
 
 
 def _unroll_loops(text: str, context, modules: list) -> str:

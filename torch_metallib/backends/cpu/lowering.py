@@ -38,6 +38,7 @@ from .private_arrays import clamp_private_array_indices
 from .reconvergence import number_exchange_sites
 from .matrix_batches import batch_matrix_products
 from .simdgroup_matrix import define_matrix, define_product_batch
+from .private_tensors import define_private_tensor
 from .tensor_ops import TENSOR_OP_PREFIX, check_tensor_op_calls, define_tensor_op
 from ...errors import UnsupportedKernelError
 
@@ -131,7 +132,8 @@ def cpu_definition(ret: str, name: str, params: List[str]) -> Optional[Tuple[str
                 ["declare void @llvm.trap()"])
     return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params) or define_matrix(ret, name, params)
             or define_product_batch(ret, name, params) or define_collective(ret, name, params)
-            or define_async_copy(ret, name, params) or define_tensor_op(ret, name, params))
+            or define_async_copy(ret, name, params) or define_tensor_op(ret, name, params)
+            or define_private_tensor(ret, name, params))
 
 
 # The section of a declaration whose body Metal's driver links in (MetalPerformancePrimitives'

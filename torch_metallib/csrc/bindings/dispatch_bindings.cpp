@@ -248,6 +248,11 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_matmul2d_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_stage);
     symbols["tm_rt_matmul2d_multiply"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_multiply);
     symbols["tm_rt_matmul2d_read"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_read);
+    symbols["tm_rt_matmul2d_resolve"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_resolve);
+    symbols["tm_rt_matmul2d_load"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_load);
+    symbols["tm_rt_matmul2d_store"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_store);
+    symbols["tm_rt_matmul2d_coordinate"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_coordinate);
+    symbols["tm_rt_tensor_slice"] = reinterpret_cast<uintptr_t>(&tm_rt_tensor_slice);
     symbols["__truncsfbf2"] = reinterpret_cast<uintptr_t>(&tm_rt_truncsfbf2);
     return symbols;
   });

@@ -108,6 +108,16 @@ def _matmul_tolerance(a, b, k, dtype, exact):
     return k * EPS32 * (a.abs() @ b.abs()) + UNIT_ROUNDOFF[dtype] * exact.abs() + TINY[dtype]
 
 
+def _axpby_reference(a, b, k, dtype, ab_exact, c, alpha, beta):
+    """(exact, element-wise bound) of alpha * (a @ b) + beta * c, the product accumulated
+    in float32, the epilogue in float, the result rounded to dtype."""
+    exact = alpha * ab_exact + beta * c
+    tolerance = (abs(alpha) * _matmul_tolerance(a, b, k, torch.float32, ab_exact)
+                 + 4 * EPS32 * (abs(alpha) * ab_exact.abs() + abs(beta) * c.abs())
+                 + UNIT_ROUNDOFF[dtype] * exact.abs() + TINY[dtype])
+    return exact, tolerance
+
+
 def _constants_needed(fn, constants: dict) -> dict:
     """The constants MLX sets, after checking the kernel declares exactly those."""
     assert {c.name for c in fn.function_constants} == set(constants), fn.function_constants
@@ -191,11 +201,7 @@ def _run_steel_gemm(mlx_lib, transpose, dtype, tile, shape, *, seed=0, pad=0, ba
         c = c_store.double().reshape((1, 1, N) if bias_row else (batch, M, N))
         if not do_axpby:
             alpha, beta = 1.0, 1.0  # the kernel's TransformAdd ignores alpha and beta
-        ab_exact = exact
-        exact = alpha * ab_exact + beta * c
-        tolerance = (abs(alpha) * _matmul_tolerance(a, b, K, torch.float32, ab_exact)
-                     + 4 * EPS32 * (abs(alpha) * ab_exact.abs() + abs(beta) * c.abs())
-                     + UNIT_ROUNDOFF[torch_dtype] * exact.abs() + TINY[torch_dtype])
+        exact, tolerance = _axpby_reference(a, b, K, torch_dtype, exact, c, alpha, beta)
     constants = _constants_needed(fn, dict(
         has_batch=nd_batch is not None, use_out_source=addmm is not None,
         do_axpby=bool(addmm and addmm[2]), align_M=M % bm == 0, align_N=N % bn == 0, align_K=K % bk == 0))

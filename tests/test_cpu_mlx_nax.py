@@ -19,13 +19,11 @@ position with ``get_coordinate``.
 """
 
 import pytest
-import torch
 
 import torch_metallib as tm
-from test_cpu_mlx_matmul import (DTYPES as TORCH_DTYPES, EPS32, TRANSPOSES, TINY, UNALIGNED_SHAPES,
-                                 UNIT_ROUNDOFF, _assert_close, _assert_sentinels, _constants_needed, _filled,
-                                 _generator, _grid, _matmul_tolerance, _operand, _pack_struct, _randn,
-                                 _run_steel_gemm)
+from test_cpu_mlx_matmul import (DTYPES as TORCH_DTYPES, TRANSPOSES, UNALIGNED_SHAPES, _assert_close,
+                                 _assert_sentinels, _axpby_reference, _constants_needed, _filled, _generator,
+                                 _grid, _matmul_tolerance, _operand, _pack_struct, _randn, _run_steel_gemm)
 from test_mlx_gated_delta import _mac26_path
 
 # (bm, bn, bk, wm, wn): every tile the library instantiates, each for all three types.
@@ -108,12 +106,7 @@ def _run_thin_gemm(library, transpose_b, dtype, config, shape, *, seed=0, addmm=
         kwargs["C"] = c_store
         kwargs["addmm_params"] = _pack_struct(fn, "addmm_params", ldc=N, fdc=1, batch_stride_c=0,
                                               alpha=alpha, beta=beta)
-        c = c_store.double()
-        ab_exact = exact
-        exact = alpha * ab_exact + beta * c
-        tolerance = (abs(alpha) * _matmul_tolerance(a, b, K, torch.float32, ab_exact)
-                     + 4 * EPS32 * (abs(alpha) * ab_exact.abs() + abs(beta) * c.abs())
-                     + UNIT_ROUNDOFF[torch_dtype] * exact.abs() + TINY[torch_dtype])
+        exact, tolerance = _axpby_reference(a, b, K, torch_dtype, exact, c_store.double(), alpha, beta)
     constants = _constants_needed(fn, dict(
         use_out_source=addmm is not None, do_axpby=addmm is not None,
         align_M=M % (32 * sm) == 0, align_N=N % (32 * sn) == 0, align_K=K % THIN_BK == 0))

@@ -107,26 +107,26 @@ TENSOR_DECLARATIONS = [
 ]
 
 
+def _int32_array(name: str, values) -> list:
+    """%<name>: a thread-memory array of the i32 `values` (extents, strides, offsets)."""
+    lines = [f"%{name} = alloca [{len(values)} x i32], align 4"]
+    for i, value in enumerate(values):
+        lines += [f"%{name}{i} = getelementptr i32, ptr %{name}, i32 {i}", f"store i32 {value}, ptr %{name}{i}"]
+    return lines
+
+
 def _tensor(name: str, data: str, extents, strides, slice_at=None, slice_extents=None) -> list:
     """%<name>: a rank-2 device tensor descriptor over `data` (then sliced, if asked)."""
     lines = [f"%{name}.size = call i16 @air.get_descriptor_size_tensor(i16 2, i16 4) #2",
-             f"%{name}.bytes = zext i16 %{name}.size to i64", f"%{name} = alloca i8, i64 %{name}.bytes, align 8",
-             f"%{name}.e = alloca [2 x i32], align 4", f"%{name}.s = alloca [2 x i32], align 4"]
-    for which, values in (("e", extents), ("s", strides)):
-        for i, value in enumerate(values):
-            lines += [f"%{name}.{which}{i} = getelementptr i32, ptr %{name}.{which}, i32 {i}",
-                      f"store i32 {value}, ptr %{name}.{which}{i}"]
+             f"%{name}.bytes = zext i16 %{name}.size to i64", f"%{name} = alloca i8, i64 %{name}.bytes, align 8"]
+    lines += _int32_array(f"{name}.e", extents) + _int32_array(f"{name}.s", strides)
     lines.append(f"call void @air.init_strided_private_tensor.i32.global(ptr %{name}, i16 2, ptr addrspace(1) "
                  f"%{data}, ptr %{name}.e, ptr %{name}.s, i8 1) #2")
     if slice_at is None:
         return lines
     lines += [f"%{name}.whole = alloca i8, i64 %{name}.bytes, align 8",
-              f"call void @llvm.memcpy.p0.p0.i64(ptr %{name}.whole, ptr %{name}, i64 %{name}.bytes, i1 false)",
-              f"%{name}.o = alloca [2 x i32], align 4", f"%{name}.x = alloca [2 x i32], align 4"]
-    for which, values in (("o", slice_at), ("x", slice_extents)):
-        for i, value in enumerate(values):
-            lines += [f"%{name}.{which}{i} = getelementptr i32, ptr %{name}.{which}, i32 {i}",
-                      f"store i32 {value}, ptr %{name}.{which}{i}"]
+              f"call void @llvm.memcpy.p0.p0.i64(ptr %{name}.whole, ptr %{name}, i64 %{name}.bytes, i1 false)"]
+    lines += _int32_array(f"{name}.o", slice_at) + _int32_array(f"{name}.x", slice_extents)
     lines.append(f"call void @air.slice_private_tensor_private_tensor.s.i32(ptr %{name}, ptr %{name}.whole, i16 2, "
                  f"ptr %{name}.o, ptr %{name}.x) #2")
     return lines

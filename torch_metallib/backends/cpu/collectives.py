@@ -22,7 +22,7 @@ from .coroutine import SITE_PLACEHOLDER, SUSPEND
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from .reconvergence import SITE_ORDER
 
-__all__ = ["define_collective", "RUNTIME_DECLARATIONS"]
+__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS"]
 
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare i32 @tm_rt_thread_in_group()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
@@ -33,6 +33,12 @@ MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES
 CLAIMED_OFFSET = MASK_OFFSET + 4
 RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
 WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # ExchangeWait; in the entry block, not in a loop
+
+
+def simd_position(op: str, value: str) -> List[str]:
+    """`value` (i32): the running thread's index in its SIMD-group (`op` urem) or its
+    SIMD-group's index in the threadgroup (udiv), from its index in the threadgroup."""
+    return ["%thread = call i32 @tm_rt_thread_in_group()", f"{value} = {op} i32 %thread, {SIMD_WIDTH}"]
 
 
 def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
@@ -231,8 +237,7 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
             and ret in ("i16", "i32"):
         # The builtins' values as functions: from the running thread's index in its group.
         op = "urem" if parts[1] == "get_thread_index_in_simdgroup" else "udiv"
-        lines = ["%t = call i32 @tm_rt_thread_in_group()", f"%v = {op} i32 %t, {SIMD_WIDTH}",
-                 f"%r = trunc i32 %v to {ret}" if ret == "i16" else "%r = or i32 %v, 0"]
+        lines = simd_position(op, "%v") + [f"%r = trunc i32 %v to {ret}" if ret == "i16" else "%r = or i32 %v, 0"]
         return _definition(ret, name, params, lines), []
     lines: List[str] = []
     declarations: List[str] = []

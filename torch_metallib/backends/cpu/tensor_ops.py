@@ -33,8 +33,7 @@ and scopes are refused, naming them.
 import re
 from typing import List, Optional, Tuple
 
-from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _staged_exchange
-from .intrinsics import SIMD_WIDTH
+from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _staged_exchange, simd_position
 from ...errors import UnsupportedKernelError
 
 __all__ = ["define_tensor_op", "check_tensor_op_calls", "TENSOR_OP_PREFIX"]
@@ -58,11 +57,20 @@ _LANE_OPERATIONS = ("run_cooperative_", "cooperative_tensor_load_", "cooperative
                     "cooperative_tensor_get_coordinate")
 
 
+def _which(operand: str) -> List[str]:
+    """%is0, %is1: whether operand `operand` is the left or the right one."""
+    return [f"%is0 = icmp eq i32 {operand}, 0", f"%is1 = icmp eq i32 {operand}, 1"]
+
+
+def _type_of(types: List[str]) -> List[str]:
+    """%type: the element type of the operand _which tested, among `types`."""
+    return [f"%t01 = select i1 %is1, i32 {types[1]}, i32 {types[2]}", f"%type = select i1 %is0, i32 {types[0]}, i32 %t01"]
+
+
 def _count(operand: str, threads: str) -> List[str]:
     """%share (i32): the lane's number of elements of operand `operand` (0, 1, 2), given
     the descriptor in %a0..%a7 and the scope's thread count `threads` (0 taken as 1)."""
-    return ["%mk = mul i32 %a1, %a3", "%kn = mul i32 %a3, %a2", "%mn = mul i32 %a1, %a2",
-            f"%is0 = icmp eq i32 {operand}, 0", f"%is1 = icmp eq i32 {operand}, 1",
+    return _which(operand) + ["%mk = mul i32 %a1, %a3", "%kn = mul i32 %a3, %a2", "%mn = mul i32 %a1, %a2",
             "%n01 = select i1 %is1, i32 %kn, i32 %mn", "%count = select i1 %is0, i32 %mk, i32 %n01",
             f"%threads.ok = icmp ne i32 {threads}, 0", f"%threads = select i1 %threads.ok, i32 {threads}, i32 1",
             "%share = udiv i32 %count, %threads"]
@@ -71,16 +79,9 @@ def _count(operand: str, threads: str) -> List[str]:
 def _share_bytes(operand: str, types: List[str], threads: str) -> List[str]:
     """%bytes (i64): the lane's share of operand `operand` in bytes, its element types
     `types` (three i32 operands)."""
-    return _count(operand, threads) + [
-            f"%t01 = select i1 %is1, i32 {types[1]}, i32 {types[2]}", f"%type = select i1 %is0, i32 {types[0]}, i32 %t01",
+    return _count(operand, threads) + _type_of(types) + [
             "%bits = and i32 %type, 255", "%width = lshr i32 %bits, 3",
             "%share.w = zext i32 %share to i64", "%width.w = zext i32 %width to i64", "%bytes = mul i64 %share.w, %width.w"]
-
-
-def _operand_type(operand: str, types: List[str]) -> List[str]:
-    """%type: the element type of operand `operand` among `types`."""
-    return [f"%is0 = icmp eq i32 {operand}, 0", f"%is1 = icmp eq i32 {operand}, 1",
-            f"%t01 = select i1 %is1, i32 {types[1]}, i32 {types[2]}", f"%type = select i1 %is0, i32 {types[0]}, i32 %t01"]
 
 
 def _descriptor_struct() -> List[str]:
@@ -92,7 +93,7 @@ def _descriptor_struct() -> List[str]:
     return lines
 
 
-_LANE = ["%thread = call i32 @tm_rt_thread_in_group()", f"%lane = urem i32 %thread, {SIMD_WIDTH}"]
+_LANE = simd_position("urem", "%lane")
 
 
 def define_tensor_op(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
@@ -117,7 +118,7 @@ def define_tensor_op(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
         return _definition(ret, name, params, lines), []
     if op == "cooperative_tensor_get_element_pointer" and params == _DESCRIPTOR + ["ptr", "i16"] + ["i32"] * 3 \
             and ret == "ptr":
-        lines = _operand_type("%a0", types) + [
+        lines = _which("%a0") + _type_of(types) + [
                  "%bits = and i32 %type, 255", "%width = lshr i32 %bits, 3", "%width.w = zext i32 %width to i64",
                  "%whole = icmp eq i16 %a9, -1", "%index = zext i16 %a9 to i64",
                  "%offset.e = mul i64 %index, %width.w", "%offset = select i1 %whole, i64 0, i64 %offset.e",
@@ -133,7 +134,7 @@ def define_tensor_op(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
     if move and ret == "void" and params == _DESCRIPTOR + ["ptr", "ptr"] + ["i32"] * (6 if move.group(1) == "load" else 5):
         direction, tensor_type = move.group(1), _TYPES[move.group(3)]
         types = ["%a12", "%a13", "%a14"] if direction == "load" else ["%a11", "%a12", "%a13"]
-        lines = _descriptor_struct() + _LANE + _operand_type("%a0", types) + [
+        lines = _descriptor_struct() + _LANE + _which("%a0") + _type_of(types) + [
             f"call void @tm_rt_matmul2d_{direction}(ptr %desc, i32 %a0, i32 %lane, ptr %a8, i32 %type, ptr %a9, "
             f"i32 {tensor_type})"]
         return _definition(ret, name, params, lines), [_DECLARATIONS[direction]]

@@ -487,9 +487,9 @@ def test_scale_compiles_one_specialization_per_constant_value(scale, monkeypatch
     compiled = []
     original = ops_define.compile_kernel
 
-    def counting(function, constants, *args):
+    def counting(function, constants, *args, **kwargs):
         compiled.append(constants)
-        return original(function, constants, *args)
+        return original(function, constants, *args, **kwargs)
 
     monkeypatch.setattr(ops_define, "compile_kernel", counting)
     x = _data((64,), seed=17)

@@ -218,6 +218,15 @@ class KernelFunction:
         return self.reflection.uses_simdgroup_ops
 
     @property
+    def cpu_scheme(self) -> Optional[str]:
+        """How its last call on the CPU ran its threads: ``"threads"`` (one after another,
+        for kernels whose threads never meet), ``"lanes"`` (cut at its barriers and
+        SIMD-group functions into loops over threads that LLVM vectorizes), or
+        ``"coroutines"`` (each thread a coroutine: kernels with simdgroup-matrix products or
+        tensor operations, permuted schedules and checked calls). None before its first CPU call."""
+        return self._dispatch_state().prepared.get("scheme")
+
+    @property
     def signature(self) -> str:
         """A Metal-like declaration, e.g. ``kernel void f(device const float* a [[buffer(0)]],
         uint i [[thread_position_in_grid]])``."""

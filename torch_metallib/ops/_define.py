@@ -386,9 +386,10 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
     ]
     functions = [p.function for p in plans]
 
-    def compile_for(index, constant_values, cooperative, copies):
-        compiled = compile_kernel(functions[index], constant_values, plans[index].record["serial"], cooperative, copies)
-        return list(compiled.launchers), compiled.serial
+    def compile_for(index, constant_values, cooperative, lanes, copies):
+        compiled = compile_kernel(functions[index], constant_values, plans[index].record["serial"], cooperative, copies,
+                                  lanes=lanes)
+        return list(compiled.launchers), compiled.serial, compiled.lanes
 
     with _lock:
         if parsed.qualname in _operators:

@@ -16,15 +16,18 @@ class CpuBackend(Backend):
     def prepare(self, function, state, constants: tuple, checked: bool = False):
         mode, seed = current_schedule()
         parallel = mode == "parallel"
-        # Permuted runs need every thread as a coroutine, whatever the kernel does.
+        # Permuted runs need every thread as a coroutine, whatever the kernel does; other
+        # cooperative runs take lane loops where the kernel allows.
         cooperative = state.cooperative or mode == "permuted"
-        key = ("cpu", constants, cooperative, checked)
+        lanes = cooperative and mode != "permuted" and not checked
+        key = ("cpu", constants, cooperative, checked, lanes)
         compiled = state.prepared.get(key)
         # A kernel with threadgroup variables needs a loaded copy per worker thread.
         copies = torch.get_num_threads() if state.serial and parallel else 1
         if compiled is None or len(compiled.launchers) < copies:
             compiled = state.prepared[key] = compile_kernel(function, constants, state.serial, cooperative, copies,
-                                                            checked=checked)
+                                                            checked=checked, lanes=lanes)
+        state.prepared["scheme"] = compiled.scheme  # KernelFunction.cpu_scheme
         described = None
         if checked:  # built once per function, like the compiled code
             described = state.prepared.get("described") or state.prepared.setdefault(
@@ -34,7 +37,9 @@ class CpuBackend(Backend):
     def run(self, function, prepared, plan) -> None:
         compiled, mode, seed, described = prepared
         parallel = mode == "parallel"
-        if compiled.cooperative:
+        if compiled.lanes:
+            _C.launch_cpu_lanes(plan, compiled.launchers, compiled.serial, function.name, parallel)
+        elif compiled.cooperative:
             _C.launch_cpu_cooperative(plan, compiled.launchers, compiled.serial, function.name,
                                       parallel, mode == "permuted", seed, described)
         else:

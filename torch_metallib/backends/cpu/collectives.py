@@ -16,13 +16,20 @@ multiplies) orders no memory, so no lane can observe it: it is a no-op here, and
 barriers with memory flags make the SIMD-group meet.
 """
 
+from contextvars import ContextVar
 from typing import List, Optional, Tuple
 
 from .coroutine import SITE_PLACEHOLDER, SUSPEND
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from .reconvergence import SITE_ORDER
 
-__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS"]
+__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS"]
+
+# Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
+# is then a marker where the kernel is cut into regions, and the runtime plays no part.
+LANES: ContextVar[bool] = ContextVar("lanes", default=False)
+LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
+                 "declare ptr @tm.lanes.exchanged()"]
 
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare i32 @tm_rt_thread_in_group()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
@@ -44,7 +51,10 @@ def simd_position(op: str, value: str) -> List[str]:
 def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
     """Leaves %slots, given %wait (WAIT_ALLOCA: {slots, lane}): deposits `value` with the
     runtime and, unless that completed the exchange, suspends until it has (or asks again:
-    a lane that had to step back or wait for another collective finds no slots)."""
+    a lane that had to step back or wait for another collective finds no slots). For lane
+    loops: the deposit ends a region and the next one starts with the exchange's slots."""
+    if LANES.get():
+        return [f"call void @tm.lanes.deposit(ptr {value}, i32 {bytes_})", "%slots = call ptr @tm.lanes.exchanged()"]
     return ["br label %xpoll", "xpoll:",
             f"%now = call ptr @tm_rt_simd_exchange(ptr {value}, i32 {bytes_}, ptr %wait, {SITE_ORDER}, "
             f"{SITE_PLACEHOLDER})",
@@ -63,9 +73,10 @@ def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     for i, (type_name, operand) in enumerate(values):
         lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
         offset += type_bytes(type_name)
+    lane = simd_position("urem", "%lane") if LANES.get() else [
+        "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"]
     lines += _wait_for_exchange("%buf", offset) + [
-              f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
-              "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"] + _claim()
+              f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp"] + lane + _claim()
     return lines
 
 
@@ -84,18 +95,25 @@ def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
             "%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
             "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
             "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",
-            "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim()
+            "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim(staged=True)
 
 
-def _claim() -> List[str]:
-    """%leads, given %slots: this lane is the first to read the exchange's result."""
+def _claim(staged: bool = False) -> List[str]:
+    """%leads, given %slots: this lane is the first to read the exchange's result (in lane
+    loops, where lanes read in order, the first that took part; a staged exchange always
+    runs as coroutines, see regions.py)."""
+    if LANES.get() and not staged:
+        return ["%lead.lane = call i32 @llvm.cttz.i32(i32 %mask, i1 true)", "%leads = icmp eq i32 %lane, %lead.lane"]
     return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
             "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
 
 
 def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]:
     """%r = `result` of the `compute` lines, which only the leading lane runs: the others
-    read what it stored in the slots."""
+    read what it stored in the slots. In lane loops every lane computes it: a lane reading
+    what another stored in the same loop would keep LLVM from vectorizing it."""
+    if LANES.get():
+        return compute + [f"%r = bitcast {type_name} {result} to {type_name}"]
     return (["%shared = getelementptr i8, ptr %slots, i32 " + str(RESULT_OFFSET),
              "br i1 %leads, label %compute, label %read", "compute:"] + compute
             + [f"store {type_name} {result}, ptr %shared", "br label %read",
@@ -225,7 +243,8 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     if name == "air.wg.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         # The barrier's site (SITE_PLACEHOLDER, numbered by split_at_suspends): checked
         # execution reports threads waiting at different barriers.
-        return _definition("void", name, params, [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND]), []
+        wait = ["call void @tm.lanes.barrier()"] if LANES.get() else [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND]
+        return _definition("void", name, params, wait), []
     if name == "air.simdgroup.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
                  + _wait_for_exchange("null", 0) + ["br label %done", "done:"])

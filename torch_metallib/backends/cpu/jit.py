@@ -24,7 +24,7 @@ from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 30  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 31  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,15 @@ class CompiledKernel:
     # thread, so threadgroups running at the same time each have their own variables.
     launchers: Tuple[int, ...]
     serial: bool        # it has threadgroup variables
-    cooperative: bool   # threads meet at barriers / SIMD-group functions: run as coroutines
+    cooperative: bool   # threads meet at barriers / SIMD-group functions
     from_disk: bool
+    lanes: bool = False  # cooperative, as lane loops (regions.py): launchers are region tables
+
+    @property
+    def scheme(self) -> str:
+        """How its threads run: "threads" (one after another), "lanes" (a cooperative
+        kernel cut into lane loops at its waits) or "coroutines" (each thread a coroutine)."""
+        return "lanes" if self.lanes else "coroutines" if self.cooperative else "threads"
 
 
 class _Host:
@@ -76,7 +83,8 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
     return f"{function_hash}|{constants!r}|{host().toolchain}"
 
 
-def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False) -> str:
+def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,
+               lanes: bool = False) -> str:
     """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
     from .lowering import lower  # only on a cache miss
 
@@ -90,7 +98,7 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         modules.append(parse_bitcode(function.name, function.bitcode, context))
         return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
-                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked)
+                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked, lanes=lanes)
     finally:
         for module in modules:
             module.close()
@@ -124,13 +132,50 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
         context.close()
 
 
-def _fold_constants(function) -> None:
+def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
+    """The object of a cooperative kernel as lane loops (regions.py); NotLanes where the
+    kernel waits in a way they do not take."""
+    from .regions import build_regions, cut_at_markers  # only on a cache miss
+
+    machine = host()
+    entry = f"__tm_lanes_{symbol}"
+    text = lowered_ir(function, constants, symbol, True, lanes=True)
+    context = llvm.create_context()
+    modules = []
+    try:
+        modules.append(llvm.parse_assembly(text, context=context))
+        builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options())
+        inliner = llvm.create_new_module_pass_manager()
+        inliner.add_always_inliner_pass()
+        inliner.run(modules[-1], builder)
+        _fold_constants(modules[-1].get_function(entry), scalars=True)
+        modules.append(llvm.parse_assembly(cut_at_markers(str(modules[-1]), entry), context=context))
+        demote = llvm.create_new_function_pass_manager()
+        demote.add_register_to_memory_pass()
+        demote.add_instruction_namer_pass()
+        demote.run(modules[-1].get_function(entry), builder)
+        regions = build_regions(str(modules[-1]), entry, symbol, function.name)
+        modules.append(llvm.parse_assembly(regions.text, context=context))
+        module = modules[-1]
+        module.verify()
+        optimizer = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        optimizer.getModulePassManager().run(module, optimizer)
+        return machine.machine.emit_object(module)
+    finally:
+        for module in modules:
+            module.close()
+        context.close()
+
+
+def _fold_constants(function, scalars: bool = False) -> None:
     """Folds constant expressions in `function`: thread memory that Metal 4 code sizes
     through calls (a tensor descriptor's ``air.get_descriptor_size_tensor``) gets a
     constant size once those are inlined, which split_at_suspends needs to keep it in
     the coroutine's frame (which moves instructions: every value gets a name, as numbered
     values must stay in order)."""
     passes = llvm.create_new_function_pass_manager()
+    if scalars:  # private arrays as scalars: each then has its own array in the lanes' context
+        passes.add_sroa_pass()
     passes.add_instruction_combine_pass()
     passes.add_instruction_namer_pass()
     passes.run(function, llvm.create_pass_builder(host().machine, llvm.create_pipeline_tuning_options()))
@@ -154,28 +199,32 @@ def _unroll_loops(text: str, context, modules: list) -> str:
     return str(modules[-1])
 
 
-def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> int:
+def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
     """Loads one copy of the object in its own engine; runs its constructors; returns its
-    entry point. Engines live as long as the process: launchers point into them."""
+    entry point (a lane-loop kernel's region table) and whether it is lane loops. Engines
+    live as long as the process: launchers point into them."""
     machine = host()
     engine = llvm.create_mcjit_compiler(
         llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
     _engines.append(engine)
     engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
     init = engine.get_function_address(f"__tm_init_{symbol}")
-    entry = engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
+    lanes = cooperative and engine.get_global_value_address(f"__tm_lanes_{symbol}")
+    entry = lanes or engine.get_function_address(f"__tm_thread_{symbol}" if cooperative else f"__tm_launch_{symbol}")
     if not init or not entry:
         raise RuntimeError(f"the object does not define the entry points of {symbol}")
     ctypes.CFUNCTYPE(None)(init)()  # air.static_init
-    return entry
+    return entry, bool(lanes)
 
 
 def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1,
-                   checked: bool = False) -> CompiledKernel:
+                   checked: bool = False, lanes: bool = False) -> CompiledKernel:
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
-    threads meet."""
-    key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ()))
+    threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
+    lanes = lanes and cooperative and not checked
+    key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
+                          + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
     compiled = _compiled.get(key)
     if compiled is not None and len(compiled.launchers) >= copies:
@@ -189,22 +238,32 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
             directory = cache_directory("jit")
             path = os.path.join(directory, f"{key}.o") if directory else None
             payload = read_entry(path, key_text) if path else None
-            launchers = ()
+            launchers, is_lanes = (), False
             if payload is not None:
                 try:
-                    launchers = (_load_copy(payload, symbol, cooperative),)
+                    entry, is_lanes = _load_copy(payload, symbol, cooperative)
+                    launchers = (entry,)
                 except RuntimeError:  # not an object LLVM can load, or without our symbols
                     payload = None
             from_disk = payload is not None
             if payload is None:
-                payload = _build_object(function, dict(constants), symbol, cooperative, checked)
+                payload = None
+                if lanes:
+                    from .regions import NotLanes
+                    try:
+                        payload = _build_lanes_object(function, dict(constants), symbol)
+                    except NotLanes:
+                        pass
+                if payload is None:
+                    payload = _build_object(function, dict(constants), symbol, cooperative, checked)
                 if path:
                     write_entry(path, key_text, payload)
         else:
-            payload, from_disk, launchers = _payloads[key], compiled.from_disk, compiled.launchers
+            payload, from_disk, launchers, is_lanes = _payloads[key], compiled.from_disk, compiled.launchers, compiled.lanes
         while len(launchers) < copies:
-            launchers += (_load_copy(payload, symbol, cooperative),)
+            entry, is_lanes = _load_copy(payload, symbol, cooperative)
+            launchers += (entry,)
         if serial:
             _payloads[key] = payload
-        compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk)
+        compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)
         return compiled

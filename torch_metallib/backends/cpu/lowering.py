@@ -26,7 +26,7 @@ import re
 import struct
 from typing import Callable, Dict, List, Optional, Tuple
 
-from .collectives import RUNTIME_DECLARATIONS, define_collective
+from .collectives import LANES, LANES_MARKERS, RUNTIME_DECLARATIONS, define_collective
 from .coroutine import thread_entry
 from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
@@ -171,6 +171,8 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     text = re.sub(r"^declare [^\n]*$", replace, text, flags=re.M)
     if "@tm_rt_" in text:
         extra += RUNTIME_DECLARATIONS
+    if "@tm.lanes." in text:
+        extra += LANES_MARKERS + ([] if "llvm.cttz.i32" in declared else ["declare i32 @llvm.cttz.i32(i32, i1)"])
     if unsupported or external:
         missing = [f"the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}"] if unsupported else []
         if external:  # Metal 4's MetalPerformancePrimitives tensor operations (matmul2d...)
@@ -343,28 +345,33 @@ done:
 """
 
 
-def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False) -> str:
+def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False, lanes: bool = False) -> str:
     """``__tm_thread_<symbol>(ptr args, ptr dims, i32 group, i32 thread)``: one thread of a
     cooperative kernel, a coroutine the runtime (csrc/cpu/cooperative.cpp) resumes (and,
-    when `checked`, keeps the check context's thread current)."""
+    when `checked`, keeps the check context's thread current); with `lanes`, the plain
+    function ``__tm_lanes_<symbol>`` that regions.py cuts into lane loops."""
     entry, body, operands = _operands(arguments, checked)
     lines = entry + _DISPATCH_LINES + _GROUP_LINES + [
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
         "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
     ] + _LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})"]
+    if lanes:  # cut into lane loops by regions.py
+        return (f"\ndefine void @__tm_lanes_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
+                + "\n  ".join(lines) + "\n  ret void\n}\n")
     return thread_entry(f"__tm_thread_{symbol}", lines)
 
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
           triple: str, datalayout: str, cooperative: bool = False,
-          unroll: Callable[[str], str] = lambda text: text, checked: bool = False) -> str:
+          unroll: Callable[[str], str] = lambda text: text, checked: bool = False, lanes: bool = False) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
     ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
     thread). `unroll` optimizes a module with simdgroup-matrix products (names every
     value) before they are batched. `checked`: every access in address spaces 1-3 is
-    bounds-checked (bounds_checks.py)."""
+    bounds-checked (bounds_checks.py). `lanes`: a cooperative kernel's waits are markers
+    for regions.py instead (collectives.LANES)."""
     text = _retarget(text, triple, datalayout)
     statics = static_ranges_init(text) if checked else []
     helpers_checked = False
@@ -378,11 +385,18 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text, constructors = _take_constructors(text)
     if cooperative:
         text = batch_matrix_products(text, unroll)
-    text = round_bfloat_exactly(number_exchange_sites(_define_intrinsics(text, kernel)))
+    scheme = LANES.set(lanes)
+    try:
+        text = round_bfloat_exactly(number_exchange_sites(_define_intrinsics(text, kernel)))
+    finally:
+        LANES.reset(scheme)
+    if lanes and "@tm.suspend()" in text:  # a staged exchange: coroutines only (regions.py)
+        from .regions import NotLanes
+        raise NotLanes("it stages an exchange (simdgroup-matrix products, tensor operations)")
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
-    entry = (_thread_entry(symbol, kernel, arguments, checked) if cooperative
+    entry = (_thread_entry(symbol, kernel, arguments, checked, lanes) if cooperative
              else _launcher(symbol, kernel, arguments, checked, helpers_checked))
     return (text + umin + entry
             + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Set, Tuple
 
 from .ir_functions import edit_function_bodies
 
-__all__ = ["SITE_ORDER", "number_exchange_sites"]
+__all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 
 # The parameter every exchanging intrinsic definition takes last (see _cpu_collectives).
 SITE_ORDER = "i32 %site.order"
@@ -51,7 +51,7 @@ def _blocks(body: List[str]) -> Dict[str, Tuple[Optional[str], List[str]]]:
     return blocks
 
 
-def _weak_topological_order(successors: Dict[str, List[str]], entry: str) -> List[str]:
+def weak_topological_order(successors: Dict[str, List[str]], entry: str) -> List[str]:
     """Bourdoncle's recursive strategy, flattened: components (loops) stay contiguous."""
     dfn: Dict[str, float] = {name: 0 for name in successors}
     stack: List[str] = []
@@ -112,7 +112,7 @@ def _number_sites(body: List[str], names: Set[str]) -> List[str]:
     blocks = _blocks(body)
     successors = {name: [s for line in block for s in _SUCCESSOR.findall(line) if s in blocks]
                   for name, (_, block) in blocks.items()}
-    position = {name: index for index, name in enumerate(_weak_topological_order(successors, next(iter(blocks))))}
+    position = {name: index for index, name in enumerate(weak_topological_order(successors, next(iter(blocks))))}
     out: List[str] = []
     for name, (label, block) in blocks.items():
         if label is not None:

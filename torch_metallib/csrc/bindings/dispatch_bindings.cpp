@@ -13,6 +13,7 @@
 #include "cpu/async_copy.h"
 #include "cpu/bounds_check.h"
 #include "cpu/cooperative.h"
+#include "cpu/lanes.h"
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
 #include "cpu/tensor_ops.h"
@@ -219,6 +220,14 @@ void bind_dispatch(py::module_& m) {
      "Runs every threadgroup of `plan`, each thread a coroutine, with the compiled per-thread entry; "
      "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
      "`permute`: shuffled orders from `seed`; `checked` as for launch_cpu.");
+
+  m.def("launch_cpu_lanes", [](const Plan& plan, const std::vector<uintptr_t>& tables, bool private_copies,
+                               const std::string& kernel, bool parallel) {
+    py::gil_scoped_release release;
+    cpu::launch_lanes(plan, tables, private_copies, kernel, cpu::Schedule{parallel, false, 0, /*strict_barriers=*/!parallel});
+  }, py::arg("plan"), py::arg("tables"), py::arg("private_copies"), py::arg("kernel"), py::arg("parallel") = true,
+     "Runs every threadgroup of `plan` with a cooperative kernel compiled as lane loops (its region "
+     "tables, one per loaded copy); `parallel` as for launch_cpu_cooperative.");
 
   m.def("metal_type", [](const std::string& name) -> py::object {
     // (kind, components, accepted dtypes) of a Metal scalar or vector type, None otherwise.

@@ -1,6 +1,7 @@
 #include "cpu/cooperative.h"
 #include "cpu/bounds_check.h"
 #include "cpu/private_copies.h"
+#include "cpu/threadgroup_memory.h"
 
 #include <ATen/Parallel.h>
 
@@ -276,29 +277,7 @@ bool settle_exchanges(GroupRun& run, uint32_t simd) {
   return true;
 }
 
-std::string group_name(const uint32_t* dims, uint32_t group) {
-  uint32_t x = group % dims[6], y = (group / dims[6]) % dims[7], z = group / (dims[6] * dims[7]);
-  return "(" + std::to_string(x) + ", " + std::to_string(y) + ", " + std::to_string(z) + ")";
-}
 
-// Per-OS-thread copy of the plan's addresses with this thread's threadgroup-memory
-// buffers in place: threadgroups running at the same time each get their own.
-struct ThreadgroupMemory {
-  std::vector<void*> addresses;
-  std::vector<std::vector<uint64_t>> buffers;
-  void* const* prepare(const dispatch::Plan& plan) {
-    if (plan.threadgroup_buffers.empty()) return plan.addresses.data();
-    addresses = plan.addresses;
-    buffers.resize(plan.threadgroup_buffers.size());
-    for (size_t i = 0; i < plan.threadgroup_buffers.size(); ++i) {
-      const auto& [position, bytes] = plan.threadgroup_buffers[i];
-      buffers[i].assign(size_t(bytes + 7) / 8, 0);
-      addresses[size_t(position)] = buffers[i].data();
-    }
-    return addresses.data();
-  }
-};
-thread_local ThreadgroupMemory threadgroup_memory;
 
 // Starts `t` (its coroutine runs to its first suspension or its end) or resumes it.
 inline void run_thread(GroupRun& run, Thread& t) {
@@ -330,7 +309,7 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
   uint32_t count = actual[0] * actual[1] * actual[2];
   run.function = function;
   run.checked = checked;
-  run.addresses = threadgroup_memory.prepare(plan);
+  run.addresses = threadgroup_memory().prepare(plan);
   if (checked) set_check_group_addresses(run.addresses);
   run.dims = dims;
   run.group = group;
@@ -373,13 +352,7 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
     for (uint32_t simd = 0; simd < run.simds.size(); ++simd) progress |= settle_exchanges(run, simd);
     if (!progress) {
       current_run = nullptr;
-      throw ExecutionError(kernel + ": deadlock in threadgroup " + group_name(dims, group) + ": " +
-                           std::to_string(run.at_barrier) + " of " + std::to_string(count) +
-                           " threads wait at a threadgroup barrier that " + std::to_string(run.done) +
-                           " threads finished without reaching. In the sequential and permuted schedules "
-                           "every thread of a threadgroup must reach each threadgroup_barrier (Metal leaves "
-                           "it undefined otherwise; Apple GPUs and the parallel schedule let finished "
-                           "threads pass)");
+      throw ExecutionError(deadlock_message(kernel, dims, group, run.at_barrier, count, run.done));
     }
     next = next_ready(run, run.order.back());
   }
@@ -422,6 +395,17 @@ __attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, co
 }
 
 }  // namespace
+
+std::string deadlock_message(const std::string& kernel, const uint32_t* dims, uint32_t group, uint32_t waiting,
+                             uint32_t count, uint32_t done) {
+  uint32_t x = group % dims[6], y = (group / dims[6]) % dims[7], z = group / (dims[6] * dims[7]);
+  return kernel + ": deadlock in threadgroup (" + std::to_string(x) + ", " + std::to_string(y) + ", " +
+         std::to_string(z) + "): " + std::to_string(waiting) + " of " + std::to_string(count) +
+         " threads wait at a threadgroup barrier that " + std::to_string(done) +
+         " threads finished without reaching. In the sequential and permuted schedules "
+         "every thread of a threadgroup must reach each threadgroup_barrier (Metal leaves "
+         "it undefined otherwise; Apple GPUs and the parallel schedule let finished threads pass)";
+}
 
 void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
                         bool private_copies, const std::string& kernel, const Schedule& schedule,

@@ -44,6 +44,10 @@ void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>
                         bool private_copies, const std::string& kernel, const Schedule& schedule,
                         CheckedLaunch* checked = nullptr);
 
+// The error of a strict barrier (sequential schedule) that threads finished without reaching.
+std::string deadlock_message(const std::string& kernel, const uint32_t* dims, uint32_t group, uint32_t waiting,
+                             uint32_t count, uint32_t done);
+
 }  // namespace torch_metallib::cpu
 
 // Called from JIT-compiled kernels (registered with LLVM by address), always for the thread

@@ -8,6 +8,7 @@
 
 #include "bindings/python_errors.h"
 #include "cpu/cooperative.h"
+#include "cpu/lanes.h"
 #include "cpu/cpu_launch.h"
 
 namespace py = pybind11;
@@ -56,21 +57,23 @@ bool same_constants(const std::vector<dispatch::ConstantValue>& a, const std::ve
 
 // The compiled entry for `constants`, compiling through Python on first use.
 const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
-                           bool cooperative, size_t copies) {
+                           bool cooperative, bool lanes, size_t copies) {
   {
     std::lock_guard<std::mutex> lock(kernel.mutex);
     for (const CompiledEntry& entry : kernel.compiled) {
-      if (entry.cooperative == cooperative && entry.launchers.size() >= copies && same_constants(entry.constants, constants)) {
+      if (entry.cooperative == cooperative && entry.lanes_asked == lanes && entry.launchers.size() >= copies &&
+          same_constants(entry.constants, constants)) {
         return entry;
       }
     }
   }
-  CompiledEntry entry{constants, cooperative, {}, false};
+  CompiledEntry entry{constants, cooperative, {}, false, lanes, false};
   {
     py::gil_scoped_acquire gil;
-    py::tuple result = spec.compile(kernel.index, dispatch::constants_tuple(constants), cooperative, copies);
+    py::tuple result = spec.compile(kernel.index, dispatch::constants_tuple(constants), cooperative, lanes, copies);
     entry.launchers = result[0].cast<std::vector<uintptr_t>>();
     entry.serial = result[1].cast<bool>();
+    entry.lanes = result[2].cast<bool>();
   }
   std::lock_guard<std::mutex> lock(kernel.mutex);
   kernel.compiled.push_back(std::move(entry));
@@ -82,8 +85,11 @@ void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
   bool parallel = schedule.mode == "parallel", permuted = schedule.mode == "permuted";
   bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a coroutine
   size_t copies = kernel.serial && parallel ? size_t(at::get_num_threads()) : 1;
-  const CompiledEntry& entry = compiled_for(spec, kernel, plan.constants, cooperative, copies);
-  if (cooperative) {
+  const CompiledEntry& entry = compiled_for(spec, kernel, plan.constants, cooperative, cooperative && !permuted, copies);
+  if (entry.lanes) {
+    cpu::launch_lanes(plan, entry.launchers, entry.serial, kernel.spec->name(),
+                      cpu::Schedule{parallel, false, schedule.seed, /*strict_barriers=*/!parallel});
+  } else if (cooperative) {
     cpu::launch_cooperative(plan, entry.launchers, entry.serial, kernel.spec->name(),
                             cpu::Schedule{parallel, permuted, schedule.seed, /*strict_barriers=*/!parallel});
   } else {

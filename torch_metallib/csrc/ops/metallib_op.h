@@ -54,6 +54,8 @@ struct CompiledEntry {
   bool cooperative = false;
   std::vector<uintptr_t> launchers;  // one per loaded copy
   bool serial = false;
+  bool lanes_asked = false;  // compiled for a run that may use lane loops (not a permuted one)
+  bool lanes = false;        // cooperative, as lane loops: the launchers are region tables (cpu/lanes.h)
 };
 
 // The kernel for one dtype of the dispatch argument.

@@ -1,0 +1,100 @@
+"""Cooperative kernels as lane loops (#22, backends/cpu/regions.py, csrc/cpu/lanes.cpp).
+
+Which scheme a call ran (KernelFunction.cpu_scheme), and that lane loops compute what
+the coroutine scheme computes, bit for bit, on Apple-built MLX kernels: a checked call
+runs as coroutines (the bounds checks need the runtime's current thread), an unchecked
+one as lane loops, the same arithmetic in the same order either way. The hand-written
+collective, reduction, scan and schedule tests run as lane loops too, whenever the
+parallel or sequential schedule is used.
+"""
+
+import struct
+
+import pytest
+import torch
+
+import torch_metallib as tm
+
+
+def _both(kernel, outputs, *args, **kwargs):
+    """The kernel's `outputs` after an unchecked and after a checked call, and the
+    schemes those ran with."""
+    results, schemes = [], []
+    for checked in (False, True):
+        for out in outputs:
+            out.fill_(-7)
+        kernel(*args, checked=checked, **kwargs)
+        results.append([out.clone() for out in outputs])
+        schemes.append(kernel.cpu_scheme)
+    return results, schemes
+
+
+@pytest.mark.parametrize("name,rows,size", [("block_softmax_float32", 7, 1000), ("block_softmax_float32", 3, 37),
+                                            ("looped_softmax_float32", 3, 5000), ("block_softmax_float16", 5, 700)])
+def test_softmax_lanes_match_coroutines(mlx_lib, name, rows, size):
+    dtype = torch.float16 if name.endswith("16") else torch.float32
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(size)).to(dtype)
+    out = torch.empty_like(x)
+    # looped_softmax reads all 32 entries of its threadgroup arrays, written only by the
+    # SIMD-groups there are: 256 threads, as test_cpu_cooperative calls it, so that the
+    # entries it leaves behind are the ones that test expects (zeros, never written).
+    group = 256 if name.startswith("looped") else 1024
+    (lanes, coroutines), schemes = _both(mlx_lib[name], [out], x, out, size, threads=rows * group, group_size=group)
+    assert schemes == ["lanes", "coroutines"]
+    assert torch.equal(lanes[0], coroutines[0])
+    torch.testing.assert_close(lanes[0].float(), torch.softmax(x.float(), -1), atol=2e-3 if dtype != torch.float32
+                               else 1e-6, rtol=1e-2 if dtype != torch.float32 else 1e-5)
+
+
+def test_row_sum_lanes_match_coroutines(mlx_lib):
+    rows, size = 16, 3000
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(5))
+    out = torch.empty(rows)
+    group = min(1024, -(-(size // 4) // 32) * 32)
+    (lanes, coroutines), schemes = _both(mlx_lib["row_reduce_simple_sumfloat32"], [out], x, out, size, rows,
+                                         threads=(group, rows // 4, 1), group_size=group)
+    assert schemes == ["lanes", "coroutines"]
+    assert torch.equal(lanes[0], coroutines[0])
+    torch.testing.assert_close(lanes[0], x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+
+
+def test_scan_lanes_match_coroutines(mlx_lib):
+    """A scan: SIMD-group prefix sums inside a loop over the row, barriers between."""
+    rows, size = 3, 2500
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(9))
+    out = torch.empty_like(x)
+    kernel = mlx_lib["contig_scan_inclusive_sum_float32_float32"]
+    (lanes, coroutines), schemes = _both(kernel, [out], x, out, size, threads=(256, rows, 1), group_size=(256, 1, 1))
+    assert schemes == ["lanes", "coroutines"]
+    assert torch.equal(lanes[0], coroutines[0])
+    torch.testing.assert_close(lanes[0], torch.cumsum(x.double(), -1).float(), rtol=1e-4, atol=1e-3)
+
+
+def test_schemes_named(mlx_lib):
+    """Kernels whose threads never meet run one after another; simdgroup-matrix products
+    stay coroutines; a permuted schedule runs any kernel as coroutines."""
+    x = torch.arange(64, dtype=torch.float32)
+    out = torch.empty_like(x)
+    add = mlx_lib["vv_Addfloat32"]
+    add(x, x, out)
+    assert add.cpu_scheme == "threads"
+    softmax = mlx_lib["block_softmax_float32"]
+    assert softmax.cpu_scheme in (None, "lanes", "coroutines")
+    row = torch.randn(2, 64)
+    result = torch.empty_like(row)
+    with tm.cpu_schedule("permuted", seed=1):
+        softmax(row, result, 64, threads=2 * 1024, group_size=1024)
+    assert softmax.cpu_scheme == "coroutines"
+    softmax(row, result, 64, threads=2 * 1024, group_size=1024)
+    assert softmax.cpu_scheme == "lanes"
+    torch.testing.assert_close(result, torch.softmax(row, -1))
+
+    gemm = mlx_lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"]
+    m = 32
+    a, b, d = torch.randn(m, m), torch.randn(m, m), torch.empty(m, m)
+    params = struct.pack("<8i3q3i4x", m, m, m, m, m, m, 1, 1, m * m, m * m, m * m, 0, m // 16, 0)
+    gemm(a, b, d, params, threads=(32, 2, 2), group_size=(32, 2, 2),
+         constants={"has_batch": False, "use_out_source": False, "do_axpby": False,
+                    "align_M": True, "align_N": True, "align_K": True})
+    assert gemm.cpu_scheme == "coroutines"
+    torch.testing.assert_close(d, a @ b, rtol=1e-4, atol=1e-4)

@@ -1,0 +1,344 @@
+"""A cooperative kernel's threads as lane loops (#22): the kernel cut into regions at its
+waits, each region a loop over threads that LLVM can vectorize.
+
+Lowered with collectives.LANES, a wait is a marker: ``@tm.lanes.barrier()`` or
+``@tm.lanes.deposit(value, bytes)`` (a SIMD-group exchange; the region after it starts by
+taking the exchange's slots, ``@tm.lanes.exchanged()``). After inlining everything into
+``__tm_lanes_<symbol>``:
+
+1. ``cut_at_markers`` ends a block after every marker (numbered k = 1, 2, ...; the code
+   after marker k starts block ``tm.after.k``) and gives the thread's index where the
+   runtime would. LLVM's reg2mem then moves every value used outside its block to memory.
+2. ``build_regions`` makes region r (0: the kernel's start; k: after marker k) of the
+   blocks reachable from its start without passing a marker, as
+   ``tm.region.r(ctx, args, dims, group, begin, end, points)``: a loop over threads
+   [begin, end), lanes of one SIMD-group that all stand at r (so exchange slots have one
+   address and no lane is tested), leaving in points[t] the marker each stops at (DONE:
+   returned). Memory a thread keeps across a
+   wait (reg2mem's, and its private arrays) moves into a context shared by the
+   threadgroup, one array per allocation indexed by thread, so a loop over threads reads
+   and writes it in consecutive addresses; what is used in one region only stays on the
+   stack, where LLVM puts it back in registers.
+
+The runtime (csrc/cpu/lanes.cpp) runs region 0 for the threadgroup, completes exchanges
+when a SIMD-group's lanes have all stopped, releases barriers when every thread has, and
+runs the region after. Lanes stopped at different markers go on from the lowest in a weak
+topological order first (the reconvergence rule of reconvergence.py). A kernel with a wait
+this scheme does not take (simdgroup-matrix products and tensor operations stage through
+the runtime) raises NotLanes and is compiled as coroutines.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Set, Tuple
+
+from .collectives import MASK_OFFSET, SLOT_BYTES
+from .intrinsics import SIMD_WIDTH
+from .reconvergence import weak_topological_order
+
+__all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]
+
+DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
+KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
+MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
+_PADS = {1: "i8", 2: "i16", 4: "i32", 8: "i64", 16: "<4 x i32>", 32: "<8 x i32>", 64: "<16 x i32>"}
+
+_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
+_NAME = re.compile(r'%([-\w$.]+|"[^"]*")')
+_BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
+_DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
+_EXCHANGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.exchanged\(\)")
+_THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
+_ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
+# Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
+# to the context may not have (and which would tie a region's buffer to the next region).
+_STACK = re.compile(r"@llvm\.(stacksave|stackrestore|lifetime\.(start|end))")
+_RUNTIME = re.compile(r"@(tm_rt_\w+|tm\.suspend)\(")
+_ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
+
+
+class NotLanes(Exception):
+    """The kernel waits in a way lane loops do not take: compile it as coroutines."""
+
+
+def _function_span(lines: List[str], entry: str) -> Tuple[int, int]:
+    start = next(i for i, line in enumerate(lines) if line.startswith("define ") and f"@{entry}(" in line)
+    return start, lines.index("}", start)
+
+
+def cut_at_markers(text: str, entry: str) -> str:
+    """`text` with a block ending after every marker in function `entry` (the code after
+    marker k in block ``tm.after.k``) and the running thread's index read from %t32."""
+    lines = text.split("\n")
+    start, end = _function_span(lines, entry)
+    if any("@tm.lanes." in line and " call " in f" {line}" for line in lines[:start] + lines[end:]):
+        raise NotLanes("a function it calls waits but was not inlined (recursion)")
+    body: List[str] = []
+    moved: Dict[str, str] = {}  # block -> the block its terminator now ends
+    block, markers = "entry", 0
+    for line in lines[start + 1:end]:
+        label = _LABEL.match(line)
+        if label:
+            block = label.group(1)
+        runtime = _RUNTIME.search(line)
+        if runtime and runtime.group(1) not in _ALLOWED_RUNTIME:
+            raise NotLanes(f"it calls @{runtime.group(1)}")
+        if _ALLOCA.match(line) and re.search(r"= alloca [^,]+, i\d+ %", line):
+            raise NotLanes("it allocates thread memory of a run-time size")
+        line = _THREAD.sub("= add i32 %t32, 0", line)
+        body.append(line)
+        if _BARRIER.match(line) or _DEPOSIT.match(line):
+            markers += 1
+            body += [f"  br label %tm.after.{markers}", f"tm.after.{markers}:"]
+            moved[block] = f"tm.after.{markers}"
+    if moved:
+        def rename(match):
+            return f", %{moved.get(match.group(1), match.group(1))} ]"
+        body = [re.sub(r", %([-\w$.]+|\"[^\"]*\") \]", rename, line) if " = phi " in line else line
+                for line in body]
+    return "\n".join(lines[:start + 1] + body + lines[end:])
+
+
+@dataclass
+class _Block:
+    label: str
+    lines: List[str]
+    successors: List[str]
+    marker: int = 0  # the marker this block ends with (0: none)
+
+
+def _blocks(body: List[str]) -> List[_Block]:
+    blocks: List[_Block] = []
+    for line in body:
+        label = _LABEL.match(line)
+        if label:
+            blocks.append(_Block(label.group(1), [], []))
+        elif line.strip() and not line.lstrip().startswith(";"):
+            if not blocks:
+                blocks.append(_Block("entry", [], []))
+            blocks[-1].lines.append(line)
+    for b in blocks:
+        b.successors = [m.group(1) for m in re.finditer(r"label %([-\w$.]+|\"[^\"]*\")", b.lines[-1])]
+        for line in b.lines:
+            if _BARRIER.match(line) or _DEPOSIT.match(line):
+                b.marker = int(b.successors[0][len("tm.after."):])
+    return blocks
+
+
+def _split_type(text: str) -> Tuple[str, str]:
+    """(the type at the start of `text`, the rest after its top-level comma)."""
+    depth = 0
+    for i, c in enumerate(text):
+        depth += c in "<[{(" and 1 or 0
+        depth -= c in ">]})" and 1 or 0
+        if c == "," and depth == 0:
+            return text[:i].strip(), text[i + 1:].strip()
+    return text.strip(), ""
+
+
+def _alloca_type(rest: str) -> Tuple[str, int]:
+    """(element type of one thread's allocation, its alignment) from an alloca's operands."""
+    type_name, rest = _split_type(rest)
+    align = 1
+    for part in [p.strip() for p in rest.split(",") if p.strip()]:
+        count = re.fullmatch(r"i\d+ (\d+)", part)
+        if count and int(count.group(1)) != 1:
+            type_name = f"[{count.group(1)} x {type_name}]"
+        aligned = re.fullmatch(r"align (\d+)", part)
+        if aligned:
+            align = int(aligned.group(1))
+    return type_name, align
+
+
+@dataclass
+class Regions:
+    text: str             # the module with the region functions and the table
+    regions: int          # region count (markers + 1)
+    sites: int            # exchange sites
+    context_allocas: int  # allocations kept across a wait
+
+
+def build_regions(text: str, entry: str, symbol: str, kernel: str) -> Regions:
+    """The module `text` (cut_at_markers, then reg2mem) with `entry` replaced by its region
+    functions and the table the runtime reads, ``@__tm_lanes_<symbol>``."""
+    lines = text.split("\n")
+    start, end = _function_span(lines, entry)
+    blocks = _blocks(lines[start + 1:end])
+    by_label = {b.label: b for b in blocks}
+    markers = {b.marker: b for b in blocks if b.marker}
+    count = len(markers)
+
+    # Blocks of each region: reachable from its start without passing a marker.
+    members: List[List[str]] = []
+    for r in range(count + 1):
+        first = blocks[0].label if r == 0 else f"tm.after.{r}"
+        seen, stack = [first], [first]
+        while stack:
+            b = by_label[stack.pop()]
+            if b.marker:
+                continue
+            for s in b.successors:
+                if s not in seen:
+                    seen.append(s)
+                    stack.append(s)
+        members.append(seen)
+    regions_of: Dict[str, Set[int]] = {}
+    for r, labels in enumerate(members):
+        for label in labels:
+            regions_of.setdefault(label, set()).add(r)
+
+    # Allocations: kept in the context unless one run of one region is all that uses them.
+    allocas: Dict[str, Tuple[str, int]] = {}
+    for b in blocks:
+        for line in b.lines:
+            match = _ALLOCA.match(line)
+            if match:
+                allocas[match.group(1)] = _alloca_type(match.group(2))
+    used_in: Dict[str, Set[int]] = {name: set() for name in allocas}
+    for b in blocks:
+        for line in b.lines:
+            if _ALLOCA.match(line) or _STACK.search(line):
+                continue
+            for m in _NAME.finditer(line):
+                name = "%" + m.group(1)
+                if name in used_in:
+                    used_in[name] |= regions_of.get(b.label, set())
+    reentered = {r for r in range(1, count + 1) if markers[r].label in members[r]}
+    context = [n for n in allocas if len(used_in[n]) > 1 or used_in[n] & reentered]
+    field = {name: i for i, name in enumerate(context)}
+    exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
+    site = {k: i for i, k in enumerate(exchanges)}
+    sites = max(len(exchanges), 1)
+    phases_field, areas_field = len(context), len(context) + 1
+
+    # A kept i1 is stored as a byte: LLVM does not vectorize i1 loads and stores.
+    booleans = {n for n in context if allocas[n][0] == "i1"}
+    for n in booleans:
+        allocas[n] = ("i8", allocas[n][1])
+
+    def element(name: str) -> str:
+        type_name, align = allocas[name]
+        return f"{{ {type_name}, [0 x {_PADS[min(max(align, 1), 64)]}] }}"
+
+    context_type = f"%tm.ctx.{symbol}"
+    fields = [f"[{MAX_THREADS} x {element(n)}]" for n in context] + [
+        f"[{SIMD_WIDTH} x [{sites} x i32]]", f"[{SIMD_WIDTH} x [{sites} x [2 x %tm.xphase]]]"]
+
+    def at(field_index: int, *indices: str) -> str:
+        return (f"getelementptr inbounds {context_type}, ptr %ctx, i32 0, i32 {field_index}"
+                + "".join(f", i32 {i}" for i in indices))
+
+    def slots(k: int, deposit: bool, name: str) -> List[str]:
+        """`name` = the slots of exchange `k`'s phase: the one being read, or the other one
+        (lanes deposit there, so a lane that deposits again does not overwrite what lanes
+        after it in the loop still read). The same for every lane of the loop: computed
+        before it."""
+        ending = f"{'d' if deposit else 'r'}{k}"
+        phase = f"%tm.dp.{ending}" if deposit else f"%tm.ph.{ending}"
+        return [f"  %tm.pp.{ending} = {at(phases_field, '%tm.simd', str(site[k]))}",
+                f"  %tm.ph.{ending} = load i32, ptr %tm.pp.{ending}"] + (
+                [f"  %tm.dp.{ending} = xor i32 %tm.ph.{ending}, 1"] if deposit else []) + [
+                f"  {name} = {at(areas_field, '%tm.simd', str(site[k]), phase)}"]
+
+    first_metadata = 1 + max((int(n) for n in re.findall(r"!(\d+)\b", text)), default=0)
+    metadata = [f'!{first_metadata} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
+    functions: List[str] = []
+    for r, labels in enumerate(members):
+        local = [n for n in allocas if n not in field and r in used_in[n]]
+        kept = [n for n in context if r in used_in[n]]
+        invariant = ["  %tm.simd = lshr i32 %tm.begin, 5"]
+        if r in site:
+            invariant += slots(r, False, "%tm.read")
+        body: List[str] = []
+        for label in labels:
+            b = by_label[label]
+            body.append(f"{label}:")
+            for line in b.lines:
+                if _ALLOCA.match(line) or _STACK.search(line):
+                    continue
+                exchanged = _EXCHANGED.match(line)
+                deposit = _DEPOSIT.match(line)
+                if exchanged:
+                    body.append(f"  {exchanged.group(1).strip()} = getelementptr i8, ptr %tm.read, i32 0")
+                elif deposit:
+                    k = b.marker
+                    invariant += slots(k, True, f"%tm.area.{k}")
+                    body.append(f"  %tm.slot.{k} = getelementptr inbounds [{SIMD_WIDTH} x [{SLOT_BYTES} x i8]], "
+                                f"ptr %tm.area.{k}, i32 0, i32 %tm.lane")
+                    if int(deposit.group(2)):
+                        body.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %tm.slot.{k}, "
+                                    f"ptr align 4 {deposit.group(1)}, i64 {deposit.group(2)}, i1 false)")
+                elif _BARRIER.match(line):
+                    continue
+                elif line is b.lines[-1] and b.marker:
+                    body += [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
+                elif re.match(r"^\s*ret void", line):
+                    body += [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
+                elif " = phi " in line:
+                    body.append(_keep_incoming(line, regions_of, r))
+                else:
+                    body += _as_bytes(line, booleans, len(body)) if booleans else [line]
+        out = ([f"define internal void @tm.region.{r}(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, "
+                f"i32 %tm.begin, i32 %tm.end, ptr noalias %tm.points) {{", "tm.rentry:"] + invariant
+               + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local]
+               + ["  br label %tm.loop", "tm.loop:",
+                  "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+                  "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
+                  f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
+               + [f"  {n} = {at(field[n], '%t32')}" for n in kept] + [f"  br label %{labels[0]}"] + body)
+        # Not vectorized yet: on some regions with SIMD-group reductions in divergent code
+        # LLVM 20's loop vectorizer did not return (in VPlan construction), marked
+        # llvm.loop.parallel_accesses or not.
+        out += ["tm.latch:", "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+                f"  br i1 %tm.more, label %tm.loop, label %tm.exit, !llvm.loop !{first_metadata + 1 + r}",
+                "tm.exit:", "  ret void", "}"]
+        functions.append("\n".join(out))
+        metadata.append(f"!{first_metadata + 1 + r} = distinct !{{!{first_metadata + 1 + r}, !{first_metadata}}}")
+
+    order = weak_topological_order({b.label: b.successors for b in blocks}, blocks[0].label)
+    position = {label: i for i, label in enumerate(order)}
+    kinds = [KIND_START] + [KIND_EXCHANGE if k in site else KIND_BARRIER for k in range(1, count + 1)]
+    ranks = [0] + [position.get(markers[k].label, len(order)) + 1 for k in range(1, count + 1)]
+    entries = ", ".join(f"{{ ptr, i32, i32 }} {{ ptr @tm.region.{r}, i32 {kinds[r]}, i32 {ranks[r]} }}"
+                        for r in range(count + 1))
+
+    def offset(*indices: str) -> str:
+        return f"i64 ptrtoint (ptr getelementptr ({context_type}, ptr null, {', '.join(indices)}) to i64)"
+
+    table = (f"@__tm_lanes_{symbol} = constant {{ i64, i64, i64, i32, i32, [{count + 1} x {{ ptr, i32, i32 }}] }} "
+             f"{{ {offset('i32 1')}, {offset('i32 0', f'i32 {phases_field}')}, {offset('i32 0', f'i32 {areas_field}')}, "
+             f"i32 {sites}, i32 {count + 1}, [{count + 1} x {{ ptr, i32, i32 }}] [{entries}] }}")
+    types = [f"{context_type} = type {{ {', '.join(fields)} }}"]
+    if "%tm.xphase = type" not in text:
+        types.append(f"%tm.xphase = type {{ [{SIMD_WIDTH} x <16 x i32>], i32, i32 }}  ; ExchangePhase: slots, mask, claimed")
+    declarations = [] if "@llvm.memcpy.p0.p0.i64(" in text else ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    assert MASK_OFFSET == SIMD_WIDTH * 64
+    # Types before their first use (a GEP's type must be known where it is parsed), after
+    # the header (source_filename must come first).
+    header = next(i for i, line in enumerate(lines) if line.startswith("target triple")) + 1
+    module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
+                       + declarations + [table] + metadata + [""])
+    return Regions(module, count + 1, len(exchanges), len(context))
+
+
+def _as_bytes(line: str, booleans: Set[str], number: int) -> List[str]:
+    """`line` with its i1 loads from and stores to `booleans` on bytes (`number` names
+    the value it adds)."""
+    store = re.match(r"^(\s*)store i1 ([^,]+), ptr (%[-\w$.]+)(.*)$", line)
+    if store and store.group(3) in booleans:
+        return [f"  %tm.byte.{number} = zext i1 {store.group(2)} to i8",
+                f"  store i8 %tm.byte.{number}, ptr {store.group(3)}{store.group(4)}"]
+    load = re.match(r"^(\s*)(%[-\w$.]+) = load i1, ptr (%[-\w$.]+)(.*)$", line)
+    if load and load.group(3) in booleans:
+        return [f"  %tm.byte.{number} = load i8, ptr {load.group(3)}{load.group(4)}",
+                f"  {load.group(2)} = trunc i8 %tm.byte.{number} to i1"]
+    return [line]
+
+
+def _keep_incoming(line: str, regions_of: Dict[str, Set[int]], region: int) -> str:
+    """A phi of region `region` without the incoming values of blocks outside it."""
+    head, _, rest = line.partition(" = phi ")
+    type_name = rest[:rest.index("[")].strip()
+    pairs = re.findall(r"\[\s*([^\[\]]+?),\s*%([-\w$.]+|\"[^\"]*\")\s*\]", rest)
+    kept = [f"[ {v}, %{b} ]" for v, b in pairs if region in regions_of.get(b, set())]
+    return f"{head} = phi {type_name} {', '.join(kept)}"

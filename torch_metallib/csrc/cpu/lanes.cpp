@@ -1,0 +1,129 @@
+#include "cpu/lanes.h"
+#include "cpu/private_copies.h"
+#include "cpu/threadgroup_memory.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace torch_metallib::cpu {
+namespace {
+
+constexpr uint32_t kSimdWidth = 32;
+constexpr uint32_t kDone = 0xFFFFFFFFu;
+constexpr uint32_t kBarrier = 1;
+constexpr uint64_t kPhaseBytes = 2112;  // %tm.xphase: 32 slots of 64 bytes, mask, claimed; 64-aligned
+constexpr uint64_t kMaskOffset = 2048;
+
+// One OS thread's context and thread states, reused across threadgroups and calls.
+struct LanesRun {
+  std::unique_ptr<unsigned char, decltype(&std::free)> context{nullptr, &std::free};
+  uint64_t capacity = 0;
+  std::vector<uint32_t> points;
+
+  unsigned char* reserve(uint64_t bytes) {
+    if (bytes > capacity) {
+      context.reset(static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) & ~uint64_t(63))));
+      if (!context) throw std::runtime_error("cannot allocate the lane loops' context");
+      capacity = bytes;
+    }
+    return context.get();
+  }
+};
+thread_local LanesRun lanes_run;
+
+// The point among threads [begin, end) that goes first (lowest rank), or kDone if all returned.
+uint32_t first_point(const LanesTable& table, const uint32_t* points, uint32_t begin, uint32_t end) {
+  uint32_t best = kDone;
+  for (uint32_t t = begin; t < end; ++t) {
+    uint32_t p = points[t];
+    if (p != kDone && (best == kDone || table.region[p].rank < table.region[best].rank)) best = p;
+  }
+  return best;
+}
+
+void run_group(LanesRun& run, const LanesTable& table, const dispatch::Plan& plan, uint32_t group,
+               const std::string& kernel, bool strict_barriers) {
+  const uint32_t* dims = plan.dims;
+  uint32_t count = 1;
+  for (int axis = 0; axis < 3; ++axis) {
+    uint32_t index = axis == 0 ? group % dims[6] : axis == 1 ? (group / dims[6]) % dims[7] : group / (dims[6] * dims[7]);
+    count *= std::min(dims[3 + axis], dims[axis] - index * dims[3 + axis]);
+  }
+  void* const* addresses = threadgroup_memory().prepare(plan);
+  unsigned char* context = run.reserve(table.context_bytes);
+  const uint32_t simds = (count + kSimdWidth - 1) / kSimdWidth;
+  auto* phases = reinterpret_cast<uint32_t*>(context + table.phases_offset);
+  std::memset(phases, 0, sizeof(uint32_t) * kSimdWidth * table.sites);
+  run.points.assign(count, 0);
+  uint32_t* points = run.points.data();
+  // Region r for the lanes of SIMD-group [begin, end) that stand at r: a region's loop runs
+  // every lane of a range (no test per lane, so LLVM vectorizes it), one range per run of them.
+  auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
+    for (uint32_t t = begin; t < end;) {
+      if (points[t] != r) {
+        ++t;
+        continue;
+      }
+      uint32_t first = t;
+      while (t < end && points[t] == r) ++t;
+      table.region[r].function(context, addresses, dims, group, first, t, points);
+    }
+  };
+  auto every_simd = [&](uint32_t r) {
+    for (uint32_t begin = 0; begin < count; begin += kSimdWidth) region(r, begin, std::min(count, begin + kSimdWidth));
+  };
+  every_simd(0);
+  for (;;) {
+    // Each SIMD-group completes its exchanges until its lanes wait at a barrier or returned.
+    for (uint32_t s = 0; s < simds; ++s) {
+      const uint32_t begin = s * kSimdWidth, end = std::min(count, begin + kSimdWidth);
+      for (;;) {
+        uint32_t p = first_point(table, points, begin, end);
+        if (p == kDone || table.region[p].kind == kBarrier) break;
+        uint32_t mask = 0;
+        for (uint32_t t = begin; t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
+        // Marker p's exchange site is its index among exchanges: regions.py numbers them in order.
+        uint32_t site = 0;
+        for (uint32_t r = 1; r < p; ++r) site += table.region[r].kind != kBarrier;
+        uint32_t& phase = phases[s * table.sites + site];
+        phase ^= 1;
+        unsigned char* area = context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
+        std::memcpy(area + kMaskOffset, &mask, sizeof mask);
+        region(p, begin, end);
+      }
+    }
+    uint32_t p = first_point(table, points, 0, count);
+    if (p == kDone) return;
+    uint32_t waiting = 0, done = 0;
+    for (uint32_t t = 0; t < count; ++t) {
+      waiting += points[t] == p;
+      done += points[t] == kDone;
+    }
+    if (strict_barriers && done > 0) throw ExecutionError(deadlock_message(kernel, dims, group, waiting, count, done));
+    every_simd(p);  // the barrier opens for the threads at it (the lowest, where threads diverged)
+  }
+}
+
+}  // namespace
+
+void launch_lanes(const dispatch::Plan& plan, const std::vector<uintptr_t>& tables, bool private_copies,
+                  const std::string& kernel, const Schedule& schedule) {
+  const int64_t groups = int64_t(plan.group_count);
+  bool parallel = schedule.parallel && groups > 1 && (!private_copies || tables.size() >= size_t(at::get_num_threads()));
+  auto run_range = [&](int64_t first, int64_t end) {
+    CopyLease copy(tables, private_copies);
+    const auto& table = *reinterpret_cast<const LanesTable*>(copy.address());
+    for (int64_t g = first; g < end; ++g) run_group(lanes_run, table, plan, uint32_t(g), kernel, schedule.strict_barriers);
+  };
+  if (!parallel) {
+    run_range(0, groups);
+    return;
+  }
+  at::parallel_for(0, groups, 1, run_range);
+}
+
+}  // namespace torch_metallib::cpu

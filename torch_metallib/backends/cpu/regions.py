@@ -17,8 +17,10 @@ taking the exchange's slots, ``@tm.lanes.exchanged()``). After inlining everythi
    returned). Memory a thread keeps across a
    wait (reg2mem's, and its private arrays) moves into a context shared by the
    threadgroup, one array per allocation indexed by thread, so a loop over threads reads
-   and writes it in consecutive addresses; what is used in one region only stays on the
-   stack, where LLVM puts it back in registers.
+   and writes it in consecutive addresses. A region works on its own copy of reg2mem's
+   values, read when a lane starts it and written back when the lane stops, so LLVM
+   keeps them in registers (in a loop, too; private arrays stay in the context, as
+   pointers into them may be kept); what is used in one region only stays on the stack.
 
 The runtime (csrc/cpu/lanes.cpp) runs region 0 for the threadgroup, completes exchanges
 when a SIMD-group's lanes have all stopped, releases barriers when every thread has, and
@@ -246,6 +248,16 @@ def build_regions(text: str, entry: str, symbol: str, kernel: str) -> Regions:
     for r, labels in enumerate(members):
         local = [n for n in allocas if n not in field and r in used_in[n]]
         kept = [n for n in context if r in used_in[n]]
+        # reg2mem's values (only ever loaded and stored) get a copy per region; a private
+        # array stays in the context: pointers into it may be kept across a wait.
+        copied = [n for n in kept if n.endswith(".reg2mem")]
+
+        def write_back(number: int) -> List[str]:
+            """Lines storing the region's copies of kept values into the context (LLVM drops
+            the stores of values the region did not change)."""
+            return [line for n in copied for line in (
+                f"  %tm.out.{number}.{n[1:]} = load {allocas[n][0]}, ptr {n}",
+                f"  store {allocas[n][0]} %tm.out.{number}.{n[1:]}, ptr {n}.ctx")]
         invariant = ["  %tm.simd = lshr i32 %tm.begin, 5"]
         if r in site:
             invariant += slots(r, False, "%tm.read")
@@ -271,21 +283,25 @@ def build_regions(text: str, entry: str, symbol: str, kernel: str) -> Regions:
                 elif _BARRIER.match(line):
                     continue
                 elif line is b.lines[-1] and b.marker:
-                    body += [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
+                    body += write_back(len(body)) + [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
                 elif re.match(r"^\s*ret void", line):
-                    body += [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
+                    body += write_back(len(body)) + [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
                 elif " = phi " in line:
                     body.append(_keep_incoming(line, regions_of, r))
                 else:
                     body += _as_bytes(line, booleans, len(body)) if booleans else [line]
         out = ([f"define internal void @tm.region.{r}(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, "
                 f"i32 %tm.begin, i32 %tm.end, ptr noalias %tm.points) {{", "tm.rentry:"] + invariant
-               + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local]
+               + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local + copied]
                + ["  br label %tm.loop", "tm.loop:",
                   "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
                   "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
                   f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
-               + [f"  {n} = {at(field[n], '%t32')}" for n in kept] + [f"  br label %{labels[0]}"] + body)
+               + [f"  {n} = {at(field[n], '%t32')}" for n in kept if n not in copied]
+               + [line for n in copied for line in (f"  {n}.ctx = {at(field[n], '%t32')}",
+                                                     f"  {n}.in = load {allocas[n][0]}, ptr {n}.ctx",
+                                                     f"  store {allocas[n][0]} {n}.in, ptr {n}")]
+               + [f"  br label %{labels[0]}"] + body)
         # Not vectorized yet: on some regions with SIMD-group reductions in divergent code
         # LLVM 20's loop vectorizer did not return (in VPlan construction), marked
         # llvm.loop.parallel_accesses or not.

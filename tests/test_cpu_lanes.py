@@ -13,6 +13,7 @@ import struct
 import pytest
 import torch
 
+import _air_modules as air
 import torch_metallib as tm
 
 
@@ -98,3 +99,29 @@ def test_schemes_named(mlx_lib):
                     "align_M": True, "align_N": True, "align_K": True})
     assert gemm.cpu_scheme == "coroutines"
     torch.testing.assert_close(d, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_switches_before_and_after_a_collective():
+    """A switch's cases are on lines of their own: every case is in the region (found by
+    breaking regions.py's successor list, which then emitted branches to missing blocks)."""
+    body = ["%m = urem i32 %gid, 3",
+            "switch i32 %m, label %d [", "  i32 0, label %a", "  i32 1, label %b", "]",
+            "a:", "br label %j", "b:", "br label %j", "d:", "br label %j",
+            "j:", "%v = phi float [ 1.0, %a ], [ 2.0, %b ], [ 4.0, %d ]",
+            "%s = call float @air.simd_sum.f32(float %v) #2",
+            "%p = getelementptr float, ptr addrspace(1) %out, i64 %gid64",
+            "switch i32 %m, label %x [", "  i32 0, label %y", "]",
+            "y:", "%twice = fmul float %s, 2.0", "store float %twice, ptr addrspace(1) %p", "br label %end",
+            "x:", "store float %s, ptr addrspace(1) %p", "br label %end", "end:"]
+    text = air.module_text("switches", body, [("out", "float", "air.read_write")],
+                       ["declare float @air.simd_sum.f32(float) local_unnamed_addr #1"], collective=True)
+    kernel = air.library("switches", text)["switches"]
+    threads = 70  # two whole SIMD-groups and a partial one
+    out = torch.empty(threads)
+    (lanes, coroutines), schemes = _both(kernel, [out], out, threads=threads, group_size=96)
+    assert schemes == ["lanes", "coroutines"]
+    assert torch.equal(lanes[0], coroutines[0])
+    m = torch.arange(threads) % 3
+    v = torch.tensor([1.0, 2.0, 4.0])[m]
+    sums = torch.cat([v[s:s + 32].sum().expand(len(v[s:s + 32])) for s in range(0, threads, 32)])
+    torch.testing.assert_close(lanes[0], torch.where(m == 0, sums * 2, sums), rtol=0, atol=0)

@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -108,24 +109,17 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
 def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool) -> bytes:
     from .coroutine import split_at_suspends  # only on a cache miss
 
-    machine = host()
     text = lowered_ir(function, constants, symbol, cooperative, checked)
     context = llvm.create_context()
     modules = []
     try:
         modules.append(llvm.parse_assembly(text, context=context))
         if cooperative:  # inline every wait into the thread entry, then make them suspensions
-            inliner = llvm.create_new_module_pass_manager()
-            inliner.add_always_inliner_pass()
-            inliner.run(modules[-1], llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options()))
+            _inline_everything(modules[-1])
             _fold_constants(modules[-1].get_function(f"__tm_thread_{symbol}"))
             text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
             modules.append(llvm.parse_assembly(text, context=context))
-        module = modules[-1]
-        module.verify()
-        builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
-        builder.getModulePassManager().run(module, builder)
-        return machine.machine.emit_object(module)
+        return _optimized_object(modules[-1])
     finally:
         for module in modules:
             module.close()
@@ -137,34 +131,44 @@ def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
     kernel waits in a way they do not take."""
     from .regions import build_regions, cut_at_markers  # only on a cache miss
 
-    machine = host()
     entry = f"__tm_lanes_{symbol}"
     text = lowered_ir(function, constants, symbol, True, lanes=True)
     context = llvm.create_context()
     modules = []
     try:
         modules.append(llvm.parse_assembly(text, context=context))
-        builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options())
-        inliner = llvm.create_new_module_pass_manager()
-        inliner.add_always_inliner_pass()
-        inliner.run(modules[-1], builder)
+        _inline_everything(modules[-1])
         _fold_constants(modules[-1].get_function(entry), scalars=True)
         modules.append(llvm.parse_assembly(cut_at_markers(str(modules[-1]), entry), context=context))
         demote = llvm.create_new_function_pass_manager()
         demote.add_register_to_memory_pass()
         demote.add_instruction_namer_pass()
-        demote.run(modules[-1].get_function(entry), builder)
-        regions = build_regions(str(modules[-1]), entry, symbol, function.name)
-        modules.append(llvm.parse_assembly(regions.text, context=context))
-        module = modules[-1]
-        module.verify()
-        optimizer = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
-        optimizer.getModulePassManager().run(module, optimizer)
-        return machine.machine.emit_object(module)
+        demote.run(modules[-1].get_function(entry), _builder())
+        modules.append(llvm.parse_assembly(build_regions(str(modules[-1]), entry, symbol), context=context))
+        return _optimized_object(modules[-1])
     finally:
         for module in modules:
             module.close()
         context.close()
+
+
+def _builder(speed_level: int = 2):
+    return llvm.create_pass_builder(host().machine, llvm.create_pipeline_tuning_options(speed_level=speed_level))
+
+
+def _inline_everything(module) -> None:
+    """Inlines every wait into a cooperative kernel's entry (everything is alwaysinline)."""
+    inliner = llvm.create_new_module_pass_manager()
+    inliner.add_always_inliner_pass()
+    inliner.run(module, _builder())
+
+
+def _optimized_object(module) -> bytes:
+    """`module` verified, optimized at O3 and compiled to an object for the host."""
+    module.verify()
+    builder = _builder(speed_level=3)
+    builder.getModulePassManager().run(module, builder)
+    return host().machine.emit_object(module)
 
 
 def _fold_constants(function, scalars: bool = False) -> None:
@@ -178,7 +182,7 @@ def _fold_constants(function, scalars: bool = False) -> None:
         passes.add_sroa_pass()
     passes.add_instruction_combine_pass()
     passes.add_instruction_namer_pass()
-    passes.run(function, llvm.create_pass_builder(host().machine, llvm.create_pipeline_tuning_options()))
+    passes.run(function, _builder())
 
 
 def _unroll_loops(text: str, context, modules: list) -> str:
@@ -256,6 +260,9 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                         payload = _build_lanes_object(function, dict(constants), symbol)
                     except NotLanes:
                         pass
+                    except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
+                        warnings.warn(f"{function.name}: lane loops failed ({str(error)[:300]}); running it as "
+                                      f"coroutines. Please report the kernel", RuntimeWarning, stacklevel=2)
                 if payload is None:
                     payload = _build_object(function, dict(constants), symbol, cooperative, checked)
                 if path:

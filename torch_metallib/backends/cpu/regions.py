@@ -55,6 +55,7 @@ _ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
 # Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
 # to the context may not have (and which would tie a region's buffer to the next region).
 _STACK = re.compile(r"@llvm\.(stacksave|stackrestore|lifetime\.(start|end))")
+_TERMINATOR = re.compile(r"^\s*(br|switch|indirectbr|ret|unreachable|resume|callbr|invoke)\b")
 _RUNTIME = re.compile(r"@(tm_rt_\w+|tm\.suspend)\(")
 _ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
 
@@ -120,7 +121,10 @@ def _blocks(body: List[str]) -> List[_Block]:
                 blocks.append(_Block("entry", [], []))
             blocks[-1].lines.append(line)
     for b in blocks:
-        b.successors = [m.group(1) for m in re.finditer(r"label %([-\w$.]+|\"[^\"]*\")", b.lines[-1])]
+        # The terminator's lines: a switch lists its cases on lines of their own.
+        at = max(i for i, line in enumerate(b.lines) if _TERMINATOR.match(line))
+        b.successors = [m.group(1) for line in b.lines[at:]
+                        for m in re.finditer(r"label %([-\w$.]+|\"[^\"]*\")", line)]
         for line in b.lines:
             if _BARRIER.match(line) or _DEPOSIT.match(line):
                 b.marker = int(b.successors[0][len("tm.after."):])
@@ -152,15 +156,7 @@ def _alloca_type(rest: str) -> Tuple[str, int]:
     return type_name, align
 
 
-@dataclass
-class Regions:
-    text: str             # the module with the region functions and the table
-    regions: int          # region count (markers + 1)
-    sites: int            # exchange sites
-    context_allocas: int  # allocations kept across a wait
-
-
-def build_regions(text: str, entry: str, symbol: str, kernel: str) -> Regions:
+def build_regions(text: str, entry: str, symbol: str) -> str:
     """The module `text` (cut_at_markers, then reg2mem) with `entry` replaced by its region
     functions and the table the runtime reads, ``@__tm_lanes_<symbol>``."""
     lines = text.split("\n")
@@ -334,7 +330,7 @@ def build_regions(text: str, entry: str, symbol: str, kernel: str) -> Regions:
     header = next(i for i, line in enumerate(lines) if line.startswith("target triple")) + 1
     module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
                        + declarations + [table] + metadata + [""])
-    return Regions(module, count + 1, len(exchanges), len(context))
+    return module
 
 
 def _as_bytes(line: str, booleans: Set[str], number: int) -> List[str]:

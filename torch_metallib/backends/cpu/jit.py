@@ -20,6 +20,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ... import _C
+from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...reflection.bitcode import parse_bitcode
 
@@ -258,7 +259,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                     from .regions import NotLanes
                     try:
                         payload = _build_lanes_object(function, dict(constants), symbol)
-                    except NotLanes:
+                    except (NotLanes, TorchMetallibError):  # coroutines, or the same refusal from there
                         pass
                     except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
                         warnings.warn(f"{function.name}: lane loops failed ({str(error)[:300]}); running it as "

@@ -25,6 +25,7 @@ import re
 from typing import Dict, List
 
 from ...errors import UnsupportedKernelError
+from .ir_functions import LABEL, retarget_phis
 
 __all__ = ["SUSPEND", "SITE_PLACEHOLDER", "thread_entry", "split_at_suspends"]
 
@@ -44,7 +45,6 @@ declare void @tm_rt_finished()
 declare void @tm.suspend()
 """
 
-_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _MARKER = re.compile(r"^\s*(?:tail |notail )?call void @tm\.suspend\(\)")
 _EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_(?:exchange|stage)\(.*), " + SITE_PLACEHOLDER + r"\)")
 _BARRIER_SITE = "@tm_rt_barrier(" + SITE_PLACEHOLDER + ")"
@@ -101,7 +101,7 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends
     block, suspends, sites, barriers = "entry", 0, 0, 0
     for line in lines[start + 1:end]:
-        label = _LABEL.match(line)
+        label = LABEL.match(line)
         if label:
             block = label.group(1)
         elif _ALLOCA.match(line) and block != "entry":
@@ -129,11 +129,7 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
             barriers += 1
             line = line.replace(_BARRIER_SITE, f"@tm_rt_barrier(i32 {barriers})")
         body.append(line)
-    if moved:
-        def rename(match):
-            return f", %{moved.get(match.group(1), match.group(1))} ]"
-        body = [re.sub(r", %([-\w$.]+|\"[^\"]*\") \]", rename, line) if " = phi " in line else line
-                for line in body]
+    body = retarget_phis(body, moved)
     entry_at = body.index("entry:") + 1
     body[entry_at:entry_at] = hoisted
     return "\n".join(lines[:start + 1] + body + lines[end:])

@@ -26,7 +26,7 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from .ir_functions import edit_function_bodies
+from .ir_functions import LABEL, edit_function_bodies
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
 
@@ -41,7 +41,6 @@ _OPCODE = re.compile(r"^\s*(?:%[-\w$.]+ = |%\"[^\"]*\" = )?(?:tail |notail |must
 _VECTOR = re.compile(r"<\d+ x \w+>")
 # A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
 _KEEPS_FRAGMENT = re.compile(r"^\s*(%[-\w$.]+) = shufflevector <64 x \w+> (%[-\w$.]+), .*<64 x i32> <i32 0, i32 1[,>]")
-_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
          "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
@@ -144,7 +143,7 @@ def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str,
     out: List[str] = []
     block: List[str] = []
     for line in body:
-        if _LABEL.match(line):
+        if LABEL.match(line):
             out += _batch_block(block, numbers, declarations) + [line]
             block = []
         else:

@@ -17,9 +17,9 @@ helper).
 
 import re
 import sys
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Set
 
-from .ir_functions import edit_function_bodies
+from .ir_functions import blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 
@@ -27,28 +27,8 @@ __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 SITE_ORDER = "i32 %site.order"
 
 _EXCHANGING = re.compile(r"^define internal [^\n]*?@([-\w$.]+)\([^\n]*" + re.escape(SITE_ORDER) + r"\)", re.M)
-_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
-_SUCCESSOR = re.compile(r"label %([-\w$.]+|\"[^\"]*\")")
 _CALLEE = re.compile(r"@([-\w$.]+)\(")
 _SLOTS_PER_BLOCK = 1024  # call sites numbered within a block (more share the last number)
-
-
-def _blocks(body: List[str]) -> Dict[str, Tuple[Optional[str], List[str]]]:
-    """Block name -> (its label line, its other lines), in printed order, entry first (an
-    entry block without a label is named '')."""
-    blocks: Dict[str, Tuple[Optional[str], List[str]]] = {}
-    current = None
-    for line in body:
-        label = _LABEL.match(line)
-        if label:
-            current = label.group(1)
-            blocks[current] = (line, [])
-        else:
-            if current is None:
-                current = ""
-                blocks[current] = (None, [])
-            blocks[current][1].append(line)
-    return blocks
 
 
 def weak_topological_order(successors: Dict[str, List[str]], entry: str) -> List[str]:
@@ -109,12 +89,10 @@ def _call_with_order(line: str, names: Set[str], order: int) -> str:
 def _number_sites(body: List[str], names: Set[str]) -> List[str]:
     if not any(f"@{name}(" in line for line in body for name in names):
         return body
-    blocks = _blocks(body)
-    successors = {name: [s for line in block for s in _SUCCESSOR.findall(line) if s in blocks]
-                  for name, (_, block) in blocks.items()}
-    position = {name: index for index, name in enumerate(weak_topological_order(successors, next(iter(blocks))))}
+    found = blocks(body)
+    position = {name: index for index, name in enumerate(weak_topological_order(successors(found), next(iter(found))))}
     out: List[str] = []
-    for name, (label, block) in blocks.items():
+    for name, (label, block) in found.items():
         if label is not None:
             out.append(label)
         base = position.get(name, len(position)) * _SLOTS_PER_BLOCK  # unreachable blocks last

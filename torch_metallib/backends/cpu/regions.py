@@ -36,6 +36,8 @@ from typing import Dict, List, Set, Tuple
 
 from .collectives import MASK_OFFSET, SLOT_BYTES
 from .intrinsics import SIMD_WIDTH
+from . import ir_functions
+from .ir_functions import LABEL, retarget_phis
 from .reconvergence import weak_topological_order
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]
@@ -43,9 +45,9 @@ __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
+assert MASK_OFFSET == SIMD_WIDTH * 64, "%tm.xphase's slots are [32 x <16 x i32>]"
 _PADS = {1: "i8", 2: "i16", 4: "i32", 8: "i64", 16: "<4 x i32>", 32: "<8 x i32>", 64: "<16 x i32>"}
 
-_LABEL = re.compile(r'^([-\w$.]+|"[^"]*"):')
 _NAME = re.compile(r'%([-\w$.]+|"[^"]*")')
 _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
@@ -55,7 +57,6 @@ _ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
 # Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
 # to the context may not have (and which would tie a region's buffer to the next region).
 _STACK = re.compile(r"@llvm\.(stacksave|stackrestore|lifetime\.(start|end))")
-_TERMINATOR = re.compile(r"^\s*(br|switch|indirectbr|ret|unreachable|resume|callbr|invoke)\b")
 _RUNTIME = re.compile(r"@(tm_rt_\w+|tm\.suspend)\(")
 _ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
 
@@ -80,7 +81,7 @@ def cut_at_markers(text: str, entry: str) -> str:
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends
     block, markers = "entry", 0
     for line in lines[start + 1:end]:
-        label = _LABEL.match(line)
+        label = LABEL.match(line)
         if label:
             block = label.group(1)
         runtime = _RUNTIME.search(line)
@@ -94,12 +95,7 @@ def cut_at_markers(text: str, entry: str) -> str:
             markers += 1
             body += [f"  br label %tm.after.{markers}", f"tm.after.{markers}:"]
             moved[block] = f"tm.after.{markers}"
-    if moved:
-        def rename(match):
-            return f", %{moved.get(match.group(1), match.group(1))} ]"
-        body = [re.sub(r", %([-\w$.]+|\"[^\"]*\") \]", rename, line) if " = phi " in line else line
-                for line in body]
-    return "\n".join(lines[:start + 1] + body + lines[end:])
+    return "\n".join(lines[:start + 1] + retarget_phis(body, moved) + lines[end:])
 
 
 @dataclass
@@ -111,24 +107,13 @@ class _Block:
 
 
 def _blocks(body: List[str]) -> List[_Block]:
-    blocks: List[_Block] = []
-    for line in body:
-        label = _LABEL.match(line)
-        if label:
-            blocks.append(_Block(label.group(1), [], []))
-        elif line.strip() and not line.lstrip().startswith(";"):
-            if not blocks:
-                blocks.append(_Block("entry", [], []))
-            blocks[-1].lines.append(line)
-    for b in blocks:
-        # The terminator's lines: a switch lists its cases on lines of their own.
-        at = max(i for i, line in enumerate(b.lines) if _TERMINATOR.match(line))
-        b.successors = [m.group(1) for line in b.lines[at:]
-                        for m in re.finditer(r"label %([-\w$.]+|\"[^\"]*\")", line)]
-        for line in b.lines:
-            if _BARRIER.match(line) or _DEPOSIT.match(line):
-                b.marker = int(b.successors[0][len("tm.after."):])
-    return blocks
+    found = ir_functions.blocks([line for line in body if line.strip() and not line.lstrip().startswith(";")])
+    targets = ir_functions.successors(found)
+    result = [_Block(name or "entry", lines, targets[name]) for name, (_, lines) in found.items()]
+    for b in result:
+        if any(_BARRIER.match(line) or _DEPOSIT.match(line) for line in b.lines):
+            b.marker = int(b.successors[0][len("tm.after."):])
+    return result
 
 
 def _split_type(text: str) -> Tuple[str, str]:
@@ -324,7 +309,6 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     if "%tm.xphase = type" not in text:
         types.append(f"%tm.xphase = type {{ [{SIMD_WIDTH} x <16 x i32>], i32, i32 }}  ; ExchangePhase: slots, mask, claimed")
     declarations = [] if "@llvm.memcpy.p0.p0.i64(" in text else ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
-    assert MASK_OFFSET == SIMD_WIDTH * 64
     # Types before their first use (a GEP's type must be known where it is parsed), after
     # the header (source_filename must come first).
     header = next(i for i, line in enumerate(lines) if line.startswith("target triple")) + 1

@@ -45,8 +45,19 @@ uint32_t first_point(const LanesTable& table, const uint32_t* points, uint32_t b
   return best;
 }
 
-void run_group(LanesRun& run, const LanesTable& table, const dispatch::Plan& plan, uint32_t group,
-               const std::string& kernel, bool strict_barriers) {
+// Each region's exchange site: its index among the exchanges (regions.py numbers them in
+// marker order); computed once per launch.
+std::vector<uint32_t> exchange_sites(const LanesTable& table) {
+  std::vector<uint32_t> sites(table.regions, 0);
+  for (uint32_t r = 1, site = 0; r < table.regions; ++r) {
+    sites[r] = site;
+    site += table.region[r].kind != kBarrier;
+  }
+  return sites;
+}
+
+void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_t>& sites,
+               const dispatch::Plan& plan, uint32_t group, const std::string& kernel, bool strict_barriers) {
   const uint32_t* dims = plan.dims;
   uint32_t count = 1;
   for (int axis = 0; axis < 3; ++axis) {
@@ -86,9 +97,7 @@ void run_group(LanesRun& run, const LanesTable& table, const dispatch::Plan& pla
         if (p == kDone || table.region[p].kind == kBarrier) break;
         uint32_t mask = 0;
         for (uint32_t t = begin; t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
-        // Marker p's exchange site is its index among exchanges: regions.py numbers them in order.
-        uint32_t site = 0;
-        for (uint32_t r = 1; r < p; ++r) site += table.region[r].kind != kBarrier;
+        const uint32_t site = sites[p];
         uint32_t& phase = phases[s * table.sites + site];
         phase ^= 1;
         unsigned char* area = context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
@@ -114,10 +123,14 @@ void launch_lanes(const dispatch::Plan& plan, const std::vector<uintptr_t>& tabl
                   const std::string& kernel, const Schedule& schedule) {
   const int64_t groups = int64_t(plan.group_count);
   bool parallel = schedule.parallel && groups > 1 && (!private_copies || tables.size() >= size_t(at::get_num_threads()));
+  // Every loaded copy has the same regions.
+  const std::vector<uint32_t> sites = exchange_sites(*reinterpret_cast<const LanesTable*>(tables.at(0)));
   auto run_range = [&](int64_t first, int64_t end) {
     CopyLease copy(tables, private_copies);
     const auto& table = *reinterpret_cast<const LanesTable*>(copy.address());
-    for (int64_t g = first; g < end; ++g) run_group(lanes_run, table, plan, uint32_t(g), kernel, schedule.strict_barriers);
+    for (int64_t g = first; g < end; ++g) {
+      run_group(lanes_run, table, sites, plan, uint32_t(g), kernel, schedule.strict_barriers);
+    }
   };
   if (!parallel) {
     run_range(0, groups);

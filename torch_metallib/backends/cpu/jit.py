@@ -228,8 +228,8 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
     # Simdgroup-matrix products stage through the runtime: coroutines, without a first try.
-    lanes = lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0" and not any(
-        name.startswith("air.simdgroup_matrix_8x8_multiply_accumulate") for name in function.intrinsics)
+    lanes = (lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0"
+             and not any(name.startswith("air.simdgroup_matrix_8x8_multiply_accumulate") for name in function.intrinsics))
     key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
                           + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
@@ -254,7 +254,6 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                     payload = None
             from_disk = payload is not None
             if payload is None:
-                payload = None
                 if lanes:
                     from .regions import NotLanes
                     try:

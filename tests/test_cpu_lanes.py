@@ -125,3 +125,41 @@ def test_switches_before_and_after_a_collective():
     v = torch.tensor([1.0, 2.0, 4.0])[m]
     sums = torch.cat([v[s:s + 32].sum().expand(len(v[s:s + 32])) for s in range(0, threads, 32)])
     torch.testing.assert_close(lanes[0], torch.where(m == 0, sums * 2, sums), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kept", ["address", "selected address"])
+def test_private_arrays_written_in_a_loop_and_through_a_kept_pointer(kept):
+    """Private arrays filled in a loop are copied per region (regions.py) where no pointer
+    into them outlives the region: an address kept across the wait is recomputed where it
+    is used; one selected between two arrays cannot be, so they stay in the context (a
+    copy would leave the pointer into the last region's stack). Both give what the
+    coroutine scheme and the arithmetic give."""
+    pointer = (["%p = getelementptr inbounds [4 x float], ptr %a, i64 0, i64 %m64"] if kept == "address" else
+               ["%pa = getelementptr inbounds [4 x float], ptr %a, i64 0, i64 %m64",
+                "%pb = getelementptr inbounds [4 x float], ptr %b, i64 0, i64 %m64",
+                "%odd = trunc i32 %gid to i1", "%p = select i1 %odd, ptr %pb, ptr %pa"])
+    fill = [line for array in "ab" for line in (
+        f"%{array}q = getelementptr inbounds [4 x float], ptr %{array}, i64 0, i64 %i",
+        f"store float %f, ptr %{array}q")]
+    total = [f"%{array}{k}p = getelementptr inbounds [4 x float], ptr %{array}, i64 0, i64 {k}" for array in "ab"
+             for k in range(4)] + [f"%{array}{k} = load float, ptr %{array}{k}p" for array in "ab" for k in range(4)]
+    total += ["%t0 = fadd float %a0, %a1"] + [f"%t{j + 1} = fadd float %t{j}, %{e}" for j, e in
+                                              enumerate(["a2", "a3", "b0", "b1", "b2", "b3"])]
+    body = (["%a = alloca [4 x float], align 4", "%b = alloca [4 x float], align 4", "%m = urem i32 %gid, 4",
+             "%m64 = zext i32 %m to i64"] + pointer
+            + ["br label %fill", "fill:", "%i = phi i64 [ 0, %entry ], [ %next, %fill ]", "%f = uitofp i64 %i to float"]
+            + fill + ["%next = add i64 %i, 1", "%more = icmp ult i64 %next, 4", "br i1 %more, label %fill, label %done",
+                      "done:", "%s = call float @air.simd_sum.f32(float 1.0) #2",
+                      "%old = load float, ptr %p", "%new = fadd float %old, %s", "store float %new, ptr %p"]
+            + total + ["%o = getelementptr float, ptr addrspace(1) %out, i64 %gid64",
+                       "store float %t6, ptr addrspace(1) %o"])
+    text = air.module_text("kept", body, [("out", "float", "air.read_write")],
+                           ["declare float @air.simd_sum.f32(float) local_unnamed_addr #1"], collective=True)
+    kernel = air.library("kept", text)["kept"]
+    threads = 40  # a whole SIMD-group and a partial one
+    out = torch.empty(threads)
+    (lanes, coroutines), schemes = _both(kernel, [out], out, threads=threads, group_size=64)
+    assert schemes == ["lanes", "coroutines"]
+    lanes_in_group = torch.tensor([32.0] * 32 + [8.0] * 8)
+    torch.testing.assert_close(lanes[0], 12 + lanes_in_group, rtol=0, atol=0)
+    assert torch.equal(lanes[0], coroutines[0])

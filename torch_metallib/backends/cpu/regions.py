@@ -19,8 +19,11 @@ taking the exchange's slots, ``@tm.lanes.exchanged()``). After inlining everythi
    threadgroup, one array per allocation indexed by thread, so a loop over threads reads
    and writes it in consecutive addresses. A region works on its own copy of reg2mem's
    values, read when a lane starts it and written back when the lane stops, so LLVM
-   keeps them in registers (in a loop, too; private arrays stay in the context, as
-   pointers into them may be kept); what is used in one region only stays on the stack.
+   keeps them in registers (in a loop, too); likewise a small private array that a loop
+   of the region stores to, where no pointer into it outlives a region run (addresses
+   kept across a wait are recomputed from their index where used). What is used in one
+   region only stays on the stack. The slots a region's exchange reads are a noalias
+   parameter of its loop, so a result every lane computes from them is computed once.
 
 The runtime (csrc/cpu/lanes.cpp) runs region 0 for the threadgroup, completes exchanges
 when a SIMD-group's lanes have all stopped, releases barriers when every thread has, and
@@ -45,6 +48,8 @@ __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
+MAX_COPY_BYTES = 256  # a private array up to this size is copied per region (see build_regions)
+MAX_COPY_ELEMENTS = 16  # ... element by element up to this length, else as one memcpy
 assert MASK_OFFSET == SIMD_WIDTH * 64, "%tm.xphase's slots are [32 x <16 x i32>]"
 _PADS = {1: "i8", 2: "i16", 4: "i32", 8: "i64", 16: "<4 x i32>", 32: "<8 x i32>", 64: "<16 x i32>"}
 
@@ -95,7 +100,48 @@ def cut_at_markers(text: str, entry: str) -> str:
             markers += 1
             body += [f"  br label %tm.after.{markers}", f"tm.after.{markers}:"]
             moved[block] = f"tm.after.{markers}"
-    return "\n".join(lines[:start + 1] + retarget_phis(body, moved) + lines[end:])
+    body = _sink_array_addresses(retarget_phis(body, moved))
+    return "\n".join(lines[:start + 1] + body + lines[end:])
+
+
+_ARRAY_ADDRESS = re.compile(r"^\s*(%[-\w$.]+) = getelementptr (?:inbounds )?(?:nuw )?[^,]+, ptr (%[-\w$.]+),")
+
+
+def _sink_array_addresses(body: List[str]) -> List[str]:
+    """`body` with an address into a thread's allocation recomputed in each block that uses
+    it, so reg2mem keeps its index, not the address: then the allocation can be copied per
+    region (build_regions), and LLVM keeps it in registers."""
+    allocas = {m.group(1) for m in map(_ALLOCA.match, body) if m}
+    found = ir_functions.blocks(body)
+    defined = {}
+    for name, (_, lines) in found.items():
+        for line in lines:
+            match = _ARRAY_ADDRESS.match(line)
+            if match and match.group(2) in allocas:
+                defined[match.group(1)] = (name, line)
+    out: List[str] = []
+    for name, (label, lines) in found.items():
+        if label is not None:
+            out.append(label)
+        clones, renames = [], {}
+        for value, (home, line) in defined.items():
+            if home == name:
+                continue
+            pattern = re.compile(re.escape(value) + r"(?![-\w$.])")
+            if any(pattern.search(l) for l in lines if " = phi " not in l):
+                renames[value] = f"{value}.in{len(out)}"
+                clones.append(line.replace(value, renames[value], 1))
+        phis = 0
+        while phis < len(lines) and " = phi " in lines[phis]:
+            phis += 1
+        for i, line in enumerate(lines):
+            if i == phis:
+                out += clones
+            if i >= phis:
+                for value, renamed in renames.items():
+                    line = re.sub(re.escape(value) + r"(?![-\w$.])", renamed, line)
+            out.append(line)
+    return out
 
 
 @dataclass
@@ -114,6 +160,25 @@ def _blocks(body: List[str]) -> List[_Block]:
         if any(_BARRIER.match(line) or _DEPOSIT.match(line) for line in b.lines):
             b.marker = int(b.successors[0][len("tm.after."):])
     return result
+
+
+def _blocks_in_loops(by_label: Dict[str, "_Block"], labels: List[str]) -> Set[str]:
+    """The blocks among `labels` (one region's) that lie on a cycle within them."""
+    inside = set(labels)
+    looped = set()
+    for label in labels:
+        seen, stack = set(), [s for s in by_label[label].successors if s in inside and not by_label[label].marker]
+        while stack:
+            current = stack.pop()
+            if current == label:
+                looped.add(label)
+                break
+            if current in seen:
+                continue
+            seen.add(current)
+            if not by_label[current].marker:
+                stack += [s for s in by_label[current].successors if s in inside]
+    return looped
 
 
 def _split_type(text: str) -> Tuple[str, str]:
@@ -178,7 +243,10 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             if match:
                 allocas[match.group(1)] = _alloca_type(match.group(2))
     used_in: Dict[str, Set[int]] = {name: set() for name in allocas}
+    stored_in_loop: Dict[str, Set[int]] = {name: set() for name in allocas}  # the regions where a loop stores to it
+    in_loop = [_blocks_in_loops(by_label, labels) for labels in members]
     for b in blocks:
+        addresses = {}  # address -> the allocation it points into, in this block
         for line in b.lines:
             if _ALLOCA.match(line) or _STACK.search(line):
                 continue
@@ -186,8 +254,21 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                 name = "%" + m.group(1)
                 if name in used_in:
                     used_in[name] |= regions_of.get(b.label, set())
+            address = _ARRAY_ADDRESS.match(line)
+            if address and address.group(2) in allocas:
+                addresses[address.group(1)] = address.group(2)
+            store = re.match(r"^\s*store .*, ptr (%[-\w$.]+)", line)
+            target = store and addresses.get(store.group(1), store.group(1))
+            if target in allocas:
+                stored_in_loop[target] |= {r for r in regions_of.get(b.label, set()) if b.label in in_loop[r]}
     reentered = {r for r in range(1, count + 1) if markers[r].label in members[r]}
     context = [n for n in allocas if len(used_in[n]) > 1 or used_in[n] & reentered]
+    # Values and small private arrays whose address never outlives a region run get a copy
+    # per region (below); reg2mem's are only ever loaded and stored.
+    body_lines = [line for b in blocks for line in b.lines]
+    copyable = {n for n in context if n.endswith(".reg2mem") or (
+        (_type_bytes(allocas[n][0]) or MAX_COPY_BYTES + 1) <= MAX_COPY_BYTES
+        and _address_stays_in_region(body_lines, n, set(context)))}
     field = {name: i for i, name in enumerate(context)}
     exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
     site = {k: i for i, k in enumerate(exchanges)}
@@ -229,19 +310,27 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     for r, labels in enumerate(members):
         local = [n for n in allocas if n not in field and r in used_in[n]]
         kept = [n for n in context if r in used_in[n]]
-        # reg2mem's values (only ever loaded and stored) get a copy per region; a private
-        # array stays in the context: pointers into it may be kept across a wait.
-        copied = [n for n in kept if n.endswith(".reg2mem")]
+        # An array is copied where a loop stores to it (LLVM then keeps it in registers); a
+        # copy only read, or written once, costs more than it saves (its write-back stalls
+        # store forwarding).
+        copied = [n for n in kept if n in copyable and (n.endswith(".reg2mem") or r in stored_in_loop[n])]
+
+        def copy(n: str, target: str, source: str, value: str) -> List[str]:
+            """Lines copying kept allocation `n` from `source` to `target`: a value or a short
+            array through `value` (element by element: a wide load of what was just stored
+            element-wise stalls store forwarding), a longer array as one memcpy."""
+            type_name, align = allocas[n]
+            length = re.match(r"\[(\d+) x ", type_name)
+            if not length or int(length.group(1)) <= MAX_COPY_ELEMENTS:
+                return [f"  {value} = load {type_name}, ptr {source}", f"  store {type_name} {value}, ptr {target}"]
+            return [f"  call void @llvm.memcpy.p0.p0.i64(ptr align {max(align, 1)} {target}, "
+                    f"ptr align {max(align, 1)} {source}, i64 {_type_bytes(type_name)}, i1 false)"]
 
         def write_back(number: int) -> List[str]:
             """Lines storing the region's copies of kept values into the context (LLVM drops
             the stores of values the region did not change)."""
-            return [line for n in copied for line in (
-                f"  %tm.out.{number}.{n[1:]} = load {allocas[n][0]}, ptr {n}",
-                f"  store {allocas[n][0]} %tm.out.{number}.{n[1:]}, ptr {n}.ctx")]
+            return [line for n in copied for line in copy(n, f"{n}.ctx", n, f"%tm.out.{number}.{n[1:]}")]
         invariant = ["  %tm.simd = lshr i32 %tm.begin, 5"]
-        if r in site:
-            invariant += slots(r, False, "%tm.read")
         body: List[str] = []
         for label in labels:
             b = by_label[label]
@@ -271,17 +360,25 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                     body.append(_keep_incoming(line, regions_of, r))
                 else:
                     body += _as_bytes(line, booleans, len(body)) if booleans else [line]
-        out = ([f"define internal void @tm.region.{r}(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, "
-                f"i32 %tm.begin, i32 %tm.end, ptr noalias %tm.points) {{", "tm.rentry:"] + invariant
+        parameters = "ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, i32 %tm.end, ptr noalias %tm.points"
+        arguments = parameters.replace("noalias ", "")
+        if r in site:
+            # The slots this region reads are its parameter, noalias: the deposits go to the
+            # other phase, so LLVM may compute what every lane computes from them once.
+            functions.append("\n".join(
+                [f"define internal void @tm.region.{r}({parameters}) {{", "  %tm.simd = lshr i32 %tm.begin, 5"]
+                + slots(r, False, "%tm.read")
+                + [f"  call void @tm.region.{r}.lanes({arguments}, ptr %tm.read)", "  ret void", "}"]))
+        name = f"tm.region.{r}.lanes" if r in site else f"tm.region.{r}"
+        extra = ", ptr noalias readonly %tm.read) alwaysinline" if r in site else ")"
+        out = ([f"define internal void @{name}({parameters}{extra} {{", "tm.rentry:"] + invariant
                + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local + copied]
                + ["  br label %tm.loop", "tm.loop:",
                   "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
                   "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
                   f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
                + [f"  {n} = {at(field[n], '%t32')}" for n in kept if n not in copied]
-               + [line for n in copied for line in (f"  {n}.ctx = {at(field[n], '%t32')}",
-                                                     f"  {n}.in = load {allocas[n][0]}, ptr {n}.ctx",
-                                                     f"  store {allocas[n][0]} {n}.in, ptr {n}")]
+               + [line for n in copied for line in [f"  {n}.ctx = {at(field[n], '%t32')}"] + copy(n, n, f"{n}.ctx", f"{n}.in")]
                + [f"  br label %{labels[0]}"] + body)
         # Not vectorized yet: on some regions with SIMD-group reductions in divergent code
         # LLVM 20's loop vectorizer did not return (in VPlan construction), marked
@@ -315,6 +412,62 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
                        + declarations + [table] + metadata + [""])
     return module
+
+
+_SCALAR_BYTES = {"i1": 1, "i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4,
+                 "i64": 8, "double": 8, "ptr": 8}
+
+
+def _type_bytes(type_name: str):
+    """The size of an array, vector or scalar type (None for anything else, e.g. structs)."""
+    type_name = type_name.strip()
+    aggregate = re.fullmatch(r"[\[<](\d+) x (.+)[\]>]", type_name)
+    if aggregate:
+        inner = _type_bytes(aggregate.group(2))
+        return None if inner is None else int(aggregate.group(1)) * inner
+    return _SCALAR_BYTES.get(re.sub(r" addrspace\(\d+\)$", "", type_name))
+
+
+def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> bool:
+    """Whether every pointer into allocation `name` is used only to load, store, copy or
+    deposit, and kept (if at all) only in memory that stays in one region run: then a
+    region can work on a copy of it, which LLVM keeps in registers."""
+    derived, holders = {name}, set()
+    changed = True
+    while changed:
+        changed = False
+        for line in lines:
+            used = {"%" + m.group(1) for m in _NAME.finditer(line)}
+            if not used & (derived | holders) or _ALLOCA.match(line):
+                continue
+            result = re.match(r"^\s*(%[-\w$.]+) = (\w+)", line)
+            op = result.group(2) if result else line.split()[0]
+            new = None
+            if op in ("getelementptr", "bitcast", "addrspacecast", "phi", "select") and used & derived:
+                new = result.group(1)
+            elif op == "load":
+                address = re.search(r", ptr (%[-\w$.]+)", line).group(1)
+                if address in holders and " = load ptr" in line:
+                    new = result.group(1)
+                elif address not in derived | holders:
+                    return False
+            elif op == "store":
+                value, _, address = line.split("store ", 1)[1].rpartition(", ptr ")
+                address = address.split(",")[0].strip()
+                if used & derived & {"%" + m.group(1) for m in _NAME.finditer(value)}:
+                    if address in context:
+                        return False
+                    if address not in holders:
+                        holders.add(address)
+                        changed = True
+            elif op == "call" and re.search(r"@(llvm\.(memset|memcpy|memmove|lifetime)\.|tm\.lanes\.deposit\()", line):
+                pass
+            elif op == "call" or used & derived:
+                return False
+            if new and new not in derived:
+                derived.add(new)
+                changed = True
+    return True
 
 
 def _as_bytes(line: str, booleans: Set[str], number: int) -> List[str]:

@@ -35,8 +35,17 @@ struct LanesRun {
 };
 thread_local LanesRun lanes_run;
 
+// Whether threads [begin, end) all stand at one point: the common case, checked branch-free
+// (so the compiler vectorizes it) before the per-thread scans below.
+bool uniform(const uint32_t* points, uint32_t begin, uint32_t end) {
+  uint32_t differ = 0;
+  for (uint32_t t = begin; t < end; ++t) differ |= points[t] ^ points[begin];
+  return differ == 0;
+}
+
 // The point among threads [begin, end) that goes first (lowest rank), or kDone if all returned.
 uint32_t first_point(const LanesTable& table, const uint32_t* points, uint32_t begin, uint32_t end) {
+  if (uniform(points, begin, end)) return points[begin];
   uint32_t best = kDone;
   for (uint32_t t = begin; t < end; ++t) {
     uint32_t p = points[t];
@@ -74,6 +83,10 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
   // Region r for the lanes of SIMD-group [begin, end) that stand at r: a region's loop runs
   // every lane of a range (no test per lane, so LLVM vectorizes it), one range per run of them.
   auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
+    if (uniform(points, begin, end)) {
+      if (points[begin] == r) table.region[r].function(context, addresses, dims, group, begin, end, points);
+      return;
+    }
     for (uint32_t t = begin; t < end;) {
       if (points[t] != r) {
         ++t;
@@ -107,10 +120,13 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     }
     uint32_t p = first_point(table, points, 0, count);
     if (p == kDone) return;
-    uint32_t waiting = 0, done = 0;
-    for (uint32_t t = 0; t < count; ++t) {
-      waiting += points[t] == p;
-      done += points[t] == kDone;
+    uint32_t waiting = count, done = 0;
+    if (!uniform(points, 0, count)) {
+      waiting = 0;
+      for (uint32_t t = 0; t < count; ++t) {
+        waiting += points[t] == p;
+        done += points[t] == kDone;
+      }
     }
     if (strict_barriers && done > 0) throw ExecutionError(deadlock_message(kernel, dims, group, waiting, count, done));
     every_simd(p);  // the barrier opens for the threads at it (the lowest, where threads diverged)

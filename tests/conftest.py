@@ -19,7 +19,11 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 @pytest.fixture(scope="session")
 def mlx_path() -> str:
     """Path of Apple-built mlx.metallib (downloaded once into the cache). In CI a missing
-    corpus fails the run; locally, without network, the tests that need it are skipped."""
+    corpus fails the run; locally, without network, the tests that need it are skipped.
+    $TORCH_METALLIB_TEST_MLX names another file to use instead (a subset of it, on a GPU
+    machine without network, for tests/test_cuda.py)."""
+    if os.environ.get("TORCH_METALLIB_TEST_MLX"):
+        return os.environ["TORCH_METALLIB_TEST_MLX"]
     try:
         return mlx_metallib_path()
     except Exception as error:  # noqa: BLE001 - any fetch failure
@@ -92,3 +96,4 @@ def fixture_ops(fixture_metallib) -> dict:
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "metal_sim: the Metal backend run against the simulated Metal (tests/metal_sim)")
+    config.addinivalue_line("markers", "cuda: the CUDA backend on an NVIDIA GPU (tests/test_cuda.py)")

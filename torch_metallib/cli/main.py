@@ -1,4 +1,4 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench} ...`` (also installed as the
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench,cuda-coverage} ...`` (also installed as the
 ``torch-metallib`` console script)."""
 
 import argparse
@@ -7,6 +7,7 @@ import sys
 
 from . import bench as _bench
 from . import census as _census
+from . import cuda_coverage as _cuda_coverage
 from . import inspect as _inspect
 from . import program_name
 from ..errors import TorchMetallibError
@@ -36,6 +37,7 @@ def main(argv=None) -> int:
     _census.add_parser(subparsers)
     _add_corpus_parser(subparsers)
     _bench.add_parser(subparsers)
+    _cuda_coverage.add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -4,8 +4,8 @@ operator.
 Everything a call needs is checked here, against each kernel's reflection, before the
 operator exists: a schema that does not fit the kernel fails at registration, not at the
 first call. Then the schema is defined with torch.library, the native kernel
-(csrc/ops/metallib_op.cpp) is registered as its CPU and MPS implementation (CPU runs
-natively; MPS binds natively and encodes through the backend seam), a fake implementation
+(csrc/ops/metallib_op.cpp) is registered as its CPU, MPS and CUDA implementation (CPU runs
+natively; MPS and CUDA bind natively and launch through the backend seam), a fake implementation
 is derived from the output rules, and an optional backward is registered with
 ``torch.library.register_autograd``.
 """

@@ -23,13 +23,18 @@ from .coroutine import SITE_PLACEHOLDER, SUSPEND
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from .reconvergence import SITE_ORDER
 
-__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS"]
+__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "SPELLING"]
 
 # Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
 # is then a marker where the kernel is cut into regions, and the runtime plays no part.
 LANES: ContextVar[bool] = ContextVar("lanes", default=False)
 LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
                  "declare ptr @tm.lanes.exchanged()"]
+
+# Another target's spelling of the exchange every collective is built on (what the lanes'
+# values are and who took part), or None for the CPU's: the CUDA backend's warp shuffles
+# (backends/cuda/warp_spelling.py). The collectives' meaning stays defined here, once.
+SPELLING: ContextVar[Optional[object]] = ContextVar("spelling", default=None)
 
 RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare i32 @tm_rt_thread_in_group()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
@@ -53,6 +58,9 @@ def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
     runtime and, unless that completed the exchange, suspends until it has (or asks again:
     a lane that had to step back or wait for another collective finds no slots). For lane
     loops: the deposit ends a region and the next one starts with the exchange's slots."""
+    spelling = SPELLING.get()
+    if spelling is not None:
+        return spelling.meet()
     if LANES.get():
         return [f"call void @tm.lanes.deposit(ptr {value}, i32 {bytes_})", "%slots = call ptr @tm.lanes.exchanged()"]
     return ["br label %xpoll", "xpoll:",
@@ -68,6 +76,9 @@ def _exchange(values: List[Tuple[str, str]]) -> List[str]:
     """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
     and %leads (this lane is the first to read the result). The definition takes the call
     site's order (SITE_ORDER) as its last parameter."""
+    spelling = SPELLING.get()
+    if spelling is not None:
+        return spelling.exchange(values) + _claim()
     lines = ["%buf = alloca [64 x i8], align 16", WAIT_ALLOCA]
     offset = 0
     for i, (type_name, operand) in enumerate(values):
@@ -102,7 +113,7 @@ def _claim(staged: bool = False) -> List[str]:
     """%leads, given %slots: this lane is the first to read the exchange's result (in lane
     loops, where lanes read in order, the first that took part; a staged exchange always
     runs as coroutines, see regions.py)."""
-    if LANES.get() and not staged:
+    if _every_lane_computes() and not staged:
         return ["%lead.lane = call i32 @llvm.cttz.i32(i32 %mask, i1 true)", "%leads = icmp eq i32 %lane, %lead.lane"]
     return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
             "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
@@ -112,7 +123,7 @@ def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]
     """%r = `result` of the `compute` lines, which only the leading lane runs: the others
     read what it stored in the slots. In lane loops every lane computes it: a lane reading
     what another stored in the same loop would keep LLVM from vectorizing it."""
-    if LANES.get():
+    if _every_lane_computes():
         return compute + [f"%r = bitcast {type_name} {result} to {type_name}"]
     return (["%shared = getelementptr i8, ptr %slots, i32 " + str(RESULT_OFFSET),
              "br i1 %leads, label %compute, label %read", "compute:"] + compute
@@ -120,7 +131,16 @@ def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]
                "read:", f"%r = load {type_name}, ptr %shared"])
 
 
+def _every_lane_computes() -> bool:
+    """Lane loops and other targets' spellings: no lane reads what another computed."""
+    return LANES.get() or SPELLING.get() is not None
+
+
 def _load_lane(type_name: str, lane: str, name: str, offset: int = 0) -> List[str]:
+    """%`name` = the value lane `lane` exchanged at byte `offset` of its deposit."""
+    spelling = SPELLING.get()
+    if spelling is not None:
+        return spelling.read(type_name, lane, name, offset)
     return [f"%{name}.off = mul i32 {lane}, {SLOT_BYTES}",
             f"%{name}.off2 = add i32 %{name}.off, {offset}",
             f"%{name}.p = getelementptr i8, ptr %slots, i32 %{name}.off2",
@@ -177,6 +197,14 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
     `condition(j)` (an IR i1 instruction, or None) holds, in lane order."""
     identity = _identity(op, signed, type_name)
     lines, declarations, acc = [], [], identity
+    spelling = SPELLING.get()
+    if spelling is not None and condition(0) is None and hasattr(spelling, "reduce"):  # over every active lane
+        combined = _combine(op, signed, type_name, "%a", "%b", "%c")
+        lines, result = spelling.reduce(lambda a, b, out: _combine(op, signed, type_name, a, b, out)[0],
+                                        identity, type_name)
+        return lines, combined[1][:1], result
+    if spelling is not None:
+        return _fold_blended(op, signed, type_name, condition, identity)
     for j in range(SIMD_WIDTH):
         lines += [f"%b{j} = and i32 %mask, {1 << j}", f"%in{j} = icmp ne i32 %b{j}, 0"]
         keep = f"%in{j}"
@@ -189,6 +217,35 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
         lines += combined
         declarations += needs
         lines.append(f"%acc{j} = select i1 {keep}, {type_name} %y{j}, {type_name} {acc}")
+        acc = f"%acc{j}"
+    return lines, declarations[:1], acc
+
+
+def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str) -> Tuple[List[str], List[str], str]:
+    """_fold without a branch or select per lane: a lane that does not count gives the
+    identity, chosen with integer masks (op(acc, identity) is acc, so the result is the
+    same). For warps: ptxas (sm_90) failed to allocate predicate registers for the 32
+    selects of a reduction in divergent code."""
+    bits = f"i{type_bytes(type_name) * 8}"
+    lines, declarations, acc = [], [], identity
+    for j in range(SIMD_WIDTH):
+        lines += [f"%sh{j} = lshr i32 %mask, {j}", f"%bit{j} = and i32 %sh{j}, 1"]
+        bit = f"%bit{j}"
+        extra = condition(j)
+        if extra:
+            lines += [f"%c{j} = {extra}", f"%cz{j} = zext i1 %c{j} to i32", f"%k{j} = and i32 %bit{j}, %cz{j}"]
+            bit = f"%k{j}"
+        lines += _load_lane(type_name, str(j), f"x{j}")
+        lines += [f"%all{j} = sub i32 0, {bit}",
+                  f"%sel{j} = {'trunc' if bits in ('i8', 'i16') else 'sext' if bits != 'i32' else 'or'} "
+                  f"i32 %all{j}{' to ' + bits if bits != 'i32' else ', 0'}",
+                  f"%xb{j} = bitcast {type_name} %x{j} to {bits}", f"%ib{j} = bitcast {type_name} {identity} to {bits}",
+                  f"%xm{j} = and {bits} %xb{j}, %sel{j}", f"%ns{j} = xor {bits} %sel{j}, -1",
+                  f"%im{j} = and {bits} %ib{j}, %ns{j}", f"%vb{j} = or {bits} %xm{j}, %im{j}",
+                  f"%v{j} = bitcast {bits} %vb{j} to {type_name}"]
+        combined, needs = _combine(op, signed, type_name, acc, f"%v{j}", f"%acc{j}")
+        lines += combined
+        declarations += needs
         acc = f"%acc{j}"
     return lines, declarations[:1], acc
 
@@ -243,7 +300,9 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     if name == "air.wg.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         # The barrier's site (SITE_PLACEHOLDER, numbered by split_at_suspends): checked
         # execution reports threads waiting at different barriers.
-        wait = ["call void @tm.lanes.barrier()"] if LANES.get() else [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND]
+        spelling = SPELLING.get()
+        wait = (spelling.barrier() if spelling is not None else ["call void @tm.lanes.barrier()"] if LANES.get()
+                else [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND])
         return _definition("void", name, params, wait), []
     if name == "air.simdgroup.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
@@ -345,10 +404,9 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         else:  # i + d < m: data[l + d]; else filling[base + i + d - m]
             lines += ["%id = add i32 %i, %d", "%fromdata = icmp ult i32 %id, %m", "%s.d = add i32 %lane, %d",
                       "%s.f0 = add i32 %base, %id", "%s.f = sub i32 %s.f0, %m"]
-        lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f",
-                  f"%off = select i1 %fromdata, i32 0, i32 {size}"]
-        lines += [f"%v.off = mul i32 %src, {SLOT_BYTES}", "%v.off2 = add i32 %v.off, %off",
-                  "%v.p = getelementptr i8, ptr %slots, i32 %v.off2", f"%r = load {value_type}, ptr %v.p"]
+        lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f"]
+        lines += _load_lane(value_type, "%src", "vd") + _load_lane(value_type, "%src", "vf", size)
+        lines.append(f"%r = select i1 %fromdata, {value_type} %vd, {value_type} %vf")
     elif op == "broadcast_first" and len(params) == 1:
         lines = _exchange([(value_type, "%a0")]) + quad_lines
         own = "%mask"

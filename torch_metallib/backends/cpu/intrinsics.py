@@ -16,7 +16,7 @@ from .math_functions import MATH_OPS, define_math
 
 __all__ = [
     "define_intrinsic", "parse_declaration", "element_type", "overload_suffix", "with_element",
-    "is_float_type", "type_bytes", "SIMD_WIDTH",
+    "is_float_type", "type_bytes", "SIMD_WIDTH", "VIA_DOUBLE",
 ]
 
 # air.<op>.<type> -> llvm.<op>.<type>, unary on floats (also fast_<op>).
@@ -41,7 +41,7 @@ _FLOAT_MATH = (set(_FLOAT_UNARY) | set(_FLOAT_BINARY) | set(_LIBM_UNARY) | set(M
 _LANEWISE = _FLOAT_MATH | set(_BIT_COUNTS) | {"nextafter"}
 # Precise (not fast_) float functions that libm's float versions get within 2 ulp of the
 # correctly rounded result: computed in double instead (benchmarks/precision.py).
-_VIA_DOUBLE = ({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan",
+VIA_DOUBLE = ({"exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin", "acos", "atan",
                 "sinh", "cosh", "tanh", "pow", "powr", "atan2"} | set(_LIBM_UNARY))
 SIMD_WIDTH = 32  # threads per SIMD-group on Apple GPUs
 _FLOAT_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
@@ -158,7 +158,7 @@ def define_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[st
     narrow = [t for t in [ret, *params] if t in ("half", "bfloat")]
     if op in _FLOAT_MATH and narrow:
         return via_wider(ret, name, params, symbol, define_intrinsic)
-    if op in _VIA_DOUBLE and not parts[1].startswith("fast_") and ret == "float" and set(params) == {"float"}:
+    if op in VIA_DOUBLE and not parts[1].startswith("fast_") and ret == "float" and set(params) == {"float"}:
         return via_wider(ret, name, params, symbol, define_intrinsic, ("float",), "double")
     made = define_math(ret, op, params, symbol)
     if made is not None:

@@ -42,7 +42,8 @@ from .private_tensors import define_private_tensor
 from .tensor_ops import TENSOR_OP_PREFIX, check_tensor_op_calls, define_tensor_op
 from ...errors import UnsupportedKernelError
 
-__all__ = ["lower", "constant_literal"]
+__all__ = ["lower", "constant_literal", "cpu_definition", "define_intrinsics", "retarget", "internalize",
+           "specialize_constants", "take_constructors", "builtin_operand", "DISPATCH_LINES", "LANE_LINES"]
 
 _FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = (internal (?:unnamed_addr )?addrspace\(2\)) '
                       r'externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$', re.M)
@@ -71,12 +72,12 @@ def constant_literal(ir_type: str, value) -> str:
     raise UnsupportedKernelError(f"function constant of LLVM type {ir_type} is not supported on the CPU")
 
 
-def _retarget(text: str, triple: str, datalayout: str) -> str:
+def retarget(text: str, triple: str, datalayout: str) -> str:
     text = re.sub(r"^target datalayout = .*$", f'target datalayout = "{datalayout}"', text, count=1, flags=re.M)
     return re.sub(r"^target triple = .*$", f'target triple = "{triple}"', text, count=1, flags=re.M)
 
 
-def _internalize(text: str, kernel: str, cooperative: bool) -> str:
+def internalize(text: str, kernel: str, cooperative: bool) -> str:
     text = re.sub(r"^define (?:(?:weak_odr|linkonce_odr|weak|linkonce|external|dso_local|available_externally) )*"
                   r"(?!internal |private )", "define internal ", text, flags=re.M)
     text = text.replace(' "no-builtins"', "")
@@ -90,7 +91,7 @@ def _internalize(text: str, kernel: str, cooperative: bool) -> str:
                   r"\1 alwaysinline\2\3 {", text, count=0 if cooperative else 1, flags=re.M)
 
 
-def _specialize_constants(text: str, values: Dict[int, object]) -> str:
+def specialize_constants(text: str, values: Dict[int, object]) -> str:
     """Gives each constant's placeholder its value (an optional constant that was not set
     reads as 0) and defines air.is_function_constant_defined: the placeholders of the
     constants set. A placeholder whose address is compared keeps its own address (no
@@ -113,7 +114,7 @@ def _specialize_constants(text: str, values: Dict[int, object]) -> str:
     return _IS_DEFINED.sub(lambda _: definition, text)
 
 
-def _take_constructors(text: str):
+def take_constructors(text: str):
     """Empties llvm.global_ctors; returns (text, constructor names)."""
     match = _CTORS.search(text)
     if match is None:
@@ -143,12 +144,14 @@ EXTERNALLY_DEFINED = 'section "air.externally_defined"'
 
 def cpu_implements(ret: str, name: str, params: List[str]) -> bool:
     """Whether the CPU backend runs calls of this declaration (the intrinsic census)."""
-    if name == "air.is_function_constant_defined":  # _specialize_constants defines it
+    if name == "air.is_function_constant_defined":  # specialize_constants defines it
         return params == ["ptr addrspace(2)"] and ret == "i1"
     return cpu_definition(ret, name, params) is not None
 
 
-def _define_intrinsics(text: str, kernel: str) -> str:
+def define_intrinsics(text: str, kernel: str, define=cpu_definition, backend: str = "the CPU backend") -> str:
+    """`text` with each ``air.*`` declaration replaced by `define`'s definition (default: the
+    CPU's); UnsupportedKernelError naming what `backend` cannot run."""
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     extra, unsupported, external = [], [], []
     def replace(match):
@@ -157,7 +160,7 @@ def _define_intrinsics(text: str, kernel: str) -> str:
             if parsed is not None and EXTERNALLY_DEFINED in match.group(0):
                 external.append(parsed[1])
             return match.group(0)
-        made = cpu_definition(*parsed)
+        made = define(*parsed)
         if made is None:
             (external if EXTERNALLY_DEFINED in match.group(0) else unsupported).append(parsed[1])
             return match.group(0)
@@ -174,10 +177,10 @@ def _define_intrinsics(text: str, kernel: str) -> str:
     if "@tm.lanes." in text:
         extra += LANES_MARKERS + ([] if "llvm.cttz.i32" in declared else ["declare i32 @llvm.cttz.i32(i32, i1)"])
     if unsupported or external:
-        missing = [f"the CPU backend has no implementation of {', '.join(sorted(set(unsupported)))}"] if unsupported else []
+        missing = [f"{backend} has no implementation of {', '.join(sorted(set(unsupported)))}"] if unsupported else []
         if external:  # Metal 4's MetalPerformancePrimitives tensor operations (matmul2d...)
             missing.append(f"it calls functions that Metal's driver supplies (section air.externally_defined), "
-                           f"which the CPU backend does not implement: {', '.join(sorted(set(external)))}")
+                           f"which {backend} does not implement: {', '.join(sorted(set(external)))}")
         raise UnsupportedKernelError(f"{kernel}: {'; '.join(missing)}. "
                                      f"Run it on a Mac with MPS tensors, or report the intrinsic")
     return text + "\n" + "\n".join(extra) + "\n"
@@ -186,8 +189,8 @@ def _define_intrinsics(text: str, kernel: str) -> str:
 # --- the launcher --------------------------------------------------------------------
 
 # IR value names (x, y, z) of each builtin where the kernel is called (values computed by
-# _DISPATCH_LINES, _GROUP_LINES, _LANE_LINES and the thread loop / thread entry).
-_BUILTIN_VALUES = {
+# DISPATCH_LINES, GROUP_LINES, LANE_LINES and the thread loop / thread entry).
+BUILTIN_VALUES = {
         "thread_position_in_grid": ["%px", "%py", "%pz"],
         "threads_per_grid": ["%grid.x", "%grid.y", "%grid.z"],
         "grid_size": ["%grid.x", "%grid.y", "%grid.z"],
@@ -211,11 +214,11 @@ _BUILTIN_VALUES = {
 }
 
 
-def _builtin_operand(argument, lines: List[str]) -> str:
-    values = _BUILTIN_VALUES.get(argument.builtin)
+def builtin_operand(argument, lines: List[str]) -> str:
+    values = BUILTIN_VALUES.get(argument.builtin)
     if values is None or argument.components is None:
         raise UnsupportedKernelError(f"builtin [[{argument.builtin}]] of type {argument.ir_type} "
-                                     f"(argument {argument.position} {argument.name!r}) is not supported on the CPU")
+                                     f"(argument {argument.position} {argument.name!r}) is not supported (CPU and CUDA backends)")
     bits, count = argument.component_bits, argument.components
     scalars = []
     for axis, value in enumerate(values[:count]):
@@ -235,7 +238,7 @@ def _builtin_operand(argument, lines: List[str]) -> str:
 
 
 # Per launch, from the dims: what dispatch_* builtins need.
-_DISPATCH_LINES = [
+DISPATCH_LINES = [
     "%gxy = mul i32 %groups.x, %groups.y",
     "%dgroup.xy = mul i32 %group.x, %group.y", "%dgroup.all = mul i32 %dgroup.xy, %group.z",
     f"%dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}", f"%dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}",
@@ -243,7 +246,7 @@ _DISPATCH_LINES = [
 ]
 # Per threadgroup, from its linear index %g32: its position, origin and actual size (cut
 # short at the grid edge, as dispatchThreads does), and its SIMD- and quad-group counts.
-_GROUP_LINES = [
+GROUP_LINES = [
     "%gx = urem i32 %g32, %groups.x", "%gq = udiv i32 %g32, %groups.x", "%gy = urem i32 %gq, %groups.y",
     "%gz = udiv i32 %g32, %gxy",
     "%ox = mul i32 %gx, %group.x", "%oy = mul i32 %gy, %group.y", "%oz = mul i32 %gz, %group.z",
@@ -256,7 +259,7 @@ _GROUP_LINES = [
     "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
 ]
 # Per thread, from its linear index in the threadgroup %linear.
-_LANE_LINES = [
+LANE_LINES = [
     f"%lane = urem i32 %linear, {SIMD_WIDTH}", f"%simd = udiv i32 %linear, {SIMD_WIDTH}",
     "%quadlane = urem i32 %linear, 4", "%quad = udiv i32 %linear, 4",
 ]
@@ -276,7 +279,7 @@ def _operands(arguments, checked: bool = False):
         entry += [f"%dp{index} = getelementptr i32, ptr %dims, i64 {index}", f"%{name} = load i32, ptr %dp{index}"]
     for a in sorted(arguments, key=lambda a: a.position):
         if a.is_builtin:
-            operands.append(_builtin_operand(a, body))
+            operands.append(builtin_operand(a, body))
         else:
             entry += [f"%slot{a.position} = getelementptr ptr, ptr %args, i64 {a.position}",
                       f"%raw{a.position} = load ptr, ptr %slot{a.position}",
@@ -299,13 +302,13 @@ def _launcher(symbol: str, kernel: str, arguments, checked: bool = False, helper
     return f"""
 define void @__tm_launch_{symbol}(ptr %args, ptr %dims, i64 %first, i64 %end) {{
 entry:
-  {_lines(entry + _DISPATCH_LINES)}
+  {_lines(entry + DISPATCH_LINES)}
   %any = icmp ult i64 %first, %end
   br i1 %any, label %group, label %done
 group:
   %g = phi i64 [ %first, %entry ], [ %g.next, %group.end ]
   %g32 = trunc i64 %g to i32
-  {_lines(_GROUP_LINES)}
+  {_lines(GROUP_LINES)}
   br label %zloop
 zloop:
   %tz = phi i32 [ 0, %group ], [ %tz.next, %zloop.end ]
@@ -322,7 +325,7 @@ xloop:
   %tx = phi i32 [ 0, %yloop ], [ %tx.next, %xloop ]
   %px = add i32 %ox, %tx
   %linear = add i32 %rowbase, %tx
-  {_lines(_LANE_LINES + body)}
+  {_lines(LANE_LINES + body)}
   call void @{kernel}({", ".join(operands)})
   %tx.next = add i32 %tx, 1
   %x.more = icmp ult i32 %tx.next, %ax
@@ -351,11 +354,11 @@ def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False, la
     when `checked`, keeps the check context's thread current); with `lanes`, the plain
     function ``__tm_lanes_<symbol>`` that regions.py cuts into lane loops."""
     entry, body, operands = _operands(arguments, checked)
-    lines = entry + _DISPATCH_LINES + _GROUP_LINES + [
+    lines = entry + DISPATCH_LINES + GROUP_LINES + [
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
         "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
-    ] + _LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})"]
+    ] + LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})"]
     if lanes:  # cut into lane loops by regions.py
         return (f"\ndefine void @__tm_lanes_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
                 + "\n  ".join(lines) + "\n  ret void\n}\n")
@@ -372,22 +375,22 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     value) before they are batched. `checked`: every access in address spaces 1-3 is
     bounds-checked (bounds_checks.py). `lanes`: a cooperative kernel's waits are markers
     for regions.py instead (collectives.LANES)."""
-    text = _retarget(text, triple, datalayout)
+    text = retarget(text, triple, datalayout)
     statics = static_ranges_init(text) if checked else []
     helpers_checked = False
     if checked:
         text, helpers_checked = instrument_accesses(text, kernel)
         text += check_definitions()
-    text = _internalize(text, kernel, cooperative)
-    text = guard_integer_division(clamp_private_array_indices(_specialize_constants(text, constants)))
+    text = internalize(text, kernel, cooperative)
+    text = guard_integer_division(clamp_private_array_indices(specialize_constants(text, constants)))
     check_async_copy_calls(text, kernel)
     check_tensor_op_calls(text, kernel, cooperative)
-    text, constructors = _take_constructors(text)
+    text, constructors = take_constructors(text)
     if cooperative:
         text = batch_matrix_products(text, unroll)
     scheme = LANES.set(lanes)
     try:
-        text = round_bfloat_exactly(number_exchange_sites(_define_intrinsics(text, kernel)))
+        text = round_bfloat_exactly(number_exchange_sites(define_intrinsics(text, kernel)))
     finally:
         LANES.reset(scheme)
     if lanes and "@tm.suspend()" in text:  # a staged exchange: coroutines only (regions.py)

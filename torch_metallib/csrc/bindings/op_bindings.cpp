@@ -118,7 +118,7 @@ void bind_ops(py::module_& m) {
     spec->run_on_backend = std::move(run_on_backend);
     size_t split = name.find("::");
     auto registration = std::make_unique<OpRegistration>();
-    for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS}) {
+    for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS, c10::DispatchKey::CUDA}) {
       auto library = std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split), key, __FILE__, __LINE__);
       library->impl(name.substr(split + 2).c_str(),
                     torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
@@ -128,8 +128,8 @@ void bind_ops(py::module_& m) {
   }, py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
      py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
      py::arg("run_on_backend"),
-     "Registers the CPU and MPS kernels of operator `name` (defined already): CPU runs natively, MPS through "
-     "`run_on_backend`; unregistered when the result is dropped.");
+     "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively, MPS and "
+     "CUDA through `run_on_backend`; unregistered when the result is dropped.");
 
   m.def("add_debug_schedule_users", &ops::add_debug_schedule_users, py::arg("delta"),
         "Counts torch_metallib.cpu_schedule blocks (and the environment's default) that are not 'parallel'.");

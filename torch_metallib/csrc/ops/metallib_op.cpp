@@ -115,8 +115,10 @@ OpSpec::~OpSpec() {
 void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const OpSpec& spec = *spec_;
   const size_t count = spec.argument_names.size();
-  // Registered for CPU and MPS: the key it was dispatched for picks the backend.
-  const bool on_mps = keys.highestPriorityTypeId() == c10::DispatchKey::MPS;
+  // Registered for CPU, MPS and CUDA: the key it was dispatched for picks the backend (the
+  // GPUs' through the Python backend seam).
+  const c10::DispatchKey dispatched = keys.highestPriorityTypeId();
+  const char* gpu = dispatched == c10::DispatchKey::MPS ? "mps" : dispatched == c10::DispatchKey::CUDA ? "cuda" : nullptr;
   std::vector<at::Tensor> outputs;
   try {
     std::vector<c10::IValue> arguments(stack->end() - long(count), stack->end());
@@ -212,9 +214,9 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
     }
     if (!empty) {  // no threads: nothing to run (Metal refuses empty grids; an op on an empty tensor is a no-op)
       dispatch::Plan plan = kspec.bind_native(values, threads, group, constants, threadgroup);
-      if (on_mps) {
+      if (gpu != nullptr) {
         py::gil_scoped_acquire gil;
-        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), "mps");
+        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), gpu);
       } else {
         run(spec, *kernel, plan);
       }

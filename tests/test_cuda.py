@@ -1,0 +1,180 @@
+"""The CUDA backend on an NVIDIA GPU (#24): kernels on ``cuda`` tensors against the CPU
+backend, ordering with torch's own ops on the current stream, launch limits, operators
+under autograd and ``torch.compile``. Marked ``cuda``; skipped only where
+``torch.cuda.is_available()`` is false (CI has no GPU: test_cuda_lowering.py checks the
+PTX there). Run on a GPU machine with ``python -m pytest tests/test_cuda.py``.
+
+The conformance, cooperative, reduction, scan, collective and matrix families run
+unchanged with every call mirrored on ``cuda`` (tests/_device_mirror.py): the CPU results
+are checked against torch as usual, and the GPU's must match them (exactly for integers,
+within a few ulp for floats).
+"""
+
+import pytest
+import torch
+
+import torch_metallib as tm
+import test_argument_buffers as argument_buffers
+import test_cpu_collectives as collectives
+import test_cpu_conformance as conformance
+import test_cpu_cooperative as cooperative
+import test_cpu_mlx_matmul as matmul
+import test_cpu_mlx_reductions as reductions
+import test_cpu_mlx_scans as scans
+from _device_mirror import mirrored_calls
+from test_argument_buffers import mlx002  # noqa: F401 (fixture)
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                   reason="torch.cuda.is_available() is False: no CUDA device")]
+
+
+@pytest.fixture
+def on_cuda():
+    with mirrored_calls("cuda") as names:
+        yield names
+    assert names, "no kernel call was mirrored on cuda"
+
+
+# --- conformance families ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", conformance.params(conformance.UNARY_CASES))
+def test_unary(mlx_lib, case, on_cuda):
+    conformance.test_unary(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.BINARY_CASES))
+def test_binary(mlx_lib, case, on_cuda):
+    conformance.test_binary_contiguous(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_BINARY_CASES))
+def test_binary_strided(mlx_lib, case, on_cuda):
+    conformance.test_binary_strided(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.COPY_CASES))
+def test_copy(mlx_lib, case, on_cuda):
+    conformance.test_copy_contiguous(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_COPY_CASES))
+def test_copy_strided(mlx_lib, case, on_cuda):
+    conformance.test_copy_strided(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.SELECT_CASES))
+def test_select(mlx_lib, case, on_cuda):
+    conformance.test_select(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", conformance.params(conformance.ARANGE_CASES))
+def test_arange(mlx_lib, case, on_cuda):
+    conformance.test_arange(mlx_lib, case)
+
+
+def test_fixture_kernels(fixtures_lib, on_cuda):
+    conformance.test_fixture_vector_add_float(fixtures_lib)
+    conformance.test_fixture_scale_shift_float(fixtures_lib, True)
+    conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+
+
+@pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25)])
+def test_function_constants(fixtures_lib, use_bias, alpha, on_cuda):
+    conformance.test_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
+
+
+# --- cooperative kernels: threadgroup memory, barriers, SIMD-group functions ----------------------
+
+@pytest.mark.parametrize("group", [32, 64, 128, 256])
+def test_threadgroup_memory(fixtures, group, on_cuda):
+    cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, group)
+
+
+@pytest.mark.parametrize("dtype", cooperative.DTYPES)
+@pytest.mark.parametrize("variant", ["block", "looped"])
+def test_softmax(mlx_lib, variant, dtype, on_cuda):
+    cooperative.test_softmax(mlx_lib, variant, dtype)
+
+
+@pytest.mark.parametrize("dtype", cooperative.DTYPES)
+@pytest.mark.parametrize("variant", ["block", "looped"])
+def test_logsumexp(mlx_lib, variant, dtype, on_cuda):
+    cooperative.test_logsumexp(mlx_lib, variant, dtype)
+
+
+@pytest.mark.parametrize("dtype", cooperative.DTYPES)
+@pytest.mark.parametrize("looped", [False, True])
+def test_rms_norm(mlx_lib, looped, dtype, on_cuda):
+    cooperative.test_rms_norm(mlx_lib, looped, dtype)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_layer_norm(mlx_lib, looped, on_cuda):
+    cooperative.test_layer_norm(mlx_lib, looped)
+
+
+@pytest.mark.parametrize("case", reductions.ALL_CASES, ids=reductions._ids(reductions.ALL_CASES))
+def test_reductions(mlx_lib, case, on_cuda):
+    run = {"all_reduce": reductions.test_all_reduce, "init_reduce": reductions.test_init_reduce,
+           "arg_reduce": reductions.test_arg_reduce}.get(case.family)
+    if run is None:
+        run = reductions.test_row_reduce if case in reductions.ROW_CASES else reductions.test_col_reduce
+    run(mlx_lib, case)
+
+
+@pytest.mark.parametrize("case", scans.FULL_CASES + scans.OTHER_CASES, ids=scans._case_id)
+def test_scan(mlx_lib, case, on_cuda):
+    scans.test_scan_exact(mlx_lib, case)
+
+
+@pytest.mark.parametrize("d", [1, 5, 31])
+def test_shuffles(d, on_cuda):
+    collectives.test_shuffle_up_down_xor_broadcast(d)
+
+
+@pytest.mark.parametrize("transpose,dtype", [("nn", "float32"), ("nt", "float16"), ("tn", "bfloat16")])
+def test_steel_gemm(mlx_lib, transpose, dtype, on_cuda):
+    matmul.test_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
+
+
+def test_argument_buffers(mlx002, on_cuda):
+    argument_buffers.test_gather_rows_matches_torch(mlx002, "dict")
+    argument_buffers.test_gather_with_two_index_arrays_matches_torch(mlx002)
+
+
+# --- the stream, limits and operators --------------------------------------------------------------
+
+def test_kernels_order_with_torch_ops_on_the_current_stream(mlx_lib):
+    """torch op -> kernel -> torch op -> kernel on a side stream made current; only the
+    final .cpu() waits."""
+    n = 1 << 20
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        x = torch.randn(n, device="cuda")
+        y = x * 2
+        out = torch.empty_like(y)
+        mlx_lib.vv_Addfloat32(y, y, out, n)
+        z = out + 1
+        mlx_lib.vv_Addfloat32(z, y, out, n)
+    stream.synchronize()
+    want = (x.cpu() * 2) * 2 + 1 + x.cpu() * 2
+    torch.testing.assert_close(out.cpu(), want)
+
+
+def test_group_size_past_the_kernel_limit_is_refused(mlx_lib):
+    a = torch.zeros(8, device="cuda")
+    with pytest.raises(tm.DispatchError, match="group_size"):
+        mlx_lib.vv_Addfloat32(a, a, a, 8, threads=4096, group_size=2048)
+
+
+def test_operator_eager_autograd_and_compile_on_cuda(mlx_ops):
+    sigmoid = mlx_ops["sigmoid"]
+    x = torch.randn(37, 11, device="cuda", requires_grad=True)
+    y = sigmoid(x)
+    assert y.device.type == "cuda"
+    torch.testing.assert_close(y, torch.sigmoid(x))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
+    compiled = torch.compile(lambda t: sigmoid(t) * 2 + 1, fullgraph=True)
+    z = torch.randn(64, 3, device="cuda")
+    torch.testing.assert_close(compiled(z), torch.sigmoid(z) * 2 + 1)

@@ -1,0 +1,182 @@
+"""The CUDA backend's lowering, checked without a GPU (#24): AIR -> NVVM IR -> PTX, and CUDA's
+``ptxas`` accepting the PTX for sm_80 and sm_90.
+
+* One kernel of every family of Apple-built mlx.metallib and of the public corpus subset
+  (cli/cuda_coverage.py groups them) lowers and assembles for both architectures.
+* Each class of intrinsic is lowered from small hand-written AIR into the PTX instructions
+  that implement it (shuffles, votes, barriers, atomics, libdevice math, shared memory).
+* The launch split (edge threadgroups on their own) covers every threadgroup once with the
+  size ``dispatchThreads`` gives it.
+* What the backend cannot run is refused with an UnsupportedKernelError that names it.
+
+CI has ptxas (CUDA's compiler, /usr/local/cuda*/bin); where it is missing the assembling
+tests skip, except in CI, where that is a failure. test_cuda.py runs kernels on a GPU.
+"""
+
+import collections
+import itertools
+import re
+
+import pytest
+
+import _air_modules as air
+import torch_metallib as tm
+from torch_metallib.backends.cuda.backend import _launches
+from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
+from torch_metallib.cli.cuda_coverage import check_kernels, families
+from conftest import IN_CI
+from test_public_corpus import subset_files
+
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.fixture(scope="module")
+def ptxas():
+    path = ptxas_path()
+    if path is None:
+        message = "ptxas not found (CUDA's compiler): the CUDA lowering cannot be assembled"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+def _assembled(ptx: str) -> None:
+    for arch in ARCHS:
+        result = run_ptxas(ptx, arch)
+        assert result.returncode == 0, f"ptxas {arch}: {result.stderr[:1000]}"
+
+
+# --- the corpus: every family ---------------------------------------------------------------
+
+def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
+    names = [members[0] for members in families(tm.load(mlx_path).function_names).values()]
+    assert len(names) > 900  # 17,248 kernels in 933 families
+    outcomes = check_kernels([(mlx_path, name) for name in names], ARCHS, jobs=2)
+    failed = [(o.name, o.outcome, o.detail[:300]) for o in outcomes if o.outcome != "ptx"]
+    assert not failed, f"{len(failed)} of {len(names)} families: {failed[:5]}"
+
+
+def test_public_corpus_families_lower_and_assemble(ptxas):
+    kernels = [(str(path), members[0]) for path in subset_files()
+               for members in families(tm.load(str(path)).function_names).values()]
+    outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, check_kernels(kernels, ARCHS, jobs=2))]
+    counts = collections.Counter(o.outcome for _, o in outcomes)
+    bugs = [(file, o.name, o.outcome, o.detail[:300]) for file, o in outcomes if o.outcome in ("ptxas", "error")]
+    assert not bugs, bugs[:5]
+    # What is refused names what the backend lacks.
+    for file, o in outcomes:
+        if o.outcome == "unsupported":
+            assert re.search(r"no implementation of|binds buffers and threadgroup memory only|provide on the CPU",
+                             o.detail), (file, o.detail)
+    assert counts["ptx"] >= 0.9 * len(outcomes), counts
+
+
+# --- each intrinsic class, from hand-written AIR ----------------------------------------------
+
+def _ptx(kernel) -> str:
+    return kernel_ptx(kernel, {}, "t")
+
+
+@pytest.mark.parametrize("intrinsic, ret, params, instruction", [
+    ("air.simd_sum.f32", "float", ["float"], r"shfl\.sync\.idx\.b32"),
+    ("air.simd_max.s.i32", "i32", ["i32"], r"shfl\.sync\.idx\.b32"),
+    ("air.simd_prefix_exclusive_sum.f32", "float", ["float"], r"shfl\.sync\.idx\.b32"),
+    ("air.simd_shuffle_xor.f32.i16", "float", ["float", "i16"], r"shfl\.sync\.idx\.b32"),
+    ("air.simd_sum.s.i64", "i64", ["i64"], r"shfl\.sync\.idx\.b32"),  # in two 32-bit halves
+    ("air.simd_ballot", "i64", ["i1"], r"shfl\.sync\.idx\.b32"),
+])
+def test_simd_group_functions_are_warp_shuffles(ptxas, intrinsic, ret, params, instruction):
+    ptx = _ptx(air.simd_kernel(intrinsic, ret, params))
+    assert re.search(instruction, ptx) and "activemask.b32" in ptx
+    assert ".extern .func" not in ptx  # nothing left for the runtime
+    _assembled(ptx)
+
+
+def test_math_is_libdevice_and_fully_linked(ptxas):
+    """libdevice's functions are linked in (ptxas, compiling the whole program, refuses a
+    call of anything not defined in the module)."""
+    for intrinsic in ("air.exp.f32", "air.tanh.f32", "air.erf.f32", "air.fast_exp.f32", "air.pow.f32"):
+        params = ["float", "float"] if intrinsic == "air.pow.f32" else ["float"]
+        ptx = _ptx(air.lane_kernel(intrinsic, "float", params))
+        assert ".extern .func" not in ptx, intrinsic
+        _assembled(ptx)
+
+
+def test_atomics_and_barriers(ptxas):
+    body = ["%p = getelementptr float, ptr addrspace(1) %out, i64 0",
+            "%old = call float @air.atomic.global.add.f32(ptr addrspace(1) %p, float 1.0, i32 0, i32 2, i1 true) #2",
+            "call void @air.wg.barrier(i32 2, i32 1) #2"]
+    text = air.module_text("atomics", body, [("out", "float", "air.read_write")],
+                           ["declare float @air.atomic.global.add.f32(ptr addrspace(1), float, i32, i32, i1) #1",
+                            "declare void @air.wg.barrier(i32, i32) #1"], collective=True)
+    ptx = _ptx(air.library("atomics", text)["atomics"])
+    assert re.search(r"atom(\.relaxed)?\.global\.add\.f32|red(\.relaxed)?\.global\.add\.f32", ptx)
+    assert re.search(r"bar\.sync\s+0|barrier\.sync\s+0", ptx)
+    _assembled(ptx)
+
+
+def test_threadgroup_memory_is_dynamic_shared(fixtures_lib, ptxas):
+    ptx = _ptx(fixtures_lib["threadgroup_sum_float"])
+    assert ".extern .shared" in ptx and "ld.shared" in ptx and "st.shared" in ptx
+    _assembled(ptx)
+
+
+def test_function_constants_are_specialized(fixtures_lib, ptxas):
+    kernel = fixtures_lib["function_constant_scale"]
+    with_bias = kernel_ptx(kernel, {0: True, 1: 2.5}, "t")
+    without = kernel_ptx(kernel, {0: False, 1: 2.5}, "t")
+    assert with_bias != without
+    assert "0f40200000" in with_bias  # 2.5 folded in
+    _assembled(with_bias)
+
+
+def test_simdgroup_matrix_products_are_shuffles_and_fmas(mlx_lib, ptxas):
+    ptx = _ptx(mlx_lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"])
+    assert ptx.count("fma.rn.f32") >= 16 and "shfl.sync.idx.b32" in ptx
+    _assembled(ptx)
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+def test_tensor_operations_are_refused_by_name(ptxas):
+    body = ["%t = call i32 @air.some_future_op.i32(i32 1) #2",
+            "%p = getelementptr i32, ptr addrspace(1) %out, i64 %gid64", "store i32 %t, ptr addrspace(1) %p"]
+    text = air.module_text("future", body, [("out", "i32", "air.read_write")],
+                           ["declare i32 @air.some_future_op.i32(i32) #1"], collective=False)
+    with pytest.raises(tm.UnsupportedKernelError, match=r"CUDA backend has no implementation of air\.some_future_op"):
+        _ptx(air.library("future", text)["future"])
+
+
+def test_missing_libdevice_says_how_to_provide_it(monkeypatch, ptxas):
+    import torch_metallib.backends.cuda.ptx as ptx_module
+    monkeypatch.setenv("TORCH_METALLIB_LIBDEVICE", "/nonexistent/libdevice.10.bc")
+    monkeypatch.setattr(ptx_module, "_libdevice", None)  # as in a fresh process
+    monkeypatch.setattr(ptx_module, "_libdevice_parts", {})
+    with pytest.raises(tm.UnsupportedKernelError, match="TORCH_METALLIB_LIBDEVICE"):
+        _ptx(air.lane_kernel("air.exp.f32", "float", ["float"]))
+
+
+# --- launches: every CUDA block is one Metal threadgroup ----------------------------------------
+
+@pytest.mark.parametrize("grid, group", [((1000, 3, 1), (256, 2, 1)), ((33, 7, 5), (8, 4, 2)),
+                                         ((1024, 1, 1), (256, 1, 1)), ((5, 1, 1), (32, 1, 1)),
+                                         ((70000 * 2, 70000, 1), (2, 1, 1))])
+def test_launches_cover_each_threadgroup_once_at_its_size(grid, group):
+    seen = {}
+    for blocks, block, base in _launches(grid, group):
+        assert blocks[0] < 2 ** 31 and blocks[1] <= 65535 and blocks[2] <= 65535
+        if max(blocks) > 1000:  # too many to enumerate: check the corners only
+            corners = [(0, 0, 0), tuple(b - 1 for b in blocks)]
+        else:
+            corners = itertools.product(*(range(b) for b in blocks))
+        for index in corners:
+            g = tuple(base[a] + index[a] for a in range(3))
+            assert g not in seen
+            seen[g] = block
+    groups = [-(-grid[a] // group[a]) for a in range(3)]
+    for g, block in seen.items():
+        for a in range(3):
+            assert block[a] == min(group[a], grid[a] - g[a] * group[a]), (g, block)
+    if all(g <= 1000 for g in groups):
+        assert len(seen) == groups[0] * groups[1] * groups[2]

@@ -1,0 +1,198 @@
+"""The CUDA backend: kernels on ``cuda`` tensors, launched on torch's current CUDA stream.
+
+It replays the binding plan's command list (csrc/dispatch/command_list.h) as one kernel
+launch per block shape: buffers are global pointers (storage + byte offset), the bytes a
+call packed (values, structs, argument buffers, which hold device addresses already) are
+copied to the device in one piece, and ``[[threadgroup(n)]]`` lengths become offsets into
+the block's dynamic shared memory. ``dispatchThreads`` grids whose size is not a multiple
+of the threadgroup get their edge threadgroups in launches of their own with the smaller
+block, so every CUDA block is exactly a Metal threadgroup.
+
+PTX is made once per (function HASH, constant values, GPU architecture) and kept in the
+disk cache; the driver loads it once per device and process.
+"""
+
+import collections
+import ctypes
+import functools
+import hashlib
+import itertools
+import threading
+from typing import Dict, List, Tuple
+
+import llvmlite
+import torch
+
+from ...cache.disk_cache import cache_directory, read_entry, write_entry
+from ...dispatch.backend import Backend
+from ...errors import DispatchError
+from . import driver as cuda_driver
+from .lowering import entry_name
+from .ptx import kernel_ptx
+
+__all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
+
+CUDA_LOWERING_VERSION = 1  # bump when lowering.py, libdevice.py or ptx.py change what they emit
+_BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
+_byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> device copy
+_byte_lock = threading.Lock()
+_DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
+_MAX_BLOCKS = (2 ** 31 - 1, 65535, 65535)
+
+
+class CudaKernel:
+    """One function with one set of constant values: its PTX and, per device, its kernel."""
+
+    def __init__(self, function, constants: tuple):
+        self.function = function
+        self.constants = constants
+        self._ptx: Dict[str, str] = {}
+        self._loaded: Dict[int, Tuple[ctypes.c_void_p, int, int]] = {}  # device -> (kernel, max threads, static shared)
+        self._dynamic_allowed: Dict[int, int] = {}
+        self._lock = threading.Lock()
+        self.symbol = "k" + function.hash[:16]
+        # IR position of each binding, by kind: the entry's parameters are in position order.
+        self.positions = sorted(a.position for a in function.arguments if not a.is_builtin)
+        self.by_binding = {(a.kind == "threadgroup", a.binding): a.position
+                           for a in function.arguments if not a.is_builtin}
+        self.threadgroup = {a.position for a in function.arguments if a.kind == "threadgroup"}
+
+    def ptx(self, arch: str) -> str:
+        text = self._ptx.get(arch)
+        if text is None:
+            key = f"cuda-ptx {CUDA_LOWERING_VERSION} llvmlite {llvmlite.__version__} {arch} {self.function.hash} " \
+                  f"{sorted(self.constants)!r}"
+            directory = cache_directory("cuda")
+            path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
+            payload = read_entry(path, key) if path else None
+            if payload is None:
+                payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch).encode()
+                if path:
+                    write_entry(path, key, payload)
+            text = self._ptx[arch] = payload.decode()
+        return text
+
+    def loaded(self, device: int):
+        with self._lock:
+            found = self._loaded.get(device)
+            if found is None:
+                driver = cuda_driver.driver()
+                capability = driver.compute_capability(device)
+                kernel = driver.load(self.ptx(f"sm_{min(capability, 90)}"), entry_name(self.symbol))
+                found = self._loaded[device] = (kernel, driver.attribute(kernel, cuda_driver.MAX_THREADS_PER_BLOCK),
+                                                driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES))
+            return found
+
+    def launch(self, plan) -> None:
+        commands = plan.commands
+        device = _device(plan.device)
+        index = device.index
+        driver = cuda_driver.driver()
+        driver.use_device(index)
+        kernel, max_threads, static_shared = self.loaded(index)
+        name = self.function.name
+        group, grid = commands["group"], commands["grid"]
+        threads = group[0] * group[1] * group[2]
+        if threads > max_threads:
+            raise DispatchError(f"{name}: group_size {tuple(group)} is {threads} threads; this kernel allows at most "
+                                f"{max_threads} on this GPU (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK). "
+                                f"Pass a smaller group_size")
+        values: Dict[int, ctypes._SimpleCData] = {}
+        for binding, tensor, offset, _ in commands["buffers"]:
+            address = tensor.untyped_storage().data_ptr() + offset
+            values[self.by_binding[(False, binding)]] = ctypes.c_uint64(address)
+        keep = self._bytes(commands["bytes"], device, values)
+        dynamic = 0
+        for binding, length in commands["threadgroup"]:
+            values[self.by_binding[(True, binding)]] = ctypes.c_uint32(dynamic)
+            dynamic += length
+        limit = driver.max_shared_per_block(index)
+        if dynamic + static_shared > limit:
+            raise DispatchError(f"{name}: threadgroup memory of {dynamic + static_shared} bytes ({dynamic} set by the "
+                                f"call, {static_shared} declared by the kernel) exceeds this GPU's {limit} per block. "
+                                f"Pass smaller threadgroup_memory lengths")
+        if dynamic + static_shared > _DEFAULT_SHARED and self._dynamic_allowed.get(index, 0) < dynamic:
+            driver.set_attribute(kernel, cuda_driver.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
+            self._dynamic_allowed[index] = dynamic
+        parameters = [values.get(p) or (ctypes.c_uint32(0) if p in self.threadgroup else ctypes.c_uint64(0))
+                      for p in self.positions]
+        stream = _current_stream(index)
+        for blocks, block, base in _launches(grid, group):
+            launch = [ctypes.c_uint32(v) for v in list(grid) + list(group) + list(base)]
+            driver.launch(kernel, blocks, block, dynamic, stream, parameters + launch)
+        del keep  # the copy of the bytes is freed in stream order: later work on the stream reuses it
+
+    def _bytes(self, records, device, values) -> torch.Tensor:
+        """The bytes commands in device memory, in one piece (256-byte aligned parts): the
+        same bytes as an earlier call's are reused (kernels do not write them), new ones
+        copied through pinned memory in stream order (no wait for the GPU); fills `values`
+        with their addresses; returns the device copy."""
+        if not records:
+            return None
+        blob = bytearray()
+        starts = []
+        for _, data, _, _ in records:
+            blob += bytes(-len(blob) % 256)
+            starts.append(len(blob))
+            blob += data
+        key = (device.index, bytes(blob))
+        with _byte_lock:
+            copy = _byte_copies.get(key)
+            if copy is None:
+                # torch's pinned-memory cache keeps the staging block until the copy has run.
+                staging = torch.empty(len(blob), dtype=torch.uint8, pin_memory=True)
+                staging.copy_(torch.frombuffer(blob, dtype=torch.uint8))
+                copy = _byte_copies[key] = staging.to(device, non_blocking=True)
+                if len(_byte_copies) > _BYTE_COPIES:
+                    _byte_copies.popitem(last=False)
+            else:
+                _byte_copies.move_to_end(key)
+        copy.record_stream(torch.cuda.current_stream(device))  # not reused while this launch may read it
+        base = copy.data_ptr()
+        for (binding, _, _, _), start in zip(records, starts):
+            values[self.by_binding[(False, binding)]] = ctypes.c_uint64(base + start)
+        return copy
+
+
+@functools.lru_cache(maxsize=64)
+def _device(name: str) -> torch.device:
+    device = torch.device(name)
+    return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def _current_stream(index: int) -> int:
+    """The handle of torch's current CUDA stream on device `index` (its raw accessor where
+    torch has it: a Stream object per call costs microseconds)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def _launches(grid, group) -> List[Tuple[Tuple[int, int, int], Tuple[int, int, int], Tuple[int, int, int]]]:
+    """(blocks, block, first threadgroup) per launch: whole threadgroups together, the
+    smaller ones at the grid's edge on their own, no launch over CUDA's grid limits."""
+    axes = []
+    for axis in range(3):
+        full, rest = divmod(grid[axis], group[axis])
+        parts = []
+        for start in range(0, full, _MAX_BLOCKS[axis]):
+            parts.append((min(full - start, _MAX_BLOCKS[axis]), group[axis], start))
+        if rest:
+            parts.append((1, rest, full))
+        axes.append(parts)
+    return [((x[0], y[0], z[0]), (x[1], y[1], z[1]), (x[2], y[2], z[2])) for z, y, x in
+            itertools.product(axes[2], axes[1], axes[0])]
+
+
+class CudaBackend(Backend):
+    device_type = "cuda"
+
+    def prepare(self, function, state, constants: tuple, checked: bool = False):
+        # Checked execution is a CPU-backend feature: calls run unchecked.
+        key = ("cuda", constants)
+        kernel = state.prepared.get(key)
+        if kernel is None:
+            kernel = state.prepared[key] = CudaKernel(function, constants)
+        return kernel
+
+    def run(self, function, prepared, plan) -> None:
+        prepared.launch(plan)

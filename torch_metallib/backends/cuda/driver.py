@@ -1,0 +1,116 @@
+"""The CUDA driver API, reached at run time: ``libcuda.so.1`` through ctypes, so the
+extension builds and imports on machines without CUDA (as Triton's driver does).
+
+Only what the backend needs: load a module from PTX (the driver compiles it for the GPU
+it runs on), look up its kernel and the kernel's limits, and launch it on a stream. Calls
+run in the context torch's CUDA runtime made current (its primary context for the device).
+"""
+
+import ctypes
+import functools
+import threading
+from typing import Optional, Sequence
+
+from ...errors import KernelExecutionError, UnsupportedDeviceError
+
+__all__ = ["driver", "Driver", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "MAX_DYNAMIC_SHARED_SIZE_BYTES"]
+
+# CUfunction_attribute
+MAX_THREADS_PER_BLOCK = 0
+SHARED_SIZE_BYTES = 1
+MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+# CUdevice_attribute
+_COMPUTE_MAJOR, _COMPUTE_MINOR = 75, 76
+_SHARED_PER_BLOCK_OPTIN = 97
+
+
+class Driver:
+    def __init__(self):
+        try:
+            self._cuda = ctypes.CDLL("libcuda.so.1")
+        except OSError as error:
+            raise UnsupportedDeviceError(f"the CUDA backend needs NVIDIA's driver (libcuda.so.1): {error}") from None
+        self._check(self._cuda.cuInit(0), "cuInit")
+        self._primary = {}  # device index -> its primary context
+
+    def _check(self, status: int, call: str) -> None:
+        if status != 0:
+            text = ctypes.c_char_p()
+            self._cuda.cuGetErrorString(status, ctypes.byref(text))
+            raise KernelExecutionError(f"CUDA driver: {call} failed with error {status} "
+                                       f"({(text.value or b'unknown').decode()})")
+
+    def use_device(self, index: int) -> None:
+        """Makes device `index`'s primary context (torch's) current on this thread."""
+        current = ctypes.c_void_p()
+        self._check(self._cuda.cuCtxGetCurrent(ctypes.byref(current)), "cuCtxGetCurrent")
+        primary = self._primary.get(index)
+        if primary is not None and current.value == primary.value:
+            return
+        device = ctypes.c_int()
+        self._check(self._cuda.cuDeviceGet(ctypes.byref(device), index), "cuDeviceGet")
+        context = ctypes.c_void_p()
+        self._check(self._cuda.cuDevicePrimaryCtxRetain(ctypes.byref(context), device), "cuDevicePrimaryCtxRetain")
+        if primary is not None:  # retained once per device and process
+            self._cuda.cuDevicePrimaryCtxRelease(device)
+        self._primary[index] = context
+        self._check(self._cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
+
+    def device_attribute(self, index: int, attribute: int) -> int:
+        value, device = ctypes.c_int(), ctypes.c_int()
+        self._check(self._cuda.cuDeviceGet(ctypes.byref(device), index), "cuDeviceGet")
+        self._check(self._cuda.cuDeviceGetAttribute(ctypes.byref(value), attribute, device), "cuDeviceGetAttribute")
+        return value.value
+
+    def compute_capability(self, index: int) -> int:
+        """e.g. 90 for an H100."""
+        return 10 * self.device_attribute(index, _COMPUTE_MAJOR) + self.device_attribute(index, _COMPUTE_MINOR)
+
+    @functools.lru_cache(maxsize=None)
+    def max_shared_per_block(self, index: int) -> int:
+        """The most shared memory one block may use (opting in past 48 KB)."""
+        return self.device_attribute(index, _SHARED_PER_BLOCK_OPTIN)
+
+    def load(self, ptx: str, entry: str) -> ctypes.c_void_p:
+        """The kernel `entry` of a module loaded from `ptx` (in the current context)."""
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        log = ctypes.create_string_buffer(8192)
+        options = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+        values = (ctypes.c_void_p * 2)(ctypes.cast(log, ctypes.c_void_p), ctypes.c_void_p(len(log)))
+        status = self._cuda.cuModuleLoadDataEx(ctypes.byref(module), ctypes.c_char_p(ptx.encode()), 2, options, values)
+        if status != 0:
+            self._check(status, f"cuModuleLoadDataEx ({log.value.decode(errors='replace').strip()[:500]})")
+        self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()),
+                    "cuModuleGetFunction")
+        return function
+
+    def attribute(self, function, attribute: int) -> int:
+        value = ctypes.c_int()
+        self._check(self._cuda.cuFuncGetAttribute(ctypes.byref(value), attribute, function), "cuFuncGetAttribute")
+        return value.value
+
+    def set_attribute(self, function, attribute: int, value: int) -> None:
+        self._check(self._cuda.cuFuncSetAttribute(function, attribute, value), "cuFuncSetAttribute")
+
+    def launch(self, function, blocks: Sequence[int], threads: Sequence[int], shared: int, stream: int,
+               parameters: Sequence[ctypes._SimpleCData]) -> None:
+        pointers = (ctypes.c_void_p * len(parameters))(*[ctypes.cast(ctypes.byref(p), ctypes.c_void_p)
+                                                         for p in parameters])
+        self._check(self._cuda.cuLaunchKernel(function, ctypes.c_uint(blocks[0]), ctypes.c_uint(blocks[1]),
+                                              ctypes.c_uint(blocks[2]), ctypes.c_uint(threads[0]),
+                                              ctypes.c_uint(threads[1]), ctypes.c_uint(threads[2]),
+                                              ctypes.c_uint(shared), ctypes.c_void_p(stream), pointers, None),
+                    "cuLaunchKernel")
+
+
+_driver: Optional[Driver] = None
+_lock = threading.Lock()
+
+
+def driver() -> Driver:
+    """The process's driver, loaded on first use."""
+    global _driver
+    with _lock:
+        if _driver is None:
+            _driver = Driver()
+        return _driver

@@ -1,0 +1,162 @@
+"""AIR module -> NVVM IR: a Metal kernel as a CUDA kernel (#24).
+
+The AIR meaning is the CPU backend's (backends/cpu): its function-constant specialization,
+per-lane intrinsics (intrinsics.py), atomics (atomics.py) and collectives (collectives.py,
+spelled as warp shuffles by warp_spelling.py) are reused as they are; this module only
+spells them for NVPTX:
+
+* triple and datalayout become NVPTX's; Metal's ``device`` (1) and ``threadgroup`` (3)
+  address spaces are CUDA's global and shared; ``constant`` (2) becomes generic (0), so a
+  constant buffer may be device memory or a kernel parameter (LLVM's NVPTX passes move
+  constant-space globals to global memory and infer global loads where they can);
+* precise and fast math calls become libdevice's (libdevice.py), in float where the CPU
+  computes in double (libdevice's float functions are within Metal's ulp bounds);
+* ``__tm_cuda_<symbol>``, a ``ptx_kernel``, takes one global pointer per buffer binding,
+  one byte offset into the dynamic shared memory per ``[[threadgroup(n)]]`` argument, and
+  the grid, the nominal threadgroup size and the first threadgroup of this launch; it
+  computes the builtins the kernel declares from ``%tid``/``%ntid``/``%ctaid`` and calls
+  the kernel. A launch's block is the exact threadgroup: the runtime launches the
+  threadgroups at the grid's edge (smaller, as ``dispatchThreads`` makes them) separately,
+  so a barrier or shuffle never waits for a thread that does not exist.
+"""
+
+import re
+from typing import Dict, List
+
+from ...errors import UnsupportedKernelError
+from ..cpu.atomics import define_atomic
+from ..cpu.bfloat_rounding import round_bfloat_exactly
+from ..cpu.collectives import SPELLING, define_collective
+from ..cpu.integer_division import guard_integer_division
+from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic
+from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_intrinsics, internalize, retarget,
+                            specialize_constants, take_constructors)
+from ..cpu.private_arrays import clamp_private_array_indices
+from ..cpu.simdgroup_matrix import define_matrix
+from .libdevice import use_libdevice
+from .matrix_products import define_matrix_product
+from .warp_spelling import DECLARATIONS, WarpSpelling
+
+__all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
+
+TRIPLE = "nvptx64-nvidia-cuda"
+# The launch's own parameters, after the kernel's: grid, nominal group, first group (x, y, z).
+LAUNCH_PARAMETERS = ["grid.x", "grid.y", "grid.z", "group.x", "group.y", "group.z", "base.x", "base.y", "base.z"]
+DYNAMIC_SHARED = "@__tm_dynamic_shared"
+_SREG = "llvm.nvvm.read.ptx.sreg"
+# The running thread's index in its threadgroup, where the collectives ask the runtime.
+_THREAD_IN_GROUP = f"""define internal i32 @tm_rt_thread_in_group() alwaysinline {{
+  %x = call i32 @{_SREG}.tid.x()
+  %y = call i32 @{_SREG}.tid.y()
+  %z = call i32 @{_SREG}.tid.z()
+  %nx = call i32 @{_SREG}.ntid.x()
+  %ny = call i32 @{_SREG}.ntid.y()
+  %zy = mul i32 %z, %ny
+  %row = add i32 %zy, %y
+  %base = mul i32 %row, %nx
+  %r = add i32 %base, %x
+  ret i32 %r
+}}"""
+_REGISTERS = [f"declare i32 @{_SREG}.{register}.{axis}()" for register in ("tid", "ntid", "ctaid") for axis in "xyz"]
+
+
+def entry_name(symbol: str) -> str:
+    return f"__tm_cuda_{symbol}"
+
+
+def cuda_definition(ret: str, name: str, params: List[str]):
+    """(the NVVM definition of the declared intrinsic `name`, declarations), or None where
+    the CUDA backend has none: the CPU's meaning, collectives as warp shuffles."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[0] == "air" and parts[1] in VIA_DOUBLE:
+        # The CPU computes these in double (correctly rounded); libdevice's float functions
+        # are within Metal's ulp bounds already, and double is slow on most GPUs.
+        return define_intrinsic(ret, ".".join(["air", "fast_" + parts[1]] + parts[2:]), params, name)
+    token = SPELLING.set(WarpSpelling())
+    try:
+        return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
+                or define_collective(ret, name, params) or define_matrix_product(ret, name, params)
+                or define_matrix(ret, name, params))
+    finally:
+        SPELLING.reset(token)
+
+
+def _generic_constant_space(text: str) -> str:
+    """Metal's constant address space (2) as generic (0); casts that became no-ops dropped."""
+    text = re.sub(r" addrspace\(2\)", "", text)
+    # %v = addrspacecast ptr %x to ptr  ->  a no-op GEP (a cast within one space is invalid)
+    text = re.sub(r"= addrspacecast ptr ([^,\n]+?) to ptr(?! addrspace)", r"= getelementptr i8, ptr \1, i64 0", text)
+    return re.sub(r"addrspacecast \(ptr (@[-\w$.]+) to ptr\)", r"\1", text)
+
+
+def _parameter(argument) -> str:
+    if argument.kind == "threadgroup":
+        return f"i32 %tg{argument.position}"
+    if argument.kind not in ("buffer", "indirect_buffer") or not (argument.ir_type or "").startswith("ptr"):
+        raise UnsupportedKernelError(f"argument {argument.position} {argument.name!r} is a {argument.kind} "
+                                     f"({argument.ir_type}): the CUDA backend binds buffers and threadgroup memory only")
+    return f"ptr addrspace(1) %p{argument.position}"
+
+
+def _operand(argument, lines: List[str]) -> str:
+    """The kernel's operand for a non-builtin argument, from the entry's parameter."""
+    position = argument.position
+    if argument.kind == "threadgroup":
+        lines.append(f"%a{position} = getelementptr i8, ptr addrspace(3) {DYNAMIC_SHARED}, i32 %tg{position}")
+        return f"ptr addrspace(3) %a{position}"
+    if argument.ir_type == "ptr addrspace(1)":
+        return f"ptr addrspace(1) %p{position}"
+    lines.append(f"%a{position} = addrspacecast ptr addrspace(1) %p{position} to ptr")
+    return f"ptr %a{position}"
+
+
+def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
+    lines: List[str] = []
+    for axis in "xyz":
+        lines += [f"%t{axis} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
+                  f"%c{axis} = call i32 @{_SREG}.ctaid.{axis}()", f"%g{axis} = add i32 %c{axis}, %base.{axis}",
+                  f"%groups.{axis}.n = add i32 %grid.{axis}, %group.{axis}",
+                  f"%groups.{axis}.m = sub i32 %groups.{axis}.n, 1",
+                  f"%groups.{axis} = udiv i32 %groups.{axis}.m, %group.{axis}",
+                  f"%o{axis} = mul i32 %g{axis}, %group.{axis}", f"%p{axis} = add i32 %o{axis}, %t{axis}"]
+    lines += ["%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
+              "%simds.n = add i32 %all, 31", "%simds = udiv i32 %simds.n, 32",
+              "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
+              "%rowz = mul i32 %tz, %ay", "%row = add i32 %rowz, %ty", "%rowbase = mul i32 %row, %ax",
+              "%linear = add i32 %rowbase, %tx"] + DISPATCH_LINES + LANE_LINES
+    parameters, operands = [], []
+    for a in sorted(arguments, key=lambda a: a.position):
+        if a.is_builtin:
+            operands.append(builtin_operand(a, lines))
+        else:
+            parameters.append(_parameter(a))
+            operands.append(_operand(a, lines))
+    parameters += [f"i32 %{name}" for name in LAUNCH_PARAMETERS]
+    lines += [f"call void @{name}()" for name in constructors]
+    lines.append(f"call void @{kernel}({', '.join(operands)})")
+    return (f"\ndefine ptx_kernel void @{entry_name(symbol)}({', '.join(parameters)}) {{\nentry:\n  "
+            + "\n  ".join(lines) + "\n  ret void\n}\n")
+
+
+def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str, datalayout: str) -> str:
+    """NVVM IR for `kernel` (its printed AIR module `text`) with these function-constant
+    values, exporting the ``ptx_kernel`` ``__tm_cuda_<symbol>``; libdevice's functions
+    declared, to be linked (ptx.py)."""
+    text = retarget(specialize_constants(text, constants), TRIPLE, datalayout)
+    text = internalize(text, kernel, cooperative=True)  # every function inlines into the entry
+    text = guard_integer_division(clamp_private_array_indices(text))
+    text, constructors = take_constructors(text)
+    text = _generic_constant_space(text)
+    text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))
+    # What the CPU's runtime answers, answered by the GPU.
+    text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
+    called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))
+    if called - {"tm_rt_thread_in_group"}:
+        raise UnsupportedKernelError(f"{kernel}: the CUDA backend has no implementation of what "
+                                     f"{', '.join(sorted(called))} provide on the CPU. Run it on the CPU backend")
+    text = re.sub(r"^declare [^\n]*@tm_rt_\w+\([^\n]*\n", "", text, flags=re.M)
+    declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
+    needed = [line for line in DECLARATIONS + _REGISTERS if re.search(r"@([-\w$.]+)\(", line).group(1) not in declared]
+    text = use_libdevice(text)
+    shared = f"{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
+    return text + shared + "\n".join(needed) + "\n" + _entry(symbol, kernel, arguments, constructors)

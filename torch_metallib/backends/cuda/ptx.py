@@ -1,0 +1,140 @@
+"""NVVM IR -> PTX with llvmlite's NVPTX target, and CUDA's ``ptxas`` to check it.
+
+A kernel is lowered (lowering.py), linked with libdevice where it calls libdevice's math
+(everything but the entry then internal, so the unused library goes before O3 runs), and
+optimized and emitted at O3 for one GPU architecture (``sm_80``, ``sm_90``...). The driver
+compiles the PTX for the GPU it runs on (driver.py); ``ptxas`` does the same ahead of time
+where CUDA's compiler is installed, which is how CI checks PTX without a GPU.
+"""
+
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Dict, FrozenSet
+
+import llvmlite.binding as llvm
+
+from ...errors import UnsupportedKernelError
+from ...reflection.bitcode import parse_bitcode
+from .libdevice import libdevice_path, needs_libdevice
+from .lowering import TRIPLE, entry_name, lower
+
+__all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
+
+DEFAULT_ARCH = "sm_80"
+_lock = threading.Lock()  # LLVM target machines are not shared between threads while emitting
+
+
+@functools.lru_cache(maxsize=None)
+def _machine(arch: str):
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, opt=3)
+
+
+_context = None  # one LLVM context for every compile (under _lock): libdevice is parsed into it once
+_libdevice = None
+_libdevice_parts: Dict[FrozenSet[str], bytes] = {}  # the functions a kernel calls -> libdevice cut to them
+
+
+def _libdevice_module(text: str, triple: str, data_layout: str):
+    """The part of libdevice that module `text` calls (what those functions need included),
+    cut once per set of functions from the library parsed once per process."""
+    global _libdevice
+    names = frozenset(re.findall(r"@(__nv_\w+)\(", text))
+    part = _libdevice_parts.get(names)
+    if part is None:
+        if _libdevice is None:
+            with open(libdevice_path(), "rb") as f:
+                _libdevice = llvm.parse_bitcode(f.read(), context=_context)
+            _libdevice.triple, _libdevice.data_layout = triple, data_layout
+        copy = _libdevice.clone()
+        try:
+            for function in copy.functions:
+                if not function.is_declaration and function.name not in names:
+                    function.linkage = "internal"
+            unused = llvm.create_new_module_pass_manager()
+            unused.add_global_dead_code_eliminate_pass()
+            unused.run(copy, llvm.create_pass_builder(_machine(DEFAULT_ARCH), llvm.create_pipeline_tuning_options()))
+            part = _libdevice_parts[names] = copy.as_bitcode()
+        finally:
+            copy.close()
+    return llvm.parse_bitcode(part, context=_context)
+
+
+def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
+    """PTX of NVVM IR module `text`, exporting `entry` alone."""
+    global _context
+    machine = _machine(arch)
+    with _lock:
+        if _context is None:
+            _context = llvm.create_context()
+        module = None
+        try:
+            module = llvm.parse_assembly(text, context=_context)
+            if needs_libdevice(text):
+                module.link_in(_libdevice_module(text, module.triple, module.data_layout))
+            for function in module.functions:
+                if function.name != entry and not function.is_declaration:
+                    function.linkage = "internal"
+            module.verify()
+            # What the kernel does not call goes before the optimizer sees it (most of libdevice).
+            unused = llvm.create_new_module_pass_manager()
+            unused.add_global_dead_code_eliminate_pass()
+            builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+            unused.run(module, builder)
+            builder.getModulePassManager().run(module, builder)
+            return machine.emit_assembly(module)
+        except RuntimeError as error:
+            raise UnsupportedKernelError(f"{entry}: LLVM's NVPTX backend refused the lowered kernel: "
+                                         f"{str(error)[:500]}. Please report the kernel") from None
+        finally:
+            if module is not None:
+                module.close()
+
+
+def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH) -> str:
+    """PTX of `function` (a KernelFunction) with these function-constant values."""
+    context = llvm.create_context()
+    try:
+        module = parse_bitcode(function.name, function.bitcode, context)
+        try:
+            air = str(module)
+        finally:
+            module.close()
+    finally:
+        context.close()
+    text = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data))
+    return compile_ptx(text, entry_name(symbol), arch)
+
+
+def ptxas_path():
+    """CUDA's ptxas ($PTXAS, then PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc package), or None."""
+    explicit = os.environ.get("PTXAS")
+    if explicit:
+        return explicit
+    candidates = [shutil.which("ptxas") or ""] + sorted(glob.glob("/usr/local/cuda*/bin/ptxas"))
+    try:
+        import nvidia.cuda_nvcc
+        candidates += [os.path.join(base, "bin", "ptxas") for base in nvidia.cuda_nvcc.__path__]
+    except ImportError:
+        pass
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def run_ptxas(ptx: str, arch: str = DEFAULT_ARCH) -> subprocess.CompletedProcess:
+    """ptxas on `ptx` for `arch` (a cubin, discarded); the completed process."""
+    ptxas = ptxas_path()
+    if ptxas is None:
+        raise FileNotFoundError("ptxas not found: install CUDA's compiler or set PTXAS")
+    with tempfile.TemporaryDirectory() as folder:
+        source = os.path.join(folder, "kernel.ptx")
+        with open(source, "w") as f:
+            f.write(ptx)
+        return subprocess.run([ptxas, f"-arch={arch}", source, "-o", os.path.join(folder, "kernel.cubin")],
+                              capture_output=True, text=True)

@@ -256,7 +256,7 @@ case("leaf_that_requires_grad_written", "mlx", ADD, KAE,
      ["argument 2 'c'", "the kernel writes to it", "leaf tensor that requires grad", "torch.no_grad()"],
      lambda: ((inp(4), inp(4), torch.zeros(4, requires_grad=True)), {}))
 case("sparse_tensor", "mlx", ADD, KAE,
-     ["argument 0 'a'", "expected a dense (strided) tensor", "layout Sparse", "x.to_dense()"],
+     ["argument 0 'a'", "expected a dense (strided) tensor", "layout torch.sparse_coo", "x.to_dense()"],
      lambda: ((inp(4).to_sparse(), inp(4), out(4)), {}))
 case("numpy_array", "mlx", ADD, KAE,
      ["argument 1 'b'", "expected a tensor, got a numpy.ndarray", "torch.from_numpy(x)"],

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <shared_mutex>
-#include <sstream>
 
 namespace torch_metallib::cpu {
 
@@ -101,17 +100,18 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
 }
 
 std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const {
-  std::ostringstream out;
-  out << kernel_ << ": thread (" << context.thread[0] << ", " << context.thread[1] << ", " << context.thread[2]
-      << ") " << (write ? "writes " : "reads ") << n << " bytes ";
+  // std::to_string, not a stream (see ArgumentSpec::describe).
+  using std::to_string;
+  std::string out = kernel_ + ": thread (" + to_string(context.thread[0]) + ", " + to_string(context.thread[1]) + ", " +
+                    to_string(context.thread[2]) + ") " + (write ? "writes " : "reads ") + to_string(n) + " bytes ";
   if (origin >= 0 && size_t(origin) < ranges_.size()) {
     const Range range = range_of(origin);
     const int64_t offset = int64_t(p - range.start);
-    out << "at byte offset " << offset << " of " << names_[size_t(origin)] << ", which has " << range.bytes
-        << (threadgroup_bytes_[size_t(origin)] >= 0 ? " bytes of threadgroup memory" :
-            " bytes from its bound address to the end of its storage")
-        << ". Bind a larger tensor (or threadgroup_memory), or dispatch fewer threads";
-    return out.str();
+    return out + "at byte offset " + to_string(offset) + " of " + names_[size_t(origin)] + ", which has " +
+           to_string(range.bytes) +
+           (threadgroup_bytes_[size_t(origin)] >= 0 ? " bytes of threadgroup memory"
+                                                    : " bytes from its bound address to the end of its storage") +
+           ". Bind a larger tensor (or threadgroup_memory), or dispatch fewer threads";
   }
   // Not attributable to one argument: name the nearest bound range below the address.
   int nearest = -1;
@@ -123,13 +123,12 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
       nearest = int(position);
     }
   }
-  out << "of " << space_name(space) << " memory outside every bound argument and the kernel's own variables";
+  out += std::string("of ") + space_name(space) + " memory outside every bound argument and the kernel's own variables";
   if (nearest >= 0) {
-    out << " (at byte offset " << int64_t(p - best) << " of " << names_[size_t(nearest)] << ", which has "
-        << range_of(nearest).bytes << " bytes)";
+    out += " (at byte offset " + to_string(int64_t(p - best)) + " of " + names_[size_t(nearest)] + ", which has " +
+           to_string(range_of(nearest).bytes) + " bytes)";
   }
-  out << ". Bind larger tensors, or dispatch fewer threads";
-  return out.str();
+  return out + ". Bind larger tensors, or dispatch fewer threads";
 }
 
 void CheckedLaunch::record(uintptr_t p, uint64_t n, int origin, int space, bool write) {

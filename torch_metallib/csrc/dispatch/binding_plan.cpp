@@ -7,10 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <iomanip>
 #include <limits>
-#include <sstream>
 
 namespace py = pybind11;
 
@@ -50,24 +49,23 @@ std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes) {
 }
 
 std::string ArgumentSpec::describe() const {
+  // Built with std::to_string, not a stream: an extension's inlined stream code met a
+  // system libstdc++ it did not match on one GPU machine (torch 2.11) and crashed.
   if (!description.empty()) return description;
-  std::ostringstream out;
+  const std::string head = "argument " + std::to_string(position) + " '" + name + "' (";
   if (kind == "indirect_buffer") {
-    out << "argument " << position << " '" << name << "' (buffer(" << binding << "), argument buffer " << type_name << ")";
-    return out.str();
+    return head + "buffer(" + std::to_string(binding) + "), argument buffer " + type_name + ")";
   }
-  out << "argument " << position << " '" << name << "' (" << (kind == "threadgroup" ? "threadgroup" : "buffer")
-      << "(" << binding << "), " << address_space << (access == "read" && address_space == "device" ? " const " : " ")
-      << type_name;
+  std::string out = head + (kind == "threadgroup" ? "threadgroup" : "buffer") + "(" + std::to_string(binding) + "), " +
+                    address_space + (access == "read" && address_space == "device" ? " const " : " ") + type_name;
   if (buffer_size < 0) {
-    out << "*";
+    out += "*";
   } else if (type_size > 0 && buffer_size > type_size) {
-    out << " (&)[" << buffer_size / type_size << "]";
+    out += " (&)[" + std::to_string(buffer_size / type_size) + "]";
   } else {
-    out << "&";
+    out += "&";
   }
-  out << ")";
-  return out.str();
+  return out + ")";
 }
 
 KernelSpec::KernelSpec(std::string name, int parameter_count, std::vector<ArgumentSpec> arguments,
@@ -212,9 +210,9 @@ std::string number_text(const Number& number) {
     case Number::Kind::Int: return std::to_string(number.integer);
     case Number::Kind::UInt64: return std::to_string(number.big);
     default: {
-      std::ostringstream out;
-      out << std::setprecision(17) << number.real;
-      return out.str();
+      char text[32];
+      std::snprintf(text, sizeof text, "%.17g", number.real);
+      return text;
     }
   }
 }
@@ -230,12 +228,25 @@ void KernelSpec::check_device(Plan& plan, const ArgumentSpec& argument, const at
   device_seen = true;
 }
 
+// torch's names of the layouts (no stream: see ArgumentSpec::describe).
+static std::string layout_name(c10::Layout layout) {
+  switch (layout) {
+    case c10::kStrided: return "torch.strided";
+    case c10::kSparse: return "torch.sparse_coo";
+    case c10::kSparseCsr: return "torch.sparse_csr";
+    case c10::kSparseCsc: return "torch.sparse_csc";
+    case c10::kSparseBsr: return "torch.sparse_bsr";
+    case c10::kSparseBsc: return "torch.sparse_bsc";
+    case c10::kMkldnn: return "torch._mkldnn";
+    default: return "number " + std::to_string(int(layout));
+  }
+}
+
 void KernelSpec::check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const {
   if (tensor.layout() != c10::kStrided) {
-    std::ostringstream layout;
-    layout << tensor.layout();
     throw ArgumentError(name_ + ": " + argument.describe() + ": expected a dense (strided) tensor, got one with layout " +
-                        layout.str() + ", whose elements have no address a kernel can use. Pass x.to_dense()");
+                        layout_name(tensor.layout()) + ", whose elements have no address a kernel can use. "
+                        "Pass x.to_dense()");
   }
 }
 

@@ -74,8 +74,22 @@ def test_arange(mlx_lib, case, on_cuda):
 
 def test_fixture_kernels(fixtures_lib, on_cuda):
     conformance.test_fixture_vector_add_float(fixtures_lib)
-    conformance.test_fixture_scale_shift_float(fixtures_lib, True)
+    conformance.test_fixture_scale_shift_float(fixtures_lib, False)  # scalar tensors: the test below
     conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+
+
+def test_cpu_scalar_tensors_beside_cuda_tensors_are_values(fixtures_lib):
+    """As torch takes CPU scalars in CUDA ops: a 0-d CPU tensor for a constant float& is
+    read as its value (float64 converted); a 0-d CUDA tensor of another dtype is refused."""
+    x = torch.randn(1000, device="cuda")
+    out = torch.empty_like(x)
+    for scale in (torch.tensor(0.75), torch.tensor(0.75, dtype=torch.float64)):
+        out.fill_(0)
+        fixtures_lib.scale_shift_float(x, out, scale, torch.tensor(-1.25), threads=1000)
+        torch.testing.assert_close(out, x * 0.75 - 1.25, rtol=0, atol=0)
+    with pytest.raises(tm.KernelArgumentError, match="expected a tensor of torch.float32, got torch.float64"):
+        fixtures_lib.scale_shift_float(x, out, torch.tensor(0.75, dtype=torch.float64, device="cuda"), 1.0,
+                                       threads=1000)
 
 
 @pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25)])

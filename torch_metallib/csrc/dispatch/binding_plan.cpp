@@ -253,15 +253,17 @@ void KernelSpec::check_layout(const ArgumentSpec& argument, const at::Tensor& te
 void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor,
                              bool& device_seen) const {
   check_layout(argument, tensor);
-  check_device(plan, argument, tensor, device_seen);
+  // A 0-d CPU tensor read as a value (of another dtype, or beside tensors on a GPU, as
+  // torch takes CPU scalars): its value, converted to the kernel's type.
+  const bool beside_gpu_tensors = device_seen && !plan.device.is_cpu() && !plan.device.is_meta();
   if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
-      tensor.scalar_type() != argument.type->dtypes.front()) {
-    // A 0-d tensor read as a value: pass its value converted to the kernel's type.
+      (tensor.scalar_type() != argument.type->dtypes.front() || beside_gpu_tensors)) {
     at::Scalar item = tensor.item();
     bind_number(plan, argument, item.isFloatingPoint() ? Number::of(item.toDouble())
                                 : item.isBoolean() ? Number::of_bool(item.toBool()) : Number::of(item.toLong()));
     return;
   }
+  check_device(plan, argument, tensor, device_seen);
   check_tensor(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);

@@ -26,13 +26,14 @@ import torch
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
 from ...errors import DispatchError
+from ..cpu.jit import LOWERING_VERSION
 from . import driver as cuda_driver
 from .lowering import entry_name
 from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 1  # bump when lowering.py, libdevice.py or ptx.py change what they emit
+CUDA_LOWERING_VERSION = 1  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> device copy
 _byte_lock = threading.Lock()
@@ -60,8 +61,8 @@ class CudaKernel:
     def ptx(self, arch: str) -> str:
         text = self._ptx.get(arch)
         if text is None:
-            key = f"cuda-ptx {CUDA_LOWERING_VERSION} llvmlite {llvmlite.__version__} {arch} {self.function.hash} " \
-                  f"{sorted(self.constants)!r}"
+            key = f"cuda-ptx {CUDA_LOWERING_VERSION} air {LOWERING_VERSION} llvmlite {llvmlite.__version__} {arch} " \
+                  f"{self.function.hash} {sorted(self.constants)!r}"
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
             payload = read_entry(path, key) if path else None

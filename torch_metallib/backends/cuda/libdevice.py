@@ -24,7 +24,7 @@ __all__ = ["use_libdevice", "libdevice_path", "needs_libdevice"]
 # LLVM intrinsic stem -> libdevice stem (float: + "f"); everything NVPTX cannot select.
 _INTRINSICS = {name: name for name in ("exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin",
                                        "acos", "atan", "sinh", "cosh", "tanh", "pow", "atan2", "ldexp")}
-_LIBM = ("asinh", "acosh", "atanh", "erf", "expm1", "log1p", "fmod")
+_LIBM = ("asinh", "acosh", "atanh", "erf", "expm1", "log1p")
 _CALLEE = re.compile(r"@llvm\.(\w+)\.(f32|f64)(?:\.i32)?(?=\()")
 
 

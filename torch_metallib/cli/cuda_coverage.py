@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Sequence, Tuple
 
-__all__ = ["add_parser", "families", "check_kernels", "KernelOutcome"]
+__all__ = ["add_parser", "compute_kernels", "families", "check_kernels", "KernelOutcome"]
 
 _TYPE_WORDS = re.compile(r"(bfloat|float|uint|int|bool_?|complex)(\d+)?|\d+")
 
@@ -31,6 +31,11 @@ class KernelOutcome:
     outcome: str  # ptx, unsupported, ptxas, error
     detail: str = ""
     lower_seconds: float = 0.0
+
+
+def compute_kernels(library) -> List[str]:
+    """The names of a library's compute kernels (not vertex, fragment or visible functions)."""
+    return [name for name in library.function_names if library[name].type == "kernel"]
 
 
 def families(names: Sequence[str]) -> Dict[str, List[str]]:
@@ -105,13 +110,13 @@ def run(args) -> int:
     if ptxas_path() is None:
         print("error: ptxas not found: install CUDA's compiler or set PTXAS", file=sys.stderr)
         return 1
-    names = tm.load(args.path).function_names
+    names = compute_kernels(tm.load(args.path))
     grouped = families(names)
     chosen = list(names) if args.all else [n for members in grouped.values() for n in members[:args.per_family]]
     start = time.perf_counter()
     outcomes = check_kernels([(args.path, name) for name in chosen], args.arch or ("sm_80", "sm_90"), args.jobs)
     counts = collections.Counter(o.outcome for o in outcomes)
-    print(f"{args.path}: {len(names)} kernels in {len(grouped)} families; checked {len(outcomes)} "
+    print(f"{args.path}: {len(names)} compute kernels in {len(grouped)} families; checked {len(outcomes)} "
           f"in {time.perf_counter() - start:.0f} s")
     for outcome in ("ptx", "unsupported", "ptxas", "error"):
         print(f"  {outcome:12} {counts.get(outcome, 0):6}  ({100 * counts.get(outcome, 0) / max(len(outcomes), 1):.1f}%)")

@@ -222,11 +222,12 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
 
 
 def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str) -> Tuple[List[str], List[str], str]:
-    """_fold without a branch or select per lane: a lane that does not count gives the
-    identity, chosen with integer masks (op(acc, identity) is acc, so the result is the
-    same). For warps: ptxas (sm_90) failed to allocate predicate registers for the 32
-    selects of a reduction in divergent code."""
+    """_fold without a branch or select per lane, for other targets' prefix and quad folds:
+    a lane that does not count gives the identity, chosen with integer masks (op(acc,
+    identity) is acc, so the result is the same). ptxas (sm_90) failed to allocate
+    predicate registers for 32 unrolled selects in divergent code."""
     bits = f"i{type_bytes(type_name) * 8}"
+    widen = {"i8": "trunc", "i16": "trunc", "i32": None}.get(bits, "sext")  # the i32 all-ones mask to `bits`
     lines, declarations, acc = [], [], identity
     for j in range(SIMD_WIDTH):
         lines += [f"%sh{j} = lshr i32 %mask, {j}", f"%bit{j} = and i32 %sh{j}, 1"]
@@ -237,8 +238,7 @@ def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: st
             bit = f"%k{j}"
         lines += _load_lane(type_name, str(j), f"x{j}")
         lines += [f"%all{j} = sub i32 0, {bit}",
-                  f"%sel{j} = {'trunc' if bits in ('i8', 'i16') else 'sext' if bits != 'i32' else 'or'} "
-                  f"i32 %all{j}{' to ' + bits if bits != 'i32' else ', 0'}",
+                  f"%sel{j} = {widen} i32 %all{j} to {bits}" if widen else f"%sel{j} = or i32 %all{j}, 0",
                   f"%xb{j} = bitcast {type_name} %x{j} to {bits}", f"%ib{j} = bitcast {type_name} {identity} to {bits}",
                   f"%xm{j} = and {bits} %xb{j}, %sel{j}", f"%ns{j} = xor {bits} %sel{j}, -1",
                   f"%im{j} = and {bits} %ib{j}, %ns{j}", f"%vb{j} = or {bits} %xm{j}, %im{j}",

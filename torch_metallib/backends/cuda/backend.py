@@ -102,7 +102,7 @@ class CudaKernel:
         for binding, tensor, offset, _ in commands["buffers"]:
             address = tensor.untyped_storage().data_ptr() + offset
             values[self.by_binding[(False, binding)]] = ctypes.c_uint64(address)
-        keep = self._bytes(commands["bytes"], device, values)
+        self._bytes(commands["bytes"], device, values)
         dynamic = 0
         for binding, length in commands["threadgroup"]:
             values[self.by_binding[(True, binding)]] = ctypes.c_uint32(dynamic)
@@ -115,21 +115,20 @@ class CudaKernel:
         if dynamic + static_shared > _DEFAULT_SHARED and self._dynamic_allowed.get(index, 0) < dynamic:
             driver.set_attribute(kernel, cuda_driver.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
             self._dynamic_allowed[index] = dynamic
-        parameters = [values.get(p) or (ctypes.c_uint32(0) if p in self.threadgroup else ctypes.c_uint64(0))
+        parameters = [values[p] if p in values else ctypes.c_uint32(0) if p in self.threadgroup else ctypes.c_uint64(0)
                       for p in self.positions]
         stream = _current_stream(index)
         for blocks, block, base in _launches(grid, group):
             launch = [ctypes.c_uint32(v) for v in list(grid) + list(group) + list(base)]
             driver.launch(kernel, blocks, block, dynamic, stream, parameters + launch)
-        del keep  # the copy of the bytes is freed in stream order: later work on the stream reuses it
 
-    def _bytes(self, records, device, values) -> torch.Tensor:
-        """The bytes commands in device memory, in one piece (256-byte aligned parts): the
-        same bytes as an earlier call's are reused (kernels do not write them), new ones
+    def _bytes(self, records, device, values) -> None:
+        """Puts the bytes commands in device memory, in one piece (256-byte aligned parts):
+        the same bytes as an earlier call's are reused (kernels do not write them), new ones
         copied through pinned memory in stream order (no wait for the GPU); fills `values`
-        with their addresses; returns the device copy."""
+        with their addresses."""
         if not records:
-            return None
+            return
         blob = bytearray()
         starts = []
         for _, data, _, _ in records:
@@ -152,7 +151,6 @@ class CudaKernel:
         base = copy.data_ptr()
         for (binding, _, _, _), start in zip(records, starts):
             values[self.by_binding[(False, binding)]] = ctypes.c_uint64(base + start)
-        return copy
 
 
 @functools.lru_cache(maxsize=64)

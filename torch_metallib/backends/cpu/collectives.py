@@ -16,6 +16,7 @@ multiplies) orders no memory, so no lane can observe it: it is a no-op here, and
 barriers with memory flags make the SIMD-group meet.
 """
 
+import functools
 from contextvars import ContextVar
 from typing import List, Optional, Tuple
 
@@ -199,10 +200,9 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
     lines, declarations, acc = [], [], identity
     spelling = SPELLING.get()
     if spelling is not None and condition(0) is None and hasattr(spelling, "reduce"):  # over every active lane
-        combined = _combine(op, signed, type_name, "%a", "%b", "%c")
-        lines, result = spelling.reduce(lambda a, b, out: _combine(op, signed, type_name, a, b, out)[0],
-                                        identity, type_name)
-        return lines, combined[1][:1], result
+        combine = functools.partial(_combine, op, signed, type_name)
+        lines, result = spelling.reduce(lambda a, b, out: combine(a, b, out)[0], identity, type_name)
+        return lines, combine("%a", "%b", "%r")[1][:1], result  # the step's declarations
     if spelling is not None:
         return _fold_blended(op, signed, type_name, condition, identity)
     for j in range(SIMD_WIDTH):

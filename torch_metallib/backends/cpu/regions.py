@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
 from .collectives import MASK_OFFSET, SLOT_BYTES
-from .intrinsics import SIMD_WIDTH
+from .intrinsics import SIMD_WIDTH, type_bytes
 from . import ir_functions
 from .ir_functions import LABEL, retarget_phis
 from .reconvergence import weak_topological_order
@@ -414,18 +414,19 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     return module
 
 
-_SCALAR_BYTES = {"i1": 1, "i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4,
-                 "i64": 8, "double": 8, "ptr": 8}
-
-
 def _type_bytes(type_name: str):
-    """The size of an array, vector or scalar type (None for anything else, e.g. structs)."""
-    type_name = type_name.strip()
-    aggregate = re.fullmatch(r"[\[<](\d+) x (.+)[\]>]", type_name)
-    if aggregate:
-        inner = _type_bytes(aggregate.group(2))
-        return None if inner is None else int(aggregate.group(1)) * inner
-    return _SCALAR_BYTES.get(re.sub(r" addrspace\(\d+\)$", "", type_name))
+    """The size of an array of scalars or vectors, or of one (None for anything else, e.g. structs)."""
+    type_name = re.sub(r" addrspace\(\d+\)$", "", type_name.strip())
+    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name)
+    if array:
+        inner = _type_bytes(array.group(2))
+        return None if inner is None else int(array.group(1)) * inner
+    if type_name == "i1":
+        return 1  # a byte in memory
+    try:
+        return type_bytes(type_name)
+    except ValueError:
+        return None
 
 
 def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> bool:

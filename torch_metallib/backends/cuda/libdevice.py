@@ -12,12 +12,12 @@ libdevice is found at $TORCH_METALLIB_LIBDEVICE, under $CUDA_HOME or /usr/local/
 or in the Python packages that ship it (triton, nvidia-cuda-nvcc).
 """
 
-import glob
 import os
 import re
 from typing import Optional
 
 from ...errors import UnsupportedKernelError
+from .toolkit import toolkit_files
 
 __all__ = ["use_libdevice", "libdevice_path", "needs_libdevice"]
 
@@ -57,17 +57,4 @@ def _find() -> Optional[str]:
     explicit = os.environ.get("TORCH_METALLIB_LIBDEVICE")
     if explicit:
         return explicit if os.path.exists(explicit) else None
-    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")] + sorted(glob.glob("/usr/local/cuda*"))
-    patterns = [os.path.join(root, "nvvm", "libdevice", "libdevice*.bc") for root in roots if root]
-    for module in ("triton", "nvidia"):
-        try:
-            package = __import__(module)
-        except ImportError:
-            continue
-        for base in getattr(package, "__path__", []):
-            patterns.append(os.path.join(base, "**", "libdevice*.bc"))
-    for pattern in patterns:
-        matches = sorted(glob.glob(pattern, recursive=True))
-        if matches:
-            return matches[-1]
-    return None
+    return next(iter(toolkit_files("nvvm/libdevice/libdevice*.bc")), None)

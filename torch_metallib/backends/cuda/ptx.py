@@ -8,7 +8,6 @@ where CUDA's compiler is installed, which is how CI checks PTX without a GPU.
 """
 
 import functools
-import glob
 import os
 import re
 import shutil
@@ -23,6 +22,7 @@ from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .libdevice import libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
+from .toolkit import toolkit_files
 
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
@@ -114,16 +114,11 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH)
 
 
 def ptxas_path():
-    """CUDA's ptxas ($PTXAS, then PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc package), or None."""
+    """CUDA's ptxas ($PTXAS, then PATH, then a toolkit or package: toolkit.py), or None."""
     explicit = os.environ.get("PTXAS")
     if explicit:
         return explicit
-    candidates = [shutil.which("ptxas") or ""] + sorted(glob.glob("/usr/local/cuda*/bin/ptxas"))
-    try:
-        import nvidia.cuda_nvcc
-        candidates += [os.path.join(base, "bin", "ptxas") for base in nvidia.cuda_nvcc.__path__]
-    except ImportError:
-        pass
+    candidates = [shutil.which("ptxas") or ""] + toolkit_files("bin/ptxas")
     return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
 
 

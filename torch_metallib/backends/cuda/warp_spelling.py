@@ -10,17 +10,31 @@ take part are the warp's active lanes (``activemask``). Values of any width trav
 collectives never use (they test the mask first, as on the CPU).
 """
 
+import re
 from typing import Dict, List, Tuple
 
-from ..cpu.intrinsics import type_bytes
-
-__all__ = ["WarpSpelling", "DECLARATIONS"]
+__all__ = ["WarpSpelling", "DECLARATIONS", "value_bits"]
 
 DECLARATIONS = ["declare i32 @llvm.nvvm.activemask()", "declare i32 @llvm.nvvm.read.ptx.sreg.laneid()",
                 "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)",
                 "declare i32 @llvm.nvvm.shfl.sync.bfly.i32(i32, i32, i32, i32)",
                 "declare void @llvm.nvvm.bar.warp.sync(i32)", "declare void @llvm.nvvm.barrier0()",
                 "declare i32 @llvm.cttz.i32(i32, i1)"]
+_SCALAR_BITS = {"half": 16, "bfloat": 16, "float": 32, "double": 64}
+
+
+def value_bits(type_name: str) -> int:
+    """The exact bit width of a scalar or vector value type."""
+    vector = re.fullmatch(r"<(\d+) x (.+)>", type_name)
+    if vector:
+        return int(vector.group(1)) * value_bits(vector.group(2))
+    if re.fullmatch(r"i\d+", type_name):
+        return int(type_name[1:])
+    if type_name in _SCALAR_BITS:
+        return _SCALAR_BITS[type_name]
+    raise ValueError(f"no warp shuffle for values of type {type_name}")
+
+
 class WarpSpelling:
     """collectives.SPELLING for one intrinsic definition at a time."""
 
@@ -32,7 +46,7 @@ class WarpSpelling:
         self._deposited, offset = {}, 0
         for type_name, operand in values:
             self._deposited[offset] = (type_name, operand)
-            offset += type_bytes(type_name)
+            offset += max(value_bits(type_name) // 8, 1)
         return ["%mask = call i32 @llvm.nvvm.activemask()", "%lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()"]
 
     def read(self, type_name: str, lane: str, name: str, offset: int) -> List[str]:
@@ -79,7 +93,7 @@ class WarpSpelling:
 def shuffle(type_name: str, operand: str, lane: str, name: str, kind: str = "idx", mask: str = "%mask") -> List[str]:
     """Lines leaving %`name` = `operand` of lane `lane` (an i32 operand; for `kind` bfly, of
     this lane xor `lane`), in 32-bit pieces, among the lanes of `mask`."""
-    bits = type_bytes(type_name) * 8  # exact: vectors are not padded
+    bits = value_bits(type_name)
     wide = -(-bits // 32) * 32
     integer = f"i{bits}"
     lines = [] if type_name == integer else [f"%{name}.bits = bitcast {type_name} {operand} to {integer}"]

@@ -21,7 +21,8 @@ import pytest
 
 import _air_modules as air
 import torch_metallib as tm
-from torch_metallib.backends.cuda.backend import _launches
+from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, grid_only, launch_group
+from torch_metallib.dispatch.calls import dispatch_state
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from conftest import IN_CI
@@ -181,3 +182,29 @@ def test_launches_cover_each_threadgroup_once_at_its_size(grid, group):
             assert block[a] == min(group[a], grid[a] - g[a] * group[a]), (g, block)
     if all(g <= 1000 for g in groups):
         assert len(seen) == groups[0] * groups[1] * groups[2]
+
+
+# --- the block of grid-only kernels -------------------------------------------------------------
+
+@pytest.mark.parametrize("name, expected", [
+    ("vv_Addfloat32", True),             # thread_position_in_grid only
+    ("v_Sigmoidfloat32float32", True),
+    ("block_softmax_float32", False),    # barriers, SIMD-group reductions, threadgroup memory
+    ("row_reduce_simple_sumfloat32", False),
+    ("gn2_Addfloat32", True),            # a 2-D position and threads_per_grid
+    ("gemv_float32_bm1_bn8_sm1_sn32_tm4_tn4_nc0_axpby0", False),  # SIMD-group sums
+])
+def test_grid_only_kernels_are_recognised(mlx_lib, name, expected):
+    function = mlx_lib[name]
+    state = dispatch_state(function)
+    assert grid_only(function, state.cooperative, state.serial) == expected
+
+
+@pytest.mark.parametrize("grid, group, expected", [
+    ((1 << 24, 1, 1), (1024, 1, 1), (GRID_ONLY_BLOCK, 1, 1)),
+    ((100, 1, 1), (1024, 1, 1), (100, 1, 1)),
+    ((1000, 3, 1), (32, 2, 1), (32, 2, 1)),  # 2-D grids keep the call's group
+])
+def test_grid_only_kernels_choose_their_block(grid, group, expected):
+    assert launch_group(grid, group, True) == expected
+    assert launch_group(grid, group, False) == group

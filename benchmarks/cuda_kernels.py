@@ -1,6 +1,6 @@
 """The CUDA backend against native torch on the same GPU, in one run (issue #24's measurements).
 
-Usage: python benchmarks/cuda.py [--repeat N] [--json OUT] [--metallib PATH]
+Usage: python benchmarks/cuda_kernels.py [--repeat N] [--json OUT] [--metallib PATH]
 
 Each case runs an MLX kernel from mlx.metallib on ``cuda`` tensors at the launch shape MLX
 uses, and torch's own op on the same data, interleaved call by call (alternating which
@@ -214,7 +214,7 @@ def main() -> None:
     parser.add_argument("--metallib", help="mlx.metallib or a subset of it (default: the cached corpus)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("benchmarks/cuda.py needs a CUDA GPU (torch.cuda.is_available() is False)")
+        sys.exit("benchmarks/cuda_kernels.py needs a CUDA GPU (torch.cuda.is_available() is False)")
     if args.metallib is None:
         from torch_metallib.cli.corpus import mlx_metallib_path
         args.metallib = mlx_metallib_path()

@@ -45,7 +45,7 @@ _MAX_BLOCKS = (2 ** 31 - 1, 65535, 65535)
 # Builtins that do not depend on how the grid is cut into threadgroups.
 _GRID_BUILTINS = {"thread_position_in_grid", "threads_per_grid", "grid_size", "grid_origin",
                   "thread_execution_width", "threads_per_simdgroup"}
-GRID_ONLY_BLOCK = 256  # a 1-D grid-only kernel's block (H100: 0.80x torch's time at 1,024, 0.89x at 256)
+GRID_ONLY_BLOCK = 256  # a 1-D grid-only kernel's block (H100: 0.80x torch's speed at 1,024, 0.89x at 256)
 
 
 class CudaKernel:

@@ -35,7 +35,6 @@ from ..cpu.private_arrays import clamp_private_array_indices
 from ..cpu.simdgroup_matrix import define_matrix
 from .libdevice import use_libdevice
 from .matrix_products import define_matrix_product
-from .private_registers import private_arrays_in_registers
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
 __all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
@@ -145,7 +144,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     declared, to be linked (ptx.py)."""
     text = retarget(specialize_constants(text, constants), TRIPLE, datalayout)
     text = internalize(text, kernel, cooperative=True)  # every function inlines into the entry
-    text = guard_integer_division(private_arrays_in_registers(clamp_private_array_indices(text)))
+    text = guard_integer_division(clamp_private_array_indices(text))
     text, constructors = take_constructors(text)
     text = _generic_constant_space(text)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))

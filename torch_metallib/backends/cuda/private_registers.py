@@ -11,6 +11,7 @@ selects on the index: a load picks the element equal to the index, a store write
 value to that element and each other element's own value back. The same values, so the
 same results; SROA then promotes the array, and where the index becomes constant
 (unrolled loops) the selects fold away. Arrays of scalars up to _MAX_ELEMENTS elements.
+ptx.py applies it to a kernel whose PTX kept a private array in local memory.
 """
 
 import re

@@ -22,6 +22,7 @@ from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
+from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
 
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
@@ -122,7 +123,15 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH)
     finally:
         context.close()
     text = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data))
-    return compile_ptx(text, entry_name(symbol), arch)
+    ptx = compile_ptx(text, entry_name(symbol), arch)
+    if "__local_depot" in ptx:
+        # A private array left in local memory: again with its run-time indexed accesses as
+        # selects (private_registers.py). Only then: where O3 promotes the arrays itself
+        # (most kernels) the selects only cost compile time (steel GEMM's twice).
+        registers = private_arrays_in_registers(text)
+        if registers != text:
+            ptx = compile_ptx(registers, entry_name(symbol), arch)
+    return ptx
 
 
 def ptxas_path():

@@ -16,6 +16,7 @@ tests skip, except in CI, where that is a failure. test_cuda.py runs kernels on 
 import collections
 import itertools
 import re
+import subprocess
 
 import pytest
 
@@ -137,6 +138,21 @@ def test_simdgroup_matrix_products_are_shuffles_and_fmas(mlx_lib, ptxas):
     ptx = _ptx(mlx_lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"])
     assert ptx.count("fma.rn.f32") >= 16 and "shfl.sync.idx.b32" in ptx
     _assembled(ptx)
+
+
+@pytest.mark.parametrize("name", ["layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32"])
+def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
+    """layer_norm's ``float thread_x[8]``, indexed at run time where a row ends mid-thread,
+    uses no local memory: none in the PTX, and ptxas (-v) gives the kernel no stack frame."""
+    ptx = kernel_ptx(mlx_lib[name], {}, "t", "sm_90")
+    assert ".local" not in ptx and "ld.local" not in ptx and "st.local" not in ptx
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    result = subprocess.run([ptxas, "-v", "-arch=sm_90", str(source), "-o", str(tmp_path / "kernel.cubin")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:1000]
+    assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", result.stderr), result.stderr
+    assert "lmem" not in result.stderr
 
 
 # --- refusals -----------------------------------------------------------------------------------

@@ -19,12 +19,15 @@ from typing import Optional
 from ...errors import UnsupportedKernelError
 from .toolkit import toolkit_files
 
-__all__ = ["use_libdevice", "libdevice_path", "needs_libdevice"]
+__all__ = ["use_libdevice", "libdevice_path", "needs_libdevice", "LIBDEVICE_FUNCTIONS"]
 
 # LLVM intrinsic stem -> libdevice stem (float: + "f"); everything NVPTX cannot select.
 _INTRINSICS = {name: name for name in ("exp", "exp2", "exp10", "log", "log2", "log10", "sin", "cos", "tan", "asin",
                                        "acos", "atan", "sinh", "cosh", "tanh", "pow", "atan2", "ldexp")}
 _LIBM = ("asinh", "acosh", "atanh", "erf", "expm1", "log1p")
+# Every libdevice function use_libdevice can name (ptx.py keeps only these of the library).
+LIBDEVICE_FUNCTIONS = frozenset(f"__nv_{stem}{suffix}" for stem in list(_INTRINSICS.values()) + list(_LIBM)
+                                for suffix in ("", "f"))
 _CALLEE = re.compile(r"@llvm\.(\w+)\.(f32|f64)(?:\.i32)?(?=\()")
 
 

@@ -2,7 +2,7 @@
 
 A kernel is lowered (lowering.py), linked with libdevice where it calls libdevice's math
 (everything but the entry then internal, so the unused library goes before O3 runs), and
-optimized and emitted at O3 for one GPU architecture (``sm_80``, ``sm_90``...). The driver
+optimized at O3 and emitted for one GPU architecture (``sm_80``, ``sm_90``...). The driver
 compiles the PTX for the GPU it runs on (driver.py); ``ptxas`` does the same ahead of time
 where CUDA's compiler is installed, which is how CI checks PTX without a GPU.
 """
@@ -20,8 +20,9 @@ import llvmlite.binding as llvm
 
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
-from .libdevice import libdevice_path, needs_libdevice
+from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
+from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
 
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
@@ -34,33 +35,45 @@ _lock = threading.Lock()  # LLVM target machines are not shared between threads 
 def _machine(arch: str):
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
-    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, opt=3)
+    # Code generation at O2: O3 only adds a second GVN before instruction selection, which
+    # took ~10% of the lowering and changed no arithmetic (48 of 58 MLX kernels' PTX
+    # identical, the others 1-2 integer instructions shorter; ptxas's code the same).
+    return llvm.Target.from_triple(TRIPLE).create_target_machine(cpu=arch, opt=2)
 
 
 _context = None  # one LLVM context for every compile (under _lock): libdevice is parsed into it once
-_libdevice = None
+_libdevice = None  # libdevice cut to what use_libdevice can call (parsed and cut once per process)
 _libdevice_parts: Dict[FrozenSet[str], bytes] = {}  # the functions a kernel calls -> libdevice cut to them
+
+
+def _cut(module, keep) -> None:
+    """Every function of `module` but those named in `keep` (and what they call) removed."""
+    for function in module.functions:
+        if not function.is_declaration and function.name not in keep:
+            function.linkage = "internal"
+    unused = llvm.create_new_module_pass_manager()
+    unused.add_global_dead_code_eliminate_pass()
+    unused.run(module, llvm.create_pass_builder(_machine(DEFAULT_ARCH), llvm.create_pipeline_tuning_options()))
 
 
 def _libdevice_module(text: str, triple: str, data_layout: str):
     """The part of libdevice that module `text` calls (what those functions need included),
-    cut once per set of functions from the library parsed once per process."""
+    cut once per set of functions from the library parsed once per process. The library is
+    first cut to the functions the lowering can call (70 of its 464 KB): each later cut clones
+    that, ~10 ms instead of ~70."""
     global _libdevice
     names = frozenset(re.findall(r"@(__nv_\w+)\(", text))
     part = _libdevice_parts.get(names)
     if part is None:
         if _libdevice is None:
             with open(libdevice_path(), "rb") as f:
-                _libdevice = llvm.parse_bitcode(f.read(), context=_context)
-            _libdevice.triple, _libdevice.data_layout = triple, data_layout
+                library = llvm.parse_bitcode(f.read(), context=_context)
+            library.triple, library.data_layout = triple, data_layout
+            _cut(library, LIBDEVICE_FUNCTIONS)
+            _libdevice = library
         copy = _libdevice.clone()
         try:
-            for function in copy.functions:
-                if not function.is_declaration and function.name not in names:
-                    function.linkage = "internal"
-            unused = llvm.create_new_module_pass_manager()
-            unused.add_global_dead_code_eliminate_pass()
-            unused.run(copy, llvm.create_pass_builder(_machine(DEFAULT_ARCH), llvm.create_pipeline_tuning_options()))
+            _cut(copy, names)
             part = _libdevice_parts[names] = copy.as_bitcode()
         finally:
             copy.close()
@@ -110,7 +123,15 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH)
     finally:
         context.close()
     text = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data))
-    return compile_ptx(text, entry_name(symbol), arch)
+    ptx = compile_ptx(text, entry_name(symbol), arch)
+    if "__local_depot" in ptx:
+        # A private array left in local memory: again with its run-time indexed accesses as
+        # selects (private_registers.py). Only then: where O3 promotes the arrays itself
+        # (most kernels) the selects only cost compile time (steel GEMM's twice).
+        registers = private_arrays_in_registers(text)
+        if registers != text:
+            ptx = compile_ptx(registers, entry_name(symbol), arch)
+    return ptx
 
 
 def ptxas_path():

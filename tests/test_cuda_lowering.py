@@ -8,6 +8,8 @@
 * The launch split (edge threadgroups on their own) covers every threadgroup once with the
   size ``dispatchThreads`` gives it.
 * What the backend cannot run is refused with an UnsupportedKernelError that names it.
+* Small private arrays indexed at run time (MLX's layer_norm) use no local memory.
+* Grid-only kernels (elementwise) are recognised and launch in blocks of the backend's size.
 
 CI has ptxas (CUDA's compiler, /usr/local/cuda*/bin); where it is missing the assembling
 tests skip, except in CI, where that is a failure. test_cuda.py runs kernels on a GPU.
@@ -23,9 +25,9 @@ import pytest
 import _air_modules as air
 import torch_metallib as tm
 from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, grid_only, launch_group
-from torch_metallib.dispatch.calls import dispatch_state
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
+from torch_metallib.dispatch.calls import dispatch_state
 from conftest import IN_CI
 from test_public_corpus import subset_files
 

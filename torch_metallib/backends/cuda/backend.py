@@ -51,7 +51,7 @@ GRID_ONLY_BLOCK = 256  # a 1-D grid-only kernel's block (H100: 0.80x torch's spe
 class CudaKernel:
     """One function with one set of constant values: its PTX and, per device, its kernel."""
 
-    def __init__(self, function, constants: tuple, grid_only: bool = False):
+    def __init__(self, function, constants: tuple, grid_only: bool):
         self.function = function
         self.grid_only = grid_only  # it cannot tell its threadgroups apart: the block is ours to choose
         self.constants = constants
@@ -169,10 +169,10 @@ def grid_only(function, cooperative: bool, serial: bool) -> bool:
     return not (cooperative or serial) and all(a.builtin in _GRID_BUILTINS for a in function.arguments if a.is_builtin)
 
 
-def launch_group(grid, group, grid_only: bool):
-    """The threadgroup a launch uses: `group`, or for a grid-only kernel on a 1-D grid
-    GRID_ONLY_BLOCK threads (the grid's own size if smaller)."""
-    if grid_only and grid[1] == grid[2] == 1:
+def launch_group(grid, group, ours_to_choose: bool):
+    """The threadgroup a launch uses: `group`, or where the block is `ours_to_choose` (a
+    grid-only kernel) and the grid 1-D, GRID_ONLY_BLOCK threads (the grid's own size if smaller)."""
+    if ours_to_choose and grid[1] == grid[2] == 1:
         return (max(1, min(GRID_ONLY_BLOCK, grid[0])), 1, 1)
     return tuple(group)
 

@@ -72,8 +72,8 @@ def test_scan_lanes_match_coroutines(mlx_lib):
 
 
 def test_schemes_named(mlx_lib):
-    """Kernels whose threads never meet run one after another; simdgroup-matrix products
-    stay coroutines; a permuted schedule runs any kernel as coroutines."""
+    """Kernels whose threads never meet run one after another; cooperative ones as lane
+    loops; a permuted schedule runs any kernel as coroutines."""
     x = torch.arange(64, dtype=torch.float32)
     out = torch.empty_like(x)
     add = mlx_lib["vv_Addfloat32"]
@@ -90,15 +90,32 @@ def test_schemes_named(mlx_lib):
     assert softmax.cpu_scheme == "lanes"
     torch.testing.assert_close(result, torch.softmax(row, -1))
 
-    gemm = mlx_lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"]
-    m = 32
-    a, b, d = torch.randn(m, m), torch.randn(m, m), torch.empty(m, m)
-    params = struct.pack("<8i3q3i4x", m, m, m, m, m, m, 1, 1, m * m, m * m, m * m, 0, m // 16, 0)
-    gemm(a, b, d, params, threads=(32, 2, 2), group_size=(32, 2, 2),
-         constants={"has_batch": False, "use_out_source": False, "do_axpby": False,
-                    "align_M": True, "align_N": True, "align_K": True})
-    assert gemm.cpu_scheme == "coroutines"
-    torch.testing.assert_close(d, a @ b, rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("dtype,tile,m,n,k", [
+    (torch.float32, (32, 32, 16, 2, 2), 64, 96, 48),    # whole tiles: products batched per k-block
+    (torch.float32, (32, 32, 16, 2, 2), 37, 45, 29),    # edges: partial tiles, the unaligned paths
+    (torch.float16, (64, 64, 16, 2, 2), 70, 64, 40),    # half fragments, products from float staging
+    (torch.bfloat16, (64, 32, 32, 2, 2), 64, 50, 70)])
+def test_steel_gemm_lanes_match_coroutines(mlx_lib, dtype, tile, m, n, k):
+    """simdgroup-matrix products as a staged exchange in lane loops: the same bits as
+    coroutines (the same fused multiply-adds in the same order), and torch's product."""
+    bm, bn, bk, wm, wn = tile
+    short = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}[dtype]
+    kernel = mlx_lib[f"steel_gemm_fused_nn_{short}_{short}_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}"]
+    g = torch.Generator().manual_seed(m * n + k)
+    a, b = torch.randn(m, k, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype)
+    d = torch.empty(m, n, dtype=dtype)
+    tiles_n, tiles_m = -(-n // bn), -(-m // bm)
+    params = struct.pack("<8i3q3i4x", m, n, k, k, n, n, tiles_n, tiles_m, m * k, k * n, m * n, 0, k // bk, 0)
+    constants = {"has_batch": False, "use_out_source": False, "do_axpby": False,
+                 "align_M": m % bm == 0, "align_N": n % bn == 0, "align_K": k % bk == 0}
+    (lanes, coroutines), schemes = _both(kernel, [d], a, b, d, params, threads=(tiles_n * 32, tiles_m * wn, wm),
+                                         group_size=(32, wn, wm), constants=constants)
+    assert schemes == ["lanes", "coroutines"]
+    assert torch.equal(lanes[0], coroutines[0])
+    exact = a.double() @ b.double()
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(lanes[0].double(), exact, rtol=tolerance, atol=tolerance * k ** 0.5)
 
 
 def test_switches_before_and_after_a_collective():

@@ -221,9 +221,9 @@ class KernelFunction:
     def cpu_scheme(self) -> Optional[str]:
         """How its last call on the CPU ran its threads: ``"threads"`` (one after another,
         for kernels whose threads never meet), ``"lanes"`` (cut at its barriers and
-        SIMD-group functions into loops over threads that LLVM vectorizes), or
-        ``"coroutines"`` (each thread a coroutine: kernels with simdgroup-matrix products or
-        tensor operations, permuted schedules and checked calls). None before its first CPU call."""
+        SIMD-group functions into loops over threads), or
+        ``"coroutines"`` (each thread a coroutine: kernels with tensor operations, permuted
+        schedules and checked calls). None before its first CPU call."""
         return self._dispatch_state().prepared.get("scheme")
 
     @property

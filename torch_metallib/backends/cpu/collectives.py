@@ -17,6 +17,7 @@ barriers with memory flags make the SIMD-group meet.
 """
 
 import functools
+import re
 from contextvars import ContextVar
 from typing import List, Optional, Tuple
 
@@ -30,7 +31,7 @@ __all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES"
 # is then a marker where the kernel is cut into regions, and the runtime plays no part.
 LANES: ContextVar[bool] = ContextVar("lanes", default=False)
 LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
-                 "declare ptr @tm.lanes.exchanged()"]
+                 "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()"]
 
 # Another target's spelling of the exchange every collective is built on (what the lanes'
 # values are and who took part), or None for the CPU's: the CUDA backend's warp shuffles
@@ -97,7 +98,15 @@ def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
     memory as %staged (tm_rt_simd_stage; suspends until it is handed out), runs `fill`
     (straight-line lines that may use %lane) to write this lane's part, then waits until
     every lane has staged; leaves %staged, %lane, %slots and %leads. A lane that had to
-    step back stages again."""
+    step back stages again. For lane loops: the SIMD-group's staging memory of the exchange's
+    phase (@tm.lanes.stage, filled through %staged.fill), then a deposit of no bytes; the
+    region after it finds the same memory as %staged (@tm.lanes.staged)."""
+    if LANES.get():
+        fill = [re.sub(r"%staged(?![-\w$.])", "%staged.fill", line) for line in fill]
+        return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + simd_position("urem", "%lane") + fill
+                + ["call void @tm.lanes.deposit(ptr null, i32 0)", "%slots = call ptr @tm.lanes.exchanged()",
+                   "%staged = call ptr @tm.lanes.staged()", f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}",
+                   "%mask = load i32, ptr %maskp"] + _claim())
     return ["br label %stage", "stage:",
             f"%staged = call ptr @tm_rt_simd_stage(i64 {bytes_}, ptr %wait, {SITE_ORDER}, {SITE_PLACEHOLDER})",
             "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
@@ -112,9 +121,8 @@ def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
 
 def _claim(staged: bool = False) -> List[str]:
     """%leads, given %slots: this lane is the first to read the exchange's result (in lane
-    loops, where lanes read in order, the first that took part; a staged exchange always
-    runs as coroutines, see regions.py)."""
-    if _every_lane_computes() and not staged:
+    loops, where lanes read in order, the first that took part, given %mask)."""
+    if LANES.get() or (_every_lane_computes() and not staged):
         return ["%lead.lane = call i32 @llvm.cttz.i32(i32 %mask, i1 true)", "%leads = icmp eq i32 %lane, %lead.lane"]
     return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
             "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]

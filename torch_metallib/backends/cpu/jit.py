@@ -227,9 +227,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
-    # Simdgroup-matrix products stage through the runtime: coroutines, without a first try.
-    lanes = (lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0"
-             and not any(name.startswith("air.simdgroup_matrix_8x8_multiply_accumulate") for name in function.intrinsics))
+    lanes = lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0"
     key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
                           + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()

@@ -393,9 +393,6 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
         text = round_bfloat_exactly(number_exchange_sites(define_intrinsics(text, kernel)))
     finally:
         LANES.reset(scheme)
-    if lanes and "@tm.suspend()" in text:  # a staged exchange: coroutines only (regions.py)
-        from .regions import NotLanes
-        raise NotLanes("it stages an exchange (simdgroup-matrix products, tensor operations)")
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"

@@ -15,22 +15,29 @@ taking the exchange's slots, ``@tm.lanes.exchanged()``). After inlining everythi
    [begin, end), lanes of one SIMD-group that all stand at r (so exchange slots have one
    address and no lane is tested), leaving in points[t] the marker each stops at (DONE:
    returned). Memory a thread keeps across a
-   wait (reg2mem's, and its private arrays) moves into a context shared by the
-   threadgroup, one array per allocation indexed by thread, so a loop over threads reads
-   and writes it in consecutive addresses. A region works on its own copy of reg2mem's
-   values, read when a lane starts it and written back when the lane stops, so LLVM
-   keeps them in registers (in a loop, too); likewise a small private array that a loop
+   wait (reg2mem's values live across a marker, and its private arrays) moves into a
+   context shared by the threadgroup, one array per allocation indexed by thread, so a
+   loop over threads reads and writes it in consecutive addresses. A region works on its
+   own copy of reg2mem's values, reading when a lane starts it those live there and
+   writing back at a marker those it wrote that are live after it, so LLVM keeps them in
+   registers (in a loop, too); a simdgroup-matrix value (<64 x T>) is kept as the lane's
+   two elements. Likewise a small private array that a loop
    of the region stores to, where no pointer into it outlives a region run (addresses
    kept across a wait are recomputed from their index where used). What is used in one
    region only stays on the stack. The slots a region's exchange reads are a noalias
    parameter of its loop, so a result every lane computes from them is computed once.
+   A staged exchange (simdgroup-matrix products) is a deposit of no bytes after the lanes
+   wrote their elements into their SIMD-group's staging memory (``@tm.lanes.stage``, one
+   area per staged exchange and phase in the context); in the region after it, the first
+   lane that took part multiplies and every lane reads its results there
+   (``@tm.lanes.staged``).
 
 The runtime (csrc/cpu/lanes.cpp) runs region 0 for the threadgroup, completes exchanges
 when a SIMD-group's lanes have all stopped, releases barriers when every thread has, and
 runs the region after. Lanes stopped at different markers go on from the lowest in a weak
 topological order first (the reconvergence rule of reconvergence.py). A kernel with a wait
-this scheme does not take (simdgroup-matrix products and tensor operations stage through
-the runtime) raises NotLanes and is compiled as coroutines.
+this scheme does not take (tensor operations, which stage through the runtime) raises
+NotLanes and is compiled as coroutines.
 """
 
 import re
@@ -57,6 +64,10 @@ _NAME = re.compile(r'%([-\w$.]+|"[^"]*")')
 _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
 _EXCHANGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.exchanged\(\)")
+# A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
+# lanes write before the deposit and read in the region after it.
+_STAGE = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
+_STAGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.staged\(\)")
 _THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
 _ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
 # Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
@@ -262,47 +273,69 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             if target in allocas:
                 stored_in_loop[target] |= {r for r in regions_of.get(b.label, set()) if b.label in in_loop[r]}
     reentered = {r for r in range(1, count + 1) if markers[r].label in members[r]}
-    context = [n for n in allocas if len(used_in[n]) > 1 or used_in[n] & reentered]
+    # A value (reg2mem's) is kept only where it is live across a marker: read after the
+    # marker before being written. Then a lane reads at a region's start only the values
+    # live there, and writes back at a marker only those live after it.
+    values = {n for n in allocas if _is_value(n)}
+    live = _live_values(blocks, values)
+    across = set().union(*(live[f"tm.after.{k}"] for k in markers))
+    context = [n for n in allocas if (n in across if n in values else len(used_in[n]) > 1 or used_in[n] & reentered)]
     # Values and small private arrays whose address never outlives a region run get a copy
     # per region (below); reg2mem's are only ever loaded and stored.
     body_lines = [line for b in blocks for line in b.lines]
-    copyable = {n for n in context if n.endswith(".reg2mem") or (
+    copyable = {n for n in context if n in values or (
         (_type_bytes(allocas[n][0]) or MAX_COPY_BYTES + 1) <= MAX_COPY_BYTES
         and _address_stays_in_region(body_lines, n, set(context)))}
     field = {name: i for i, name in enumerate(context)}
     exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
     site = {k: i for i, k in enumerate(exchanges)}
     sites = max(len(exchanges), 1)
-    phases_field, areas_field = len(context), len(context) + 1
+    phases_field, areas_field, staging_field = len(context), len(context) + 1, len(context) + 2
+    stage_bytes = _stage_bytes(blocks)
+    staged = {k: i for i, k in enumerate(sorted(stage_bytes))}  # staged exchange -> its staging area
 
     # A kept i1 is stored as a byte: LLVM does not vectorize i1 loads and stores.
     booleans = {n for n in context if allocas[n][0] == "i1"}
     for n in booleans:
         allocas[n] = ("i8", allocas[n][1])
 
+    # A simdgroup-matrix value (<64 x T>) is kept as the lane's two elements, the only ones
+    # it holds (simdgroup_matrix.py); the others, never defined, are not carried across a wait.
+    fragments = {n: f"<2 x {m.group(1)}>" for n in context if n in values
+                 for m in [re.fullmatch(r"<64 x (\w+)>", allocas[n][0])] if m}
+
     def element(name: str) -> str:
         type_name, align = allocas[name]
+        if name in fragments:
+            type_name, align = fragments[name], 8
         return f"{{ {type_name}, [0 x {_PADS[min(max(align, 1), 64)]}] }}"
 
     context_type = f"%tm.ctx.{symbol}"
     fields = [f"[{MAX_THREADS} x {element(n)}]" for n in context] + [
         f"[{SIMD_WIDTH} x [{sites} x i32]]", f"[{SIMD_WIDTH} x [{sites} x [2 x %tm.xphase]]]"]
+    if staged:  # per SIMD-group, staged exchange and phase: as many bytes as the largest stages
+        lines64 = (max(stage_bytes.values()) + 63) // 64
+        fields.append(f"[{SIMD_WIDTH} x [{len(staged)} x [2 x [{lines64} x <16 x i32>]]]]")
 
     def at(field_index: int, *indices: str) -> str:
         return (f"getelementptr inbounds {context_type}, ptr %ctx, i32 0, i32 {field_index}"
                 + "".join(f", i32 {i}" for i in indices))
 
-    def slots(k: int, deposit: bool, name: str) -> List[str]:
-        """`name` = the slots of exchange `k`'s phase: the one being read, or the other one
+    def phase(k: int, deposit: bool) -> Tuple[List[str], str]:
+        """(lines, value): exchange `k`'s phase, the one being read, or the other one
         (lanes deposit there, so a lane that deposits again does not overwrite what lanes
         after it in the loop still read). The same for every lane of the loop: computed
         before it."""
         ending = f"{'d' if deposit else 'r'}{k}"
-        phase = f"%tm.dp.{ending}" if deposit else f"%tm.ph.{ending}"
         return [f"  %tm.pp.{ending} = {at(phases_field, '%tm.simd', str(site[k]))}",
                 f"  %tm.ph.{ending} = load i32, ptr %tm.pp.{ending}"] + (
-                [f"  %tm.dp.{ending} = xor i32 %tm.ph.{ending}, 1"] if deposit else []) + [
-                f"  {name} = {at(areas_field, '%tm.simd', str(site[k]), phase)}"]
+                [f"  %tm.dp.{ending} = xor i32 %tm.ph.{ending}, 1"] if deposit else []), \
+            f"%tm.dp.{ending}" if deposit else f"%tm.ph.{ending}"
+
+    def slots(k: int, deposit: bool, name: str) -> List[str]:
+        """`name` = the slots of exchange `k`'s phase (see phase)."""
+        lines, value = phase(k, deposit)
+        return lines + [f"  {name} = {at(areas_field, '%tm.simd', str(site[k]), value)}"]
 
     first_metadata = 1 + max((int(n) for n in re.findall(r"!(\d+)\b", text)), default=0)
     metadata = [f'!{first_metadata} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
@@ -313,7 +346,10 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         # An array is copied where a loop stores to it (LLVM then keeps it in registers); a
         # copy only read, or written once, costs more than it saves (its write-back stalls
         # store forwarding).
-        copied = [n for n in kept if n in copyable and (n.endswith(".reg2mem") or r in stored_in_loop[n])]
+        copied = [n for n in kept if n in copyable and (n in values or r in stored_in_loop[n])]
+        live_at_start = live[labels[0]] if r else set()
+        written = {m.group(1) for label in labels for line in by_label[label].lines
+                   for m in [_STORE_TO.match(line)] if m and m.group(1) in values}
 
         def copy(n: str, target: str, source: str, value: str) -> List[str]:
             """Lines copying kept allocation `n` from `source` to `target`: a value or a short
@@ -321,16 +357,37 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             element-wise stalls store forwarding), a longer array as one memcpy."""
             type_name, align = allocas[n]
             length = re.match(r"\[(\d+) x ", type_name)
+            if n in fragments:  # two elements in the context
+                kept = fragments[n]
+                if target == n:
+                    return [f"  {value} = load {kept}, ptr {source}",
+                            f"  {value}.w = shufflevector {kept} {value}, {kept} poison, <64 x i32> <i32 0, i32 1"
+                            + ", i32 poison" * 62 + ">", f"  store {type_name} {value}.w, ptr {target}"]
+                return [f"  {value} = load {type_name}, ptr {source}",
+                        f"  {value}.n = shufflevector {type_name} {value}, {type_name} poison, <2 x i32> <i32 0, i32 1>",
+                        f"  store {kept} {value}.n, ptr {target}"]
             if not length or int(length.group(1)) <= MAX_COPY_ELEMENTS:
                 return [f"  {value} = load {type_name}, ptr {source}", f"  store {type_name} {value}, ptr {target}"]
             return [f"  call void @llvm.memcpy.p0.p0.i64(ptr align {max(align, 1)} {target}, "
                     f"ptr align {max(align, 1)} {source}, i64 {_type_bytes(type_name)}, i1 false)"]
 
-        def write_back(number: int) -> List[str]:
-            """Lines storing the region's copies of kept values into the context (LLVM drops
-            the stores of values the region did not change)."""
-            return [line for n in copied for line in copy(n, f"{n}.ctx", n, f"%tm.out.{number}.{n[1:]}")]
+        def write_back(number: int, marker: int) -> List[str]:
+            """Lines storing, at `marker`, the region's copies of kept arrays and of the values
+            it writes that are live after the marker into the context (LLVM drops the stores
+            of arrays the region did not change)."""
+            after = live[f"tm.after.{marker}"] & written
+            return [line for n in copied if n not in values or n in after
+                    for line in copy(n, f"{n}.ctx", n, f"%tm.out.{number}.{n[1:]}")]
         invariant = ["  %tm.simd = lshr i32 %tm.begin, 5"]
+        prepared: Set[Tuple[int, bool]] = set()
+
+        def phase_value(k: int, deposit: bool) -> str:
+            """Exchange `k`'s phase (see phase), its lines added before the loop once."""
+            lines, value = phase(k, deposit)
+            if (k, deposit) not in prepared:
+                prepared.add((k, deposit))
+                invariant.extend(lines)
+            return value
         body: List[str] = []
         for label in labels:
             b = by_label[label]
@@ -340,11 +397,18 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                     continue
                 exchanged = _EXCHANGED.match(line)
                 deposit = _DEPOSIT.match(line)
+                stage = _STAGE.match(line) or _STAGED.match(line)
                 if exchanged:
                     body.append(f"  {exchanged.group(1).strip()} = getelementptr i8, ptr %tm.read, i32 0")
+                elif stage:
+                    k = b.marker if stage.re is _STAGE else r  # filled before marker k, read after it
+                    if k not in staged:
+                        raise NotLanes("a staged exchange's memory is used away from its exchange")
+                    value = phase_value(k, stage.re is _STAGE)
+                    body.append(f"  {stage.group(1).strip()} = {at(staging_field, '%tm.simd', str(staged[k]), value)}")
                 elif deposit:
                     k = b.marker
-                    invariant += slots(k, True, f"%tm.area.{k}")
+                    invariant.append(f"  %tm.area.{k} = {at(areas_field, '%tm.simd', str(site[k]), phase_value(k, True))}")
                     body.append(f"  %tm.slot.{k} = getelementptr inbounds [{SIMD_WIDTH} x [{SLOT_BYTES} x i8]], "
                                 f"ptr %tm.area.{k}, i32 0, i32 %tm.lane")
                     if int(deposit.group(2)):
@@ -353,9 +417,9 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                 elif _BARRIER.match(line):
                     continue
                 elif line is b.lines[-1] and b.marker:
-                    body += write_back(len(body)) + [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
-                elif re.match(r"^\s*ret void", line):
-                    body += write_back(len(body)) + [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
+                    body += write_back(len(body), b.marker) + [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
+                elif re.match(r"^\s*ret void", line):  # the thread's memory is not read again
+                    body += [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
                 elif " = phi " in line:
                     body.append(_keep_incoming(line, regions_of, r))
                 else:
@@ -378,7 +442,8 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                   "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
                   f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
                + [f"  {n} = {at(field[n], '%t32')}" for n in kept if n not in copied]
-               + [line for n in copied for line in [f"  {n}.ctx = {at(field[n], '%t32')}"] + copy(n, n, f"{n}.ctx", f"{n}.in")]
+               + [f"  {n}.ctx = {at(field[n], '%t32')}" for n in copied]
+               + [line for n in copied if n not in values or n in live_at_start for line in copy(n, n, f"{n}.ctx", f"{n}.in")]
                + [f"  br label %{labels[0]}"] + body)
         # Not vectorized yet: on some regions with SIMD-group reductions in divergent code
         # LLVM 20's loop vectorizer did not return (in VPlan construction), marked
@@ -412,6 +477,62 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
                        + declarations + [table] + metadata + [""])
     return module
+
+
+_VALUE_SLOT = re.compile(r"\.reg2mem\d*$")
+_STORE_TO = re.compile(r"^\s*store .*, ptr (%[-\w$.]+)(?:, align \d+)?$")
+
+
+def _is_value(name: str) -> bool:
+    """Whether allocation `name` is reg2mem's (a value moved to memory: only loaded and stored)."""
+    return bool(_VALUE_SLOT.search(name))
+
+
+def _live_values(blocks: List[_Block], values: Set[str]) -> Dict[str, Set[str]]:
+    """Block label -> the `values` live at its start: read on some path from there before
+    being written (backward data flow; a value used otherwise counts as read)."""
+    reads: Dict[str, Set[str]] = {}
+    writes: Dict[str, Set[str]] = {}
+    for b in blocks:
+        read, written = set(), set()
+        for line in b.lines:
+            if _ALLOCA.match(line):
+                continue
+            store = _STORE_TO.match(line)
+            if store and store.group(1) in values:
+                written.add(store.group(1))
+                line = line[:store.start(1)]  # the stored value may be read too (not a slot here)
+            for m in _NAME.finditer(line):
+                name = "%" + m.group(1)
+                if name in values and name not in written:
+                    read.add(name)
+        reads[b.label], writes[b.label] = read, written
+    live = {b.label: set(reads[b.label]) for b in blocks}
+    changed = True
+    while changed:
+        changed = False
+        for b in reversed(blocks):
+            out = set().union(*(live[s] for s in b.successors if s in live))
+            new = reads[b.label] | (out - writes[b.label])
+            if new != live[b.label]:
+                live[b.label] = new
+                changed = True
+    return live
+
+
+def _stage_bytes(blocks: List[_Block]) -> Dict[int, int]:
+    """Marker k -> the bytes its staged exchange stages (regions.py takes only a constant
+    size, staged in the block that ends with the exchange)."""
+    found: Dict[int, int] = {}
+    for b in blocks:
+        for line in b.lines:
+            stage = _STAGE.match(line)
+            if not stage:
+                continue
+            if not b.marker or not stage.group(2).isdigit():
+                raise NotLanes("it stages an exchange of a run-time size or apart from its deposit")
+            found[b.marker] = max(found.get(b.marker, 0), int(stage.group(2)))
+    return found
 
 
 def _type_bytes(type_name: str):

@@ -5,7 +5,8 @@ the lane's: lane l holds M[r][c] and M[r][c+1] with r = ((l>>4)<<2)|((l>>1)&3) a
 c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C), alone or in a batch
 (``tm.simdgroup_matrix_8x8.multiply_accumulate_batch``, _cpu_matrix_batches), is one
 exchange: each lane writes its elements (as float, the accumulator type MLX uses) into
-row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``), the
+row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``; in
+lane loops, its staging area in the threadgroup's context, regions.py), the
 first lane to read the completed exchange computes every D with 8-wide vectors
 (``@tm.simdgroup_matrix_8x8.multiply_batch``), and each lane reads its two elements. Each
 element is C plus the eight products of a row of A and a column of B, in k order, each step

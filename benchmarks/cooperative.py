@@ -3,14 +3,14 @@ simdgroup matrices) on CPU tensors, against torch (issue #22's measurements).
 
 Usage: python benchmarks/cooperative.py [--repeat N] [--json OUT]
 
-Each thread of a threadgroup is a coroutine; a thread that reaches a barrier or a SIMD-group
-collective suspends, and the runtime resumes the next (csrc/cpu/cooperative.cpp). Each
+The kernels run as lane loops (backends/cpu/regions.py, csrc/cpu/lanes.cpp). Each
 measurement is against a baseline in the same run, warm (the first call, which compiles, is
 excluded), interleaved call by call (alternating which goes first), N repeats, medians, GC off:
 
-* softmax: MLX ``block_softmax_float32`` on 256 x 1000 and 4096 x 4096 float32 (threadgroups
-  of 1,024 threads; 2 SIMD reductions and 4 barriers per thread) and ``looped_softmax_float32``
-  on 32 x 8192, against ``torch.softmax(x, -1)``; results checked against torch's.
+* softmax: MLX ``block_softmax_float32`` on 256 x 1000 and 4096 x 4096 float32 and
+  ``looped_softmax_float32`` on 32 x 8192, in the threadgroups MLX's softmax.cpp gives them
+  (256, 1,024 and 1,024 threads; 2 SIMD reductions and 4 barriers per thread), against
+  ``torch.softmax(x, -1)``; results checked against torch's.
 * GEMM: MLX ``steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2`` on 1024 x 1024 x
   1024 (1,024 threadgroups of 128 threads; 8x8 simdgroup matrices, 2 barriers per k-step)
   against ``torch.mm``; result checked.
@@ -42,6 +42,7 @@ import llvmlite.binding as llvm
 import torch
 
 import torch_metallib as tm
+from _mlx_launch import mlx_softmax_group
 from _timing import interleaved
 from torch_metallib.cli.corpus import mlx_metallib_path
 
@@ -60,8 +61,9 @@ def softmax(lib, repeat: int, kernel_name: str, rows: int, size: int) -> dict:
     x = torch.randn(rows, size, generator=torch.Generator().manual_seed(0))
     out = torch.empty_like(x)
     kernel = lib[kernel_name]
+    group = mlx_softmax_group(size)  # as MLX launches it
     result = interleaved({
-        "metallib": lambda: kernel(x, out, size, threads=rows * 1024, group_size=1024),
+        "metallib": lambda: kernel(x, out, size, threads=rows * group, group_size=group),
         "torch": lambda: torch.softmax(x, -1),
     }, repeat)
     result["max_abs_difference"] = (out - torch.softmax(x, -1)).abs().max().item()

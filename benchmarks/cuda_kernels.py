@@ -27,6 +27,7 @@ import time
 import torch
 
 import torch_metallib as tm
+from _mlx_launch import mlx_row_group, mlx_softmax_group
 from cuda_lowering import NAMES as LOWERED, lowering_times
 
 _TILES = {"float32": (32, 32, 16, 2, 2), "float16": (64, 64, 16, 2, 2), "bfloat16": (64, 64, 16, 2, 2)}
@@ -100,24 +101,13 @@ def elementwise(lib, repeat: int) -> list:
     return rows
 
 
-def mlx_row_group(axis: int, n_reads: int) -> int:
-    """The threadgroup MLX's host code gives a kernel that reduces one row of `axis`
-    elements in one threadgroup, `n_reads` per thread (softmax.cpp, normalization.cpp):
-    whole SIMD-groups, just enough threads for the row. More leaves threads idle: softmax
-    over rows of 1,024 in groups of 1,024 ran at a third of the speed of MLX's 256, and
-    layer_norm's threads past the row (lid * 8 > axis_size) loop from axis_size - lid * 8
-    up to 8, thousands of iterations (3.9 ms instead of 0.18 on 4096 x 4096, H100)."""
-    return -(-axis // (n_reads * 32)) * 32
-
-
 def softmax(lib, repeat: int) -> list:
     rows = []
     for name, shape in (("block_softmax_float32", (4096, 1024)), ("block_softmax_float32", (1024, 4096)),
                         ("looped_softmax_float32", (256, 32768))):
         x = torch.randn(*shape, device="cuda")
         out = torch.empty_like(x)
-        # SOFTMAX_N_READS is 4; the looped kernel gets the pipeline's maximum (1,024).
-        group = 1024 if name.startswith("looped") else mlx_row_group(shape[1], 4)
+        group = mlx_softmax_group(shape[1])
         rows.append(_row(f"{name} {shape[0]}x{shape[1]}, groups of {group}",
                          lambda: lib[name](x, out, shape[1], threads=shape[0] * group, group_size=group),
                          lambda: torch.softmax(x, -1), lambda: (out - torch.softmax(x, -1)).abs().max().item(),

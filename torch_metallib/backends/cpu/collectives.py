@@ -25,11 +25,15 @@ from .coroutine import SITE_PLACEHOLDER, SUSPEND
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from .reconvergence import SITE_ORDER
 
-__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "SPELLING"]
+__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "NotLanes", "SPELLING"]
 
 # Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
 # is then a marker where the kernel is cut into regions, and the runtime plays no part.
 LANES: ContextVar[bool] = ContextVar("lanes", default=False)
+class NotLanes(Exception):
+    """The kernel waits in a way lane loops do not take: compile it as coroutines."""
+
+
 LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
                  "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()"]
 
@@ -102,6 +106,8 @@ def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
     phase (@tm.lanes.stage, filled through %staged.fill), then a deposit of no bytes; the
     region after it finds the same memory as %staged (@tm.lanes.staged)."""
     if LANES.get():
+        if not bytes_.isdigit():
+            raise NotLanes("it stages an exchange of a run-time size (tensor operations)")
         fill = [re.sub(r"%staged(?![-\w$.])", "%staged.fill", line) for line in fill]
         return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + simd_position("urem", "%lane") + fill
                 + ["call void @tm.lanes.deposit(ptr null, i32 0)", "%slots = call ptr @tm.lanes.exchanged()",

@@ -37,14 +37,14 @@ when a SIMD-group's lanes have all stopped, releases barriers when every thread 
 runs the region after. Lanes stopped at different markers go on from the lowest in a weak
 topological order first (the reconvergence rule of reconvergence.py). A kernel with a wait
 this scheme does not take (tensor operations, which stage through the runtime) raises
-NotLanes and is compiled as coroutines.
+NotLanes (collectives.py) and is compiled as coroutines.
 """
 
 import re
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
-from .collectives import MASK_OFFSET, SLOT_BYTES
+from .collectives import MASK_OFFSET, SLOT_BYTES, NotLanes
 from .intrinsics import SIMD_WIDTH, type_bytes
 from . import ir_functions
 from .ir_functions import LABEL, retarget_phis
@@ -75,10 +75,6 @@ _ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
 _STACK = re.compile(r"@llvm\.(stacksave|stackrestore|lifetime\.(start|end))")
 _RUNTIME = re.compile(r"@(tm_rt_\w+|tm\.suspend)\(")
 _ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
-
-
-class NotLanes(Exception):
-    """The kernel waits in a way lane loops do not take: compile it as coroutines."""
 
 
 def _function_span(lines: List[str], entry: str) -> Tuple[int, int]:

@@ -66,6 +66,7 @@ _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+
 _EXCHANGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.exchanged\(\)")
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.
+_RET = re.compile(r"^\s*ret void")
 _STAGE = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
 _STAGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.staged\(\)")
 _THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
@@ -131,11 +132,9 @@ def _sink_array_addresses(body: List[str]) -> List[str]:
         if label is not None:
             out.append(label)
         clones, renames = [], {}
+        used = {m.group(0) for l in lines if " = phi " not in l for m in _NAME.finditer(l)}
         for value, (home, line) in defined.items():
-            if home == name:
-                continue
-            pattern = re.compile(re.escape(value) + r"(?![-\w$.])")
-            if any(pattern.search(l) for l in lines if " = phi " not in l):
+            if home != name and value in used:
                 renames[value] = f"{value}.in{len(out)}"
                 clones.append(line.replace(value, renames[value], 1))
         phis = 0
@@ -144,9 +143,8 @@ def _sink_array_addresses(body: List[str]) -> List[str]:
         for i, line in enumerate(lines):
             if i == phis:
                 out += clones
-            if i >= phis:
-                for value, renamed in renames.items():
-                    line = re.sub(re.escape(value) + r"(?![-\w$.])", renamed, line)
+            if i >= phis and renames:
+                line = _NAME.sub(lambda m: renames.get(m.group(0), m.group(0)), line)
             out.append(line)
     return out
 
@@ -264,7 +262,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             address = _ARRAY_ADDRESS.match(line)
             if address and address.group(2) in allocas:
                 addresses[address.group(1)] = address.group(2)
-            store = re.match(r"^\s*store .*, ptr (%[-\w$.]+)", line)
+            store = _STORE_TO.match(line)
             target = store and addresses.get(store.group(1), store.group(1))
             if target in allocas:
                 stored_in_loop[target] |= {r for r in regions_of.get(b.label, set()) if b.label in in_loop[r]}
@@ -414,7 +412,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                     continue
                 elif line is b.lines[-1] and b.marker:
                     body += write_back(len(body), b.marker) + [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
-                elif re.match(r"^\s*ret void", line):  # the thread's memory is not read again
+                elif _RET.match(line):  # the thread's memory is not read again
                     body += [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
                 elif " = phi " in line:
                     body.append(_keep_incoming(line, regions_of, r))
@@ -476,7 +474,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
 
 
 _VALUE_SLOT = re.compile(r"\.reg2mem\d*$")
-_STORE_TO = re.compile(r"^\s*store .*, ptr (%[-\w$.]+)(?:, align \d+)?$")
+_STORE_TO = re.compile(r"^\s*store .*, ptr (%[-\w$.]+)")
 
 
 def _is_value(name: str) -> bool:
@@ -588,14 +586,18 @@ def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> 
     return True
 
 
+_STORE_I1 = re.compile(r"^(\s*)store i1 ([^,]+), ptr (%[-\w$.]+)(.*)$")
+_LOAD_I1 = re.compile(r"^(\s*)(%[-\w$.]+) = load i1, ptr (%[-\w$.]+)(.*)$")
+
+
 def _as_bytes(line: str, booleans: Set[str], number: int) -> List[str]:
     """`line` with its i1 loads from and stores to `booleans` on bytes (`number` names
     the value it adds)."""
-    store = re.match(r"^(\s*)store i1 ([^,]+), ptr (%[-\w$.]+)(.*)$", line)
+    store = _STORE_I1.match(line)
     if store and store.group(3) in booleans:
         return [f"  %tm.byte.{number} = zext i1 {store.group(2)} to i8",
                 f"  store i8 %tm.byte.{number}, ptr {store.group(3)}{store.group(4)}"]
-    load = re.match(r"^(\s*)(%[-\w$.]+) = load i1, ptr (%[-\w$.]+)(.*)$", line)
+    load = _LOAD_I1.match(line)
     if load and load.group(3) in booleans:
         return [f"  %tm.byte.{number} = load i8, ptr {load.group(3)}{load.group(4)}",
                 f"  {load.group(2)} = trunc i8 %tm.byte.{number} to i1"]

@@ -21,7 +21,8 @@ excluded), interleaved call by call (alternating which goes first), N repeats, m
   run: (t(n) - t(0)) / (threads x n) is the cost per thread per barrier.
 * cold compile: the GEMM's first call in a fresh process with the disk cache off
   (``TORCH_METALLIB_CACHE=0``) on a 32 x 32 x 32 problem, minus its second call; median of
-  N processes, against COMPILE_BASELINE_S (measured on this machine, 2026-11-25).
+  N processes, against COMPILE_BASELINE_S (measured on this machine, 2026-11-25), and the
+  same compiled as coroutines (``TORCH_METALLIB_CPU_LANES=0``) in the same run.
 
 Runs on torch's thread count (``torch.get_num_threads()``, reported), like torch itself.
 Targets (#22; reported as met/missed, the script never fails on them): softmax <= 3x torch,
@@ -125,9 +126,10 @@ print((t1 - t0) - (t2 - t1))
 """
 
 
-def cold_compile(repeat: int) -> dict:
-    """The GEMM's compile time in fresh processes, the disk cache off."""
-    environment = dict(os.environ, TORCH_METALLIB_CACHE="0")
+def cold_compile(repeat: int, **variables: str) -> dict:
+    """The GEMM's compile time in fresh processes, the disk cache off, with environment
+    `variables` set."""
+    environment = dict(os.environ, TORCH_METALLIB_CACHE="0", **variables)
     code = _COLD.format(here=str(pathlib.Path(__file__).parent))
     seconds = [float(subprocess.run([sys.executable, "-c", code], env=environment, check=True,
                                     capture_output=True, text=True).stdout.split()[-1]) for _ in range(repeat)]
@@ -197,6 +199,10 @@ def main() -> None:
     print(f"\n{GEMM_NAME} cold compile (fresh process, cache off): {compile_time['median_s']:.2f} s, "
           f"{ratio:.2f}x the baseline {COMPILE_BASELINE_S:.2f} s   target <= {COMPILE_TARGET:.0f}x: "
           f"{'met' if ratio <= COMPILE_TARGET else 'MISSED'}")
+    # The same kernel compiled as coroutines (lane loops off), in this run.
+    results["cold_compile_coroutines"] = cold_compile(options.repeat, TORCH_METALLIB_CPU_LANES="0")
+    print(f"  as coroutines (TORCH_METALLIB_CPU_LANES=0), same run: "
+          f"{results['cold_compile_coroutines']['median_s']:.2f} s")
     if options.json:
         with open(options.json, "w") as file:
             json.dump(results, file, indent=1)

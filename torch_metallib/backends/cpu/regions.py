@@ -64,9 +64,9 @@ _NAME = re.compile(r'%([-\w$.]+|"[^"]*")')
 _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
 _EXCHANGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.exchanged\(\)")
+_RET = re.compile(r"^\s*ret void")
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.
-_RET = re.compile(r"^\s*ret void")
 _STAGE = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
 _STAGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.staged\(\)")
 _THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
@@ -352,14 +352,14 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             type_name, align = allocas[n]
             length = re.match(r"\[(\d+) x ", type_name)
             if n in fragments:  # two elements in the context
-                kept = fragments[n]
+                pair = fragments[n]
                 if target == n:
-                    return [f"  {value} = load {kept}, ptr {source}",
-                            f"  {value}.w = shufflevector {kept} {value}, {kept} poison, <64 x i32> <i32 0, i32 1"
+                    return [f"  {value} = load {pair}, ptr {source}",
+                            f"  {value}.w = shufflevector {pair} {value}, {pair} poison, <64 x i32> <i32 0, i32 1"
                             + ", i32 poison" * 62 + ">", f"  store {type_name} {value}.w, ptr {target}"]
                 return [f"  {value} = load {type_name}, ptr {source}",
                         f"  {value}.n = shufflevector {type_name} {value}, {type_name} poison, <2 x i32> <i32 0, i32 1>",
-                        f"  store {kept} {value}.n, ptr {target}"]
+                        f"  store {pair} {value}.n, ptr {target}"]
             if not length or int(length.group(1)) <= MAX_COPY_ELEMENTS:
                 return [f"  {value} = load {type_name}, ptr {source}", f"  store {type_name} {value}, ptr {target}"]
             return [f"  call void @llvm.memcpy.p0.p0.i64(ptr align {max(align, 1)} {target}, "

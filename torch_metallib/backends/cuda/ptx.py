@@ -24,6 +24,7 @@ from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
 from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
+from .vector_accesses import vector_accesses
 
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
@@ -102,6 +103,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
+            module = _vector_accesses(module)
             return machine.emit_assembly(module)
         except RuntimeError as error:
             raise UnsupportedKernelError(f"{entry}: LLVM's NVPTX backend refused the lowered kernel: "
@@ -109,6 +111,19 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
         finally:
             if module is not None:
                 module.close()
+
+
+def _vector_accesses(module):
+    """`module` (optimized) with runs of global accesses versioned on their alignment at run
+    time (vector_accesses.py): the same module where it has none."""
+    optimized = str(module)
+    versioned = vector_accesses(optimized)
+    if versioned is optimized:
+        return module
+    edited = llvm.parse_assembly(versioned, context=_context)
+    edited.verify()
+    module.close()
+    return edited
 
 
 def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH) -> str:

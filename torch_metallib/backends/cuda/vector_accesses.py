@@ -18,7 +18,7 @@ on that alignment::
     br %ok, aligned, scalar
     aligned: the same instructions, each access's `align` raised to what %ok proves
     scalar:  the same instructions, as they were
-    join:    phis of what the two define and later code uses; the block's rest
+    join:    a phi of each value the two define, named as the original; the block's rest
 
 NVPTX code generation's LoadStoreVectorizer then merges the aligned copy's accesses into
 ``ld.global.v4``/``st.global.v4`` (or v2) where its alias analysis allows (across loads
@@ -32,6 +32,8 @@ shared with the edge path (SimplifyCFG's sinking: softmax's fourth load, rms's f
 store), that small block is first duplicated into the run's block (tail duplication,
 only where it completes a chunk and the block's values are used nowhere else).
 
+A region's branch may diverge within a warp only where its threads' pointers differ in
+alignment (MLX's rows: never within one row), and both sides join before whatever follows.
 Kernels without such runs are left as they are (the module is not reparsed).
 """
 
@@ -46,7 +48,6 @@ _WIDTHS = (16, 8, 4)  # bytes of one vector access (NVPTX: at most 128 bits)
 _SCALAR = "|".join(_SIZES)
 _N = r"%[-\w$.]+"
 _TOKEN = re.compile(r"(?<![-\w$.\"])%[-\w$.]+")
-_NUMBERED = re.compile(r"(?<![-\w$.\"])%(\d+)(?![-\w$.])")
 _DEF = re.compile(rf"^\s*({_N}) = ")
 _LABEL = re.compile(r"^([-\w$.]+):")
 _LOAD = re.compile(rf"^\s*({_N}) = load ({_SCALAR}), ptr addrspace\(1\) ({_N}), align (\d+)(?:, !.*)?$")
@@ -69,7 +70,7 @@ _UNSAFE = re.compile(r"\b(?:atomicrmw|cmpxchg|fence|volatile|atomic|asm|va_arg|l
 _COLLECTIVE = re.compile(r"llvm\.nvvm\.(?:barrier|bar\.|shfl|vote|activemask|match|redux|fence|membar|atomic|atom|red\."
                          r"|elect|cp\.async|mbarrier|wgmma|mma|ldmatrix|stmatrix|griddepcontrol|cluster|setmaxnreg"
                          r"|ldu|ldg|tcgen05|bulk|prefetch)")
-_UNSAFE_WORDS = ("atomic", "cmpxchg", "fence", "volatile", "asm", "va_arg", "landingpad", "invoke", "callbr", "alloca")
+_UNSAFE_QUICK = re.compile(r"call |atomic|cmpxchg|fence|volatile|asm|va_arg|landingpad|invoke|alloca")
 _TYPE = r"(?:i\d+|half|bfloat|float|double|ptr(?: addrspace\(\d+\))?)"
 _VALID_TYPE = re.compile(rf"^(?:{_TYPE}|<\d+ x {_TYPE}>)$")
 _FLAGS = {"nuw", "nsw", "exact", "disjoint", "samesign", "fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn",
@@ -201,15 +202,12 @@ class _Function:
                     self.where[found.group(1)] = (block.name, i)
         self._addresses = {}
 
-    def _count(self, lines: List[str], sign: int) -> None:
-        for line in lines:
-            for token in _TOKEN.findall(line):
-                self.uses[token] += sign
-
     def _unsafe(self, line: str) -> bool:
         """Whether `line` may not be copied under a new condition (nor accesses merged across it)."""
+        if not _UNSAFE_QUICK.search(line):
+            return False
         if "call " not in line:
-            return any(word in line for word in _UNSAFE_WORDS) and bool(_UNSAFE.search(line))
+            return bool(_UNSAFE.search(line))
         text = line.strip()
         if _UNSAFE.search(text):
             return True
@@ -219,7 +217,8 @@ class _Function:
         name = callee.group(1)
         if name in self.convergent or not name.startswith("llvm.") or _COLLECTIVE.match(name):
             return True
-        return bool(set(re.findall(r"#\d+", text.rsplit(")", 1)[-1])) & self.convergent_groups)
+        groups = text.rsplit(")", 1)[-1]
+        return "#" in groups and bool(set(re.findall(r"#\d+", groups)) & self.convergent_groups)
 
     def _address(self, pointer: str) -> Tuple[object, int]:
         """(key, byte offset): `pointer` is the address `key` stands for plus the offset."""
@@ -269,6 +268,8 @@ class _Function:
         """The global scalar accesses of `lines` in segments (the accesses between two lines
         that may not be copied), each access (index, kind, type, pointer, key, offset)."""
         segments, current = [], []
+        if not any("addrspace(1) %" in line for line in lines):
+            return segments
         for i, line in enumerate(lines):
             global_access = "addrspace(1) %" in line
             load = _LOAD.match(line) if global_access and " load " in line else None
@@ -336,9 +337,6 @@ class _Function:
         changed = self._duplicate_tails(accesses)
         if not changed and not any(self._widths(segment) for segments in accesses.values() for segment in segments):
             return None
-        self.uses: Dict[str, int] = collections.Counter()
-        for block in self.blocks:
-            self._count(block.lines, 1)
         position = 0
         while position < len(self.blocks) and self.edits < _MAX_EDITS:
             if self._version(position):
@@ -346,22 +344,11 @@ class _Function:
                 position += 3  # past the two copies, to the join block (the rest of this one)
             else:
                 position += 1
-        return self._printed() if changed else None
-
-    def _printed(self) -> List[str]:
-        """The blocks' lines, numbered values and blocks named (tm.nN): copies renamed some,
-        and the join blocks' phis define others out of order."""
-        numbered = {name[1:] for name in self.defs if name[1:].isdigit()} | \
-                   {block.name for block in self.blocks if block.name.isdigit()}
-
-        def rename(match):
-            return f"%tm.n{match.group(1)}" if match.group(1) in numbered else match.group(0)
+        if not changed:
+            return None
         out: List[str] = []
         for n, block in enumerate(self.blocks):
-            if n:
-                out.append("")
-            out.append(f"tm.n{block.name}:" if block.name in numbered else f"{block.name}:")
-            out += [_NUMBERED.sub(rename, line) if "%" in line else line for line in block.lines]
+            out += ([""] if n else []) + [f"{block.name}:"] + block.lines
         return out
 
     def _duplicate_tails(self, accesses) -> bool:
@@ -504,9 +491,10 @@ class _Function:
     def _split(self, block: _Block, position: int, start: int, end: int, widths, checks, chosen) -> bool:
         region = block.lines[start:end + 1]
         defined = [found.group(1) for line in region for found in [_DEF.match(line)] if found]
-        inside = collections.Counter(token for line in region for token in _TOKEN.findall(line))
-        escaping = [(name, self.defs[name]) for name in defined if self.uses[name] > inside[name]]
-        types = [(name, _result_type(line)) for name, line in escaping]
+        # Every value the region defines is a phi of the join, in the same order: later code
+        # uses them by their names, and numbered values stay numbered in sequence (the copies'
+        # values are named). Unused phis generate no code.
+        types = [(name, _result_type(self.defs[name])) for name in defined]
         if any(kind is None for _, kind in types):
             return False
         successors = set(self._successors(block))
@@ -557,8 +545,6 @@ class _Function:
             if other.name in successors:
                 other.lines = [_phi_retargeted(line, f"%{block.name}", f"%{tag}.join") if " = phi " in line else line
                                for line in other.lines]
-        self._count(region, -1)
-        self._count(check + aligned + scalar + join + [added[0].lines[-1], added[1].lines[-1]], 1)
         self.edits += 1
         self._index([block] + added)
         self.accesses.pop(block.name, None)

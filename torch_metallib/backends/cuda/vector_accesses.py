@@ -407,11 +407,12 @@ class _Function:
             return False
         # The target's values may be used only in it and in its successors' phis, coming from it.
         by_name = {b.name: b for b in self.blocks}
+        named = re.compile(r"(?<![-\w$.\"])(?:" + "|".join(re.escape(name) for name in defined) + r")(?![-\w$.])")
         for other in self.blocks:
-            if other is target:
+            if other is target or not defined or not named.search("\n".join(other.lines)):
                 continue
             for line in other.lines:
-                if not any(name in line for name in defined) or not set(_TOKEN.findall(line)) & defined:
+                if not named.search(line):
                     continue
                 parsed = _phi(line) if other.name in successors else None
                 if parsed is None or any(label != f"%{target.name}" and set(_TOKEN.findall(value)) & defined

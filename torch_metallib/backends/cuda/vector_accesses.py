@@ -86,10 +86,10 @@ def vector_accesses(text: str) -> str:
     if text.count("addrspace(1)") < 2:
         return text
     convergent_groups = set(re.findall(r"^attributes (#\d+) = \{[^\n]*\bconvergent\b", text, re.M))
-    convergent = {name for groups, name in
-                  ((m.group(2), m.group(1)) for m in re.finditer(r"^(?:declare|define) [^\n]*?@([-\w$.]+)\([^\n]*\)([^\n]*)$",
-                                                                  text, re.M))
-                  if "convergent" in groups or set(re.findall(r"#\d+", groups)) & convergent_groups}
+    # Functions declared convergent (by an attribute group or inline): calls of them are never copied.
+    declared = re.finditer(r"^(?:declare|define) [^\n]*?@([-\w$.]+)\([^\n]*\)([^\n]*)$", text, re.M)
+    convergent = {m.group(1) for m in declared
+                  if "convergent" in m.group(2) or set(re.findall(r"#\d+", m.group(2))) & convergent_groups}
     lines = text.split("\n")
     out: List[str] = []
     changed = False
@@ -531,11 +531,12 @@ class _Function:
         for index, line in enumerate(region, start):
             line = _substitute(line, aligned_names)
             if index in raised:
-                line = re.sub(r", align (\d+)", lambda m: f", align {max(int(m.group(1)), raised[index])}", line, count=1)
+                line = re.sub(r", align (\d+)", lambda m: f", align {max(int(m.group(1)), raised[index])}", line,
+                              count=1)
             aligned.append(line)
         scalar = [_substitute(line, scalar_names) for line in region]
-        join = [f"  {name} = phi {kind} [ {aligned_names[name]}, %{tag}.aligned ], [ {scalar_names[name]}, %{tag}.scalar ]"
-                for name, kind in types]
+        join = [f"  {name} = phi {kind} [ {aligned_names[name]}, %{tag}.aligned ], "
+                f"[ {scalar_names[name]}, %{tag}.scalar ]" for name, kind in types]
         rest = block.lines[end + 1:]
         block.lines = block.lines[:start] + check
         added = [_Block(f"{tag}.aligned", aligned + [f"  br label %{tag}.join"]),

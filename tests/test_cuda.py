@@ -127,6 +127,48 @@ def test_layer_norm(mlx_lib, looped, on_cuda):
     cooperative.test_layer_norm(mlx_lib, looped)
 
 
+def _mlx_row_group(axis: int, n_reads: int) -> int:
+    """The threadgroup MLX's host code gives a one-row kernel: whole SIMD-groups, just enough
+    threads for the row at `n_reads` elements each."""
+    return -(-axis // (n_reads * 32)) * 32
+
+
+@pytest.mark.parametrize("size, x_offset, out_offset", [(1024, 0, 0), (1027, 0, 0), (1024, 1, 1), (1024, 0, 2),
+                                                        (4094, 3, 3), (4096, 2, 0)])
+def test_runs_of_accesses_at_every_alignment(mlx_lib, size, x_offset, out_offset):
+    """The lowering reads and writes MLX's runs of 4 or 8 floats per thread as 16-byte
+    accesses where they are aligned at run time, element by element elsewhere
+    (backends/cuda/vector_accesses.py): rows whose length is no multiple of 4, tensors that
+    start off a 16-byte boundary, an input and an output aligned differently. Each matches
+    torch."""
+    rows = 6
+    generator = torch.Generator().manual_seed(size + x_offset)
+
+    def at(offset: int, values: torch.Tensor) -> torch.Tensor:
+        found = torch.empty(rows * size + offset, device="cuda")[offset:].view(rows, size)
+        return found.copy_(values)
+    x = at(x_offset, torch.randn(rows, size, generator=generator) * 3)
+    out = at(out_offset, torch.zeros(rows, size))
+    assert x.data_ptr() % 16 == 4 * x_offset and out.data_ptr() % 16 == 4 * out_offset
+    w, b = torch.randn(size, device="cuda"), torch.randn(size, device="cuda")
+    group = _mlx_row_group(size, 4)
+    mlx_lib.block_softmax_float32(x, out, size, threads=rows * group, group_size=group)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    out.zero_()
+    # The pipeline's maximum, as MLX's host code: the looped kernel reduces all 32 entries of
+    # its threadgroup arrays, which fewer SIMD-groups leave partly unwritten.
+    mlx_lib.looped_softmax_float32(x, out, size, threads=rows * 1024, group_size=1024)
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+    mlx_lib.rmsfloat32(x, w, out, 1e-5, size, 1, threads=rows * group, group_size=group)
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (size,), w, 1e-5))
+    group = _mlx_row_group(size, 8)
+    mlx_lib.layer_normfloat32(x, w, b, out, 1e-5, size, 1, 1, threads=rows * group, group_size=group)
+    torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (size,), w, b, 1e-5))
+    n = rows * size
+    mlx_lib.vn_Expfloat32float32(x.view(-1), out.view(-1), n, threads=-(-n // 2), group_size=256)
+    torch.testing.assert_close(out, torch.exp(x))
+
+
 @pytest.mark.parametrize("case", reductions.ALL_CASES, ids=reductions._ids(reductions.ALL_CASES))
 def test_reductions(mlx_lib, case, on_cuda):
     run = {"all_reduce": reductions.test_all_reduce, "init_reduce": reductions.test_init_reduce,

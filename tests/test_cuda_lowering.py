@@ -10,12 +10,17 @@
 * What the backend cannot run is refused with an UnsupportedKernelError that names it.
 * Small private arrays indexed at run time (MLX's layer_norm) use no local memory.
 * Grid-only kernels (elementwise) are recognised and launch in blocks of the backend's size.
+* Runs of consecutive global accesses (MLX's rms, layer_norm, softmax: 4 or 8 floats per
+  thread) become 16-byte accesses behind a run-time test of their alignment; the rewrite
+  keeps what a function computes (hand-written IR run both ways on the CPU) and leaves
+  kernels without such runs as they were.
 
 CI has ptxas (CUDA's compiler, /usr/local/cuda*/bin); where it is missing the assembling
 tests skip, except in CI, where that is a failure. test_cuda.py runs kernels on a GPU.
 """
 
 import collections
+import ctypes
 import itertools
 import re
 import subprocess
@@ -24,8 +29,10 @@ import pytest
 
 import _air_modules as air
 import torch_metallib as tm
+import torch_metallib.backends.cuda.ptx as ptx_module
 from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, grid_only, launch_group
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
+from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from torch_metallib.dispatch.calls import dispatch_state
 from conftest import IN_CI
@@ -155,6 +162,144 @@ def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
     assert result.returncode == 0, result.stderr[:1000]
     assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", result.stderr), result.stderr
     assert "lmem" not in result.stderr
+
+
+# --- runs of accesses as vector accesses, where aligned at run time ---------------------------
+
+@pytest.mark.parametrize("name, loads, stores", [("rmsfloat32", 1, 1), ("layer_normfloat32", 2, 2),
+                                                 ("block_softmax_float32", 1, 1), ("looped_softmax_float32", 2, 1)])
+def test_row_kernels_read_and_write_aligned_runs_as_vectors(mlx_lib, ptxas, monkeypatch, name, loads, stores):
+    """MLX's row kernels read and write N_READS consecutive floats per thread at an offset
+    known at run time (gid * axis_size + lid * N_READS): 16-byte accesses behind a test of
+    the address's low 4 bits, and the scalar accesses for other rows (vector_accesses.py).
+    Without the rewrite there are none (LLVM cannot know the alignment)."""
+    ptx = _ptx(mlx_lib[name])
+    assert ptx.count("ld.global.v4.b32") >= loads and ptx.count("st.global.v4.b32") >= stores, name
+    assert re.search(r"and\.b64\s+%rd\d+, %rd\d+, 15;", ptx)
+    assert "ld.global.b32" in ptx and "st.global.b32" in ptx  # the scalar copy
+    _assembled(ptx)
+    monkeypatch.setattr(ptx_module, "vector_accesses", lambda text: text)
+    assert ".v4" not in _ptx(mlx_lib[name])
+
+
+@pytest.mark.parametrize("name", ["vv_Addfloat32", "v_Expfloat32float32", "gn2_Addfloat32", "arangefloat32"])
+def test_kernels_without_runs_are_unchanged(mlx_lib, monkeypatch, name):
+    ptx = _ptx(mlx_lib[name])
+    monkeypatch.setattr(ptx_module, "vector_accesses", lambda text: text)
+    assert _ptx(mlx_lib[name]) == ptx
+
+
+_RUNS = """
+define void @k(ptr addrspace(1) %x, ptr addrspace(1) %y, i64 %n, i1 %full) {
+entry:
+  %p = getelementptr float, ptr addrspace(1) %x, i64 %n
+  %q = getelementptr float, ptr addrspace(1) %y, i64 %n
+  br i1 %full, label %fast, label %edge
+
+fast:
+  %0 = load float, ptr addrspace(1) %p, align 4
+  %1 = getelementptr inbounds i8, ptr addrspace(1) %p, i64 4
+  %2 = load float, ptr addrspace(1) %1, align 4
+  %3 = getelementptr inbounds i8, ptr addrspace(1) %p, i64 8
+  %4 = load float, ptr addrspace(1) %3, align 4
+  %5 = fadd float %0, %2
+  store float %5, ptr addrspace(1) %q, align 4
+  %6 = getelementptr inbounds i8, ptr addrspace(1) %q, i64 4
+  store float %4, ptr addrspace(1) %6, align 4
+  BETWEEN
+  br label %last
+
+edge:
+  %7 = load float, ptr addrspace(1) %x, align 4
+  %8 = icmp ugt i64 %n, 1000
+  br i1 %8, label %last, label %done
+
+last:
+  %9 = phi float [ %4, %fast ], [ %7, %edge ]
+  %10 = getelementptr inbounds i8, ptr addrspace(1) %p, i64 12
+  %11 = load float, ptr addrspace(1) %10, align 4
+  %12 = fadd float %9, %11
+  %13 = getelementptr inbounds i8, ptr addrspace(1) %q, i64 12
+  store float %12, ptr addrspace(1) %13, align 4
+  br label %done
+
+done:
+  %14 = phi float [ %11, %last ], [ 0.0, %edge ]
+  %15 = getelementptr inbounds i8, ptr addrspace(1) %q, i64 8
+  store float %14, ptr addrspace(1) %15, align 4
+  ret void
+}
+"""
+
+
+def _run_on_cpu(text: str, n: int, full: bool) -> list:
+    """y after @k(x, y, n, full) (the hand-written function, JIT-compiled for this CPU)."""
+    import llvmlite.binding as llvm
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(text)
+    module.verify()
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    kernel = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_bool)(
+        engine.get_function_address("k"))
+    x, y = (ctypes.c_float * 40)(*[1.5 * i - 7 for i in range(40)]), (ctypes.c_float * 40)()
+    # 16-byte aligned starts, so n = 0 takes the aligned copy, n = 1..3 the scalar one.
+    start_x, start_y = -ctypes.addressof(x) % 16 // 4, -ctypes.addressof(y) % 16 // 4
+    kernel(ctypes.addressof(x) + 4 * start_x, ctypes.addressof(y) + 4 * start_y, n, full)
+    return list(y)[start_y:start_y + 24]
+
+
+def test_runs_are_versioned_on_their_alignment_and_compute_the_same():
+    """A run split across blocks by LLVM's sinking (its last load and store in a block the
+    edge path shares) is first copied whole into one block, then versioned: the copy where
+    x and y are 16-byte aligned gets accesses of alignment 16/4/8/4 by offset. Run on the CPU
+    at every alignment and on both paths, the function computes what it did."""
+    original = _RUNS.replace("BETWEEN", "")
+    versioned = vector_accesses(original)
+    assert versioned != original
+    fast = versioned[versioned.index("fast:"):versioned.index("edge:")]
+    assert re.search(r"and i64 %tm\.v\d+\.i0, 15", fast) and "icmp eq i64" in fast and "freeze i64" in fast
+    aligned = fast[fast.index(".aligned:"):fast.index(".scalar:")]
+    assert re.findall(r"load float, ptr addrspace\(1\) %[-\w.]+, align (\d+)", aligned) == ["16", "4", "8", "4"]
+    assert re.findall(r"store float %[-\w.]+, ptr addrspace\(1\) %[-\w.]+, align (\d+)", aligned) == ["16", "4", "4",
+                                                                                                    "8"]
+    scalar = fast[fast.index(".scalar:"):fast.index(".join:")]
+    assert set(re.findall(r", align (\d+)", scalar)) == {"4"}
+    for n in range(5):
+        for full in (True, False):
+            assert _run_on_cpu(versioned, n, full) == _run_on_cpu(original, n, full), (n, full)
+
+
+@pytest.mark.parametrize("between", [
+    "call void @llvm.nvvm.barrier0()",  # convergent: never made conditional
+    "store volatile float 0.0, ptr addrspace(1) %y, align 4",
+    "%r = atomicrmw add ptr addrspace(1) %y, i32 1 monotonic, align 4",
+])
+def test_runs_are_not_versioned_across_what_cannot_be_copied(between):
+    """A barrier, a volatile access or an atomic between the accesses of a run: no region
+    spans it (only the loads before it, a whole 8-byte chunk, are versioned), nor is a
+    block copied across it; it runs once, unconditionally, as before."""
+    text = _RUNS.replace("BETWEEN", between)
+    text += "declare void @llvm.nvvm.barrier0() #0\nattributes #0 = { convergent nounwind }\n"
+    versioned = vector_accesses(text)
+    blocks = {chunk.split(":", 1)[0]: chunk for chunk in versioned.split("\n\n")}
+    copies = [name for name in blocks if name.endswith((".aligned", ".scalar"))]
+    assert copies and not any(between in blocks[name] for name in copies)
+    assert versioned.count(between) == 1
+    assert "align 16" not in versioned  # no whole 16-byte chunk on either side
+
+
+def test_versioned_module_assembles(ptxas):
+    """The rewrite's output on hand-written NVVM IR is valid for LLVM and ptxas, and the
+    aligned copy's accesses are merged into one 16-byte load and store."""
+    text = ('target triple = "nvptx64-nvidia-cuda"\n' + _RUNS.replace("BETWEEN", "")
+            .replace("define void @k(ptr addrspace(1) %x, ptr addrspace(1) %y, i64 %n, i1 %full)",
+                     "define ptx_kernel void @k(ptr addrspace(1) noalias %x, ptr addrspace(1) noalias %y, i64 %n, "
+                     "i1 %full)"))
+    ptx = ptx_module.compile_ptx(text, "k")
+    assert re.search(r"ld\.global(\.nc)?\.v4\.b32", ptx) and "st.global.v4.b32" in ptx
+    _assembled(ptx)
 
 
 # --- refusals -----------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """NVVM IR -> PTX with llvmlite's NVPTX target, and CUDA's ``ptxas`` to check it.
 
 A kernel is lowered (lowering.py), linked with libdevice where it calls libdevice's math
-(everything but the entry then internal, so the unused library goes before O3 runs), and
-optimized at O3 and emitted for one GPU architecture (``sm_80``, ``sm_90``...). The driver
+(everything but the entry then internal, so the unused library goes before O3 runs),
+optimized at O3, its runs of consecutive global accesses versioned on their alignment at
+run time (vector_accesses.py: NVPTX's code generation then merges the aligned copy's into
+16-byte accesses), and emitted for one GPU architecture (``sm_80``, ``sm_90``...). The driver
 compiles the PTX for the GPU it runs on (driver.py); ``ptxas`` does the same ahead of time
 where CUDA's compiler is installed, which is how CI checks PTX without a GPU.
 """
@@ -14,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from typing import Dict, FrozenSet
 
 import llvmlite.binding as llvm
@@ -24,6 +27,7 @@ from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
 from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
+from .vector_accesses import vector_accesses
 
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
@@ -102,6 +106,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
+            module = _vector_accesses(module, entry)
             return machine.emit_assembly(module)
         except RuntimeError as error:
             raise UnsupportedKernelError(f"{entry}: LLVM's NVPTX backend refused the lowered kernel: "
@@ -109,6 +114,28 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
         finally:
             if module is not None:
                 module.close()
+
+
+def _vector_accesses(module, entry: str):
+    """`module` (optimized) with runs of global accesses versioned on their alignment at run
+    time (vector_accesses.py): the same module where it has none, or where LLVM refuses the
+    rewrite (a bug: warned, and the kernel compiled without it)."""
+    optimized = str(module)
+    versioned = vector_accesses(optimized)
+    if versioned is optimized:
+        return module
+    edited = None
+    try:
+        edited = llvm.parse_assembly(versioned, context=_context)
+        edited.verify()
+    except RuntimeError as error:
+        if edited is not None:
+            edited.close()
+        warnings.warn(f"{entry}: the CUDA lowering's vector accesses were refused by LLVM ({str(error)[:300]}); "
+                      f"compiled with scalar accesses. Please report the kernel", RuntimeWarning)
+        return module
+    module.close()
+    return edited
 
 
 def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH) -> str:

@@ -27,13 +27,14 @@ from .reconvergence import SITE_ORDER
 
 __all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "NotLanes", "SPELLING"]
 
-# Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
-# is then a marker where the kernel is cut into regions, and the runtime plays no part.
-LANES: ContextVar[bool] = ContextVar("lanes", default=False)
+
 class NotLanes(Exception):
     """The kernel waits in a way lane loops do not take: compile it as coroutines."""
 
 
+# Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
+# is then a marker where the kernel is cut into regions, and the runtime plays no part.
+LANES: ContextVar[bool] = ContextVar("lanes", default=False)
 LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
                  "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()"]
 

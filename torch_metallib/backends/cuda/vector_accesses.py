@@ -570,10 +570,6 @@ def _renamed(name: str, tag: str) -> str:
     return f"%{tag}.{name[1:]}"
 
 
-def _has_access(lines: List[str]) -> bool:
-    return any(_LOAD.match(line) or _STORE.match(line) for line in lines)
-
-
 def _substitute(line: str, names: Dict[str, str]) -> str:
     return _TOKEN.sub(lambda m: names.get(m.group(0), m.group(0)), line)
 

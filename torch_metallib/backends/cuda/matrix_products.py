@@ -22,14 +22,15 @@ Two spellings, chosen per product:
   the CPU computes.
 """
 
-from typing import List, Optional, Tuple
+import re
+from typing import FrozenSet, List, Optional, Tuple
 
 from ..cpu.collectives import _definition
 from ..cpu.intrinsics import element_type
 from ..cpu.simdgroup_matrix import _lane_position, _to_float
 from .warp_spelling import shuffle
 
-__all__ = ["define_matrix_product", "EXACT_MARKER", "TENSOR_CORE_TYPES"]
+__all__ = ["define_matrix_product", "converted_types", "EXACT_MARKER", "TENSOR_CORE_TYPES"]
 
 _NAME = "air.simdgroup_matrix_8x8_multiply_accumulate"
 _FMA = "declare float @llvm.fma.f32(float, float, float)"
@@ -118,13 +119,20 @@ def _tensor_core_product(half: str) -> List[str]:
     return lines
 
 
-def _tensor_core_kinds(a: str, b: str) -> List[str]:
+def converted_types(text: str) -> FrozenSet[str]:
+    """The tensor-core element types that module `text` converts to float anywhere: only
+    their paths can be taken by products of float operands (a float GEMM asks nothing, and
+    its optimization does not pay for paths it cannot take)."""
+    return frozenset(t for t in TENSOR_CORE_TYPES if re.search(rf"= fpext (?:<\d+ x )?{t}>? ", text))
+
+
+def _tensor_core_kinds(a: str, b: str, converted: FrozenSet[str]) -> List[str]:
     """The element types (half, bfloat) whose tensor-core path a product with A of type `a`
-    and B of type `b` may take: the operands' own, or, for float operands, each a question
-    to exact_halves.py."""
+    and B of type `b` may take: the operands' own, or, for float operands, each type the
+    module converts (`converted`), as a question to exact_halves.py."""
     if a == b and a in TENSOR_CORE_TYPES:
         return [a]
-    return list(TENSOR_CORE_TYPES) if a == b == "float" else []
+    return [t for t in TENSOR_CORE_TYPES if t in converted] if a == b == "float" else []
 
 
 def _exact_test(half: str, static: bool) -> List[str]:
@@ -137,8 +145,10 @@ def _exact_test(half: str, static: bool) -> List[str]:
                     f"%{kind}.e = and i1 %{kind}.ea, %{kind}.eb", f"%{kind}.use = and i1 %{kind}.e, %full"]
 
 
-def define_matrix_product(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
-    """(definition, declarations) of a multiply_accumulate, None if not one."""
+def define_matrix_product(ret: str, name: str, params: List[str],
+                          converted: FrozenSet[str] = frozenset()) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of a multiply_accumulate, None if not one; `converted`:
+    the module's converted_types."""
     if not name.startswith(_NAME + ".") or len(params) != 3 or not all(t.startswith("<64 x ") for t in params + [ret]):
         return None
     lines = ["%mask = call i32 @llvm.nvvm.activemask()", "%lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()"]
@@ -148,7 +158,7 @@ def define_matrix_product(ret: str, name: str, params: List[str]) -> Optional[Tu
             lines.append(f"%f{operand}{k}.e = extractelement {params[index]} %a{index}, i32 {k}")
             lines += _to_float(element_type(params[index]), f"%f{operand}{k}.e", f"%f{operand}{k}")
     a, b = element_type(params[0]), element_type(params[1])
-    kinds = _tensor_core_kinds(a, b)
+    kinds = _tensor_core_kinds(a, b, converted)
     declarations = [_FMA]
     results = []  # (block, D0, D1) of each path
     if kinds:

@@ -197,10 +197,11 @@ def test_steel_gemm(mlx_lib, transpose, dtype, on_cuda):
 @pytest.mark.parametrize("transpose,dtype,tile,shape", [
     ("nt", "float16", (64, 32, 32, 2, 2), (128, 128, 64)),   # aligned: the unguarded main loop
     ("nn", "bfloat16", (64, 32, 32, 2, 2), (100, 64, 96)),   # ragged M
-    ("tt", "float16", (64, 64, 16, 2, 2), (75, 70, 37)),     # ragged everywhere, the benchmark's tile
+    ("tn", "float16", (64, 64, 16, 2, 2), (75, 70, 37)),     # ragged everywhere, the benchmark's tile
 ])
-def test_steel_gemm_half_on_tensor_cores(mlx_lib, transpose, dtype, tile, shape, on_cuda):
-    """Half and bfloat GEMMs, whose products run on tensor cores (float accumulation)."""
+def test_steel_gemm_half_paths(mlx_lib, transpose, dtype, tile, shape, on_cuda):
+    """Half and bfloat GEMMs (float fragments loaded from half tiles) through their main
+    loop and edge paths."""
     matmul._run_steel_gemm(mlx_lib, transpose, dtype, tile, shape, seed=sum(shape))
 
 
@@ -208,7 +209,7 @@ def test_steel_gemm_half_on_tensor_cores(mlx_lib, transpose, dtype, tile, shape,
                                                    ("bfloat", "float")])
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):
-    """Each operand type's product: tensor cores for a whole warp of half/bfloat, FMAs else."""
+    """Each operand type's product, in a whole warp and in half of one."""
     strided.test_product_of_each_type(operands, accumulator, lanes)
 
 

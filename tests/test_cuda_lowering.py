@@ -30,7 +30,6 @@ import pytest
 import _air_modules as air
 import torch_metallib as tm
 import torch_metallib.backends.cuda.ptx as ptx_module
-from torch_metallib.backends.cuda.exact_halves import answer_exact_questions
 from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, grid_only, launch_group
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
@@ -145,58 +144,9 @@ def test_function_constants_are_specialized(fixtures_lib, ptxas):
 
 
 def test_simdgroup_matrix_products_are_shuffles_and_fmas(mlx_lib, ptxas):
-    """Float products keep float precision: FMAs, never the tensor cores (no TF32)."""
     ptx = _ptx(mlx_lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"])
     assert ptx.count("fma.rn.f32") >= 16 and "shfl.sync.idx.b32" in ptx
-    assert "mma.sync" not in ptx
     _assembled(ptx)
-
-
-@pytest.mark.parametrize("name, kind", [
-    # float fragments that MLX loads from half / bfloat tiles (steel GEMM)
-    ("steel_gemm_fused_nn_float16_float16_bm64_bn64_bk16_wm2_wn2", "f16"),
-    ("steel_gemm_fused_nt_bfloat16_bfloat16_bm64_bn64_bk16_wm2_wn2", "bf16"),
-    ("steel_gemm_splitk_nn_float16_float32_bm16_bn16_bk16_wm2_wn2_MN_naligned_K_naligned", "f16"),
-    # half fragments (simdgroup_matrix<half, 8, 8>): MLX's attention at head dimension 256
-    ("steel_attention_float16_bq32_bk16_bd256_bv256_wm4_wn2_maskbool_", "f16"),
-])
-def test_half_products_run_on_tensor_cores(mlx_lib, ptxas, name, kind):
-    """Products of half or bfloat values (exact in float) are one mma.sync.m16n8k8 each, with
-    float accumulation; the FMA path stays for warps that are not whole."""
-    ptx = _ptx(mlx_lib[name])
-    assert f"mma.sync.aligned.m16n8k8.row.col.f32.{kind}.{kind}.f32" in ptx
-    assert "fma.rn.f32" in ptx
-    _assembled(ptx)
-
-
-_QUESTIONS = """define float @f(half %h, bfloat %b, float %x, i1 %c) {{
-entry:
-  %ph = fpext half %h to float
-  %pb = fpext bfloat %b to float
-  %edge = select i1 %c, float %ph, float 0.000000e+00
-  br label %next
-next:
-  %merged = phi float [ %ph, %entry ], [ %edge, %next ]
-  %q = call i1 @tm.cuda.exact.{kind}(float {operand})
-  br i1 %c, label %next, label %out
-out:
-  ret float %x
-}}
-declare i1 @tm.cuda.exact.{kind}(float) nounwind willreturn memory(none)
-"""
-
-
-@pytest.mark.parametrize("kind, operand, exact", [
-    ("f16", "%ph", True), ("f16", "%pb", False), ("bf16", "%pb", True), ("bf16", "%ph", False),
-    ("f16", "%x", False), ("f16", "%edge", True), ("f16", "%merged", True),
-    ("f16", "0.000000e+00", True), ("f16", "0x3FB99999A0000000", False),  # 0.1f: not a half
-    ("bf16", "0x3FF0000000000000", True), ("bf16", "0x3FF0000020000000", False),  # 1.0, 1 + 2^-23
-])
-def test_tensor_core_questions_answered_from_the_optimized_ir(kind, operand, exact):
-    """exact_halves.py: true only for a float that is provably a converted half (bfloat)."""
-    answered = answer_exact_questions(_QUESTIONS.format(kind=kind, operand=operand))
-    assert f"%q = or i1 {'true' if exact else 'false'}, false" in answered
-    assert "@tm.cuda.exact" not in answered
 
 
 @pytest.mark.parametrize("name", ["layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32"])

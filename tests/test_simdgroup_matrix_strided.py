@@ -112,8 +112,7 @@ def test_product_of_operands_loaded_in_the_new_form():
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_product_of_each_type(operands, accumulator, lanes):
     """D = A * B + C with A and B of `operands` type, C and D of `accumulator` type (MLX's
-    attention, llama.cpp and others use each pair; on CUDA, half and bfloat operands run on
-    tensor cores when the whole SIMD-group takes part). With 16 lanes, the absent lanes'
+    attention, llama.cpp and others use each pair). With 16 lanes, the absent lanes'
     elements (rows 4-7 of every matrix) count as zeros, and only rows 0-3 of D are stored."""
     ab, cd = _TYPES[operands][0], _TYPES[accumulator][0]
     product = f"air.simdgroup_matrix_8x8_multiply_accumulate.v64{cd}.v64{ab}.v64{ab}.v64{cd}"

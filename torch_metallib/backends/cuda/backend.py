@@ -36,7 +36,7 @@ from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 6  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
+CUDA_LOWERING_VERSION = 5  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> device copy
 _byte_lock = threading.Lock()

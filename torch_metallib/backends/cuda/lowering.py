@@ -20,9 +20,8 @@ spells them for NVPTX:
   so a barrier or shuffle never waits for a thread that does not exist.
 """
 
-import functools
 import re
-from typing import Dict, FrozenSet, List
+from typing import Dict, List
 
 from ...errors import UnsupportedKernelError
 from ..cpu.atomics import define_atomic
@@ -35,7 +34,7 @@ from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_
 from ..cpu.private_arrays import clamp_private_array_indices
 from ..cpu.simdgroup_matrix import define_matrix
 from .libdevice import use_libdevice
-from .matrix_products import converted_types, define_matrix_product
+from .matrix_products import define_matrix_product
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
 __all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
@@ -65,10 +64,9 @@ def entry_name(symbol: str) -> str:
     return f"__tm_cuda_{symbol}"
 
 
-def cuda_definition(ret: str, name: str, params: List[str], converted: FrozenSet[str] = frozenset()):
+def cuda_definition(ret: str, name: str, params: List[str]):
     """(the NVVM definition of the declared intrinsic `name`, declarations), or None where
-    the CUDA backend has none: the CPU's meaning, collectives as warp shuffles; `converted`:
-    the types the module converts to float (matrix_products.converted_types)."""
+    the CUDA backend has none: the CPU's meaning, collectives as warp shuffles."""
     parts = name.split(".")
     if len(parts) >= 3 and parts[0] == "air" and parts[1] in VIA_DOUBLE:
         # The CPU computes these in double (correctly rounded); libdevice's float functions
@@ -77,7 +75,7 @@ def cuda_definition(ret: str, name: str, params: List[str], converted: FrozenSet
     token = SPELLING.set(WarpSpelling())
     try:
         return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
-                or define_collective(ret, name, params) or define_matrix_product(ret, name, params, converted)
+                or define_collective(ret, name, params) or define_matrix_product(ret, name, params)
                 or define_matrix(ret, name, params))
     finally:
         SPELLING.reset(token)
@@ -149,8 +147,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = guard_integer_division(clamp_private_array_indices(text))
     text, constructors = take_constructors(text)
     text = _generic_constant_space(text)
-    define = functools.partial(cuda_definition, converted=converted_types(text))
-    text = round_bfloat_exactly(define_intrinsics(text, kernel, define, "the CUDA backend"))
+    text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
     called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))

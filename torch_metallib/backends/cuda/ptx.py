@@ -23,7 +23,6 @@ import llvmlite.binding as llvm
 
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
-from .exact_halves import answer_exact_questions, clean_up, has_exact_questions
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
 from .private_registers import private_arrays_in_registers
@@ -107,7 +106,6 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
-            module = _tensor_cores(module, builder)
             module = _vector_accesses(module, entry)
             return machine.emit_assembly(module)
         except RuntimeError as error:
@@ -116,18 +114,6 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
         finally:
             if module is not None:
                 module.close()
-
-
-def _tensor_cores(module, builder):
-    """`module` (optimized) with its simdgroup-matrix products' tensor-core questions answered
-    (exact_halves.py) and the untaken paths folded away; the same module where it asks none."""
-    optimized = str(module)
-    if not has_exact_questions(optimized):
-        return module
-    answered = llvm.parse_assembly(answer_exact_questions(optimized), context=_context)
-    module.close()
-    clean_up(answered, builder)
-    return answered
 
 
 def _vector_accesses(module, entry: str):

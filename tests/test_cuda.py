@@ -21,6 +21,7 @@ import test_cpu_cooperative as cooperative
 import test_cpu_mlx_matmul as matmul
 import test_cpu_mlx_reductions as reductions
 import test_cpu_mlx_scans as scans
+import test_simdgroup_matrix_strided as strided
 from _device_mirror import mirrored_calls
 from test_argument_buffers import mlx002  # noqa: F401 (fixture)
 
@@ -191,6 +192,25 @@ def test_shuffles(d, on_cuda):
 @pytest.mark.parametrize("transpose,dtype", [("nn", "float32"), ("nt", "float16"), ("tn", "bfloat16")])
 def test_steel_gemm(mlx_lib, transpose, dtype, on_cuda):
     matmul.test_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
+
+
+@pytest.mark.parametrize("transpose,dtype,tile,shape", [
+    ("nt", "float16", (64, 32, 32, 2, 2), (128, 128, 64)),   # aligned: the unguarded main loop
+    ("nn", "bfloat16", (64, 32, 32, 2, 2), (100, 64, 96)),   # ragged M
+    ("tn", "float16", (64, 64, 16, 2, 2), (75, 70, 37)),     # ragged everywhere, the benchmark's tile
+])
+def test_steel_gemm_half_paths(mlx_lib, transpose, dtype, tile, shape, on_cuda):
+    """Half and bfloat GEMMs (float fragments loaded from half tiles) through their main
+    loop and edge paths."""
+    matmul._run_steel_gemm(mlx_lib, transpose, dtype, tile, shape, seed=sum(shape))
+
+
+@pytest.mark.parametrize("operands, accumulator", [("float", "float"), ("half", "float"), ("half", "half"),
+                                                   ("bfloat", "float")])
+@pytest.mark.parametrize("lanes", [32, 16])
+def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):
+    """Each operand type's product, in a whole warp and in half of one."""
+    strided.test_product_of_each_type(operands, accumulator, lanes)
 
 
 def test_argument_buffers(mlx002, on_cuda):

@@ -68,6 +68,7 @@ def test_divergent_barrier_is_a_deadlock_in_the_debug_schedules(mode):
 # entries that no SIMD-group wrote (stale memory on a GPU: wrong results there).
 MLX_ROW_GROUP = 1024
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("variant", ["block", "looped"])
 def test_softmax(mlx_lib, variant, dtype):

@@ -118,7 +118,7 @@ def test_product_of_each_type(operands, accumulator, lanes):
     product = f"air.simdgroup_matrix_8x8_multiply_accumulate.v64{cd}.v64{ab}.v64{ab}.v64{cd}"
     calls, declarations = [], [f"declare <64 x {accumulator}> @{product}(<64 x {operands}>, <64 x {operands}>, "
                                                                         f"<64 x {accumulator}>) #1"]
-    for element in {operands, accumulator}:
+    for element in dict.fromkeys((operands, accumulator)):
         suffix = _TYPES[element][0]
         declarations += [f"declare <64 x {element}> @air.simdgroup_matrix_8x8_load.v64{suffix}.p1{suffix}"
                          f"(ptr addrspace(1), <2 x i64>, <2 x i64>, <2 x i64>) #1"]

@@ -36,10 +36,10 @@ def test_softmax_lanes_match_coroutines(mlx_lib, name, rows, size):
     dtype = torch.float16 if name.endswith("16") else torch.float32
     x = torch.randn(rows, size, generator=torch.Generator().manual_seed(size)).to(dtype)
     out = torch.empty_like(x)
-    # looped_softmax reads all 32 entries of its threadgroup arrays, written only by the
-    # SIMD-groups there are: 256 threads, as test_cpu_cooperative calls it, so that the
-    # entries it leaves behind are the ones that test expects (zeros, never written).
-    group = 256 if name.startswith("looped") else 1024
+    # In groups of 1,024, as MLX launches both: looped_softmax reads one threadgroup entry
+    # per SIMD-group of 1,024 threads, so a smaller group would read entries no thread
+    # wrote (whatever an earlier kernel left in the reused threadgroup memory).
+    group = 1024
     (lanes, coroutines), schemes = _both(mlx_lib[name], [out], x, out, size, threads=rows * group, group_size=group)
     assert schemes == ["lanes", "coroutines"]
     assert torch.equal(lanes[0], coroutines[0])

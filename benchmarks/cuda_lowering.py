@@ -13,6 +13,7 @@ With ``--against`` another checkout (a baseline: its ``torch_metallib`` with a b
 """
 
 import argparse
+import inspect
 import json
 import os
 import random
@@ -27,14 +28,22 @@ NAMES = ["vv_Addfloat32", "v_Expfloat32float32", "block_softmax_float32", "loope
 
 
 def lowering_times(lib, names) -> dict:
-    """Seconds to lower each kernel (refused ones apart), in this process."""
+    """Seconds to lower each kernel (refused ones apart), in this process, as the CUDA
+    backend lowers it (grid-only kernels may be coarsened: backends/cuda/coarsening.py)."""
+    from torch_metallib.backends.cuda.backend import grid_only
     from torch_metallib.backends.cuda.ptx import kernel_ptx
+    from torch_metallib.dispatch.calls import dispatch_state
     from torch_metallib.errors import UnsupportedKernelError
+    coarsens = "grid_only" in inspect.signature(kernel_ptx).parameters  # not in a baseline before coarsening
     seconds, cpu_seconds, refused = [], [], []
     for name in names:
+        options = {}
+        if coarsens:
+            state = dispatch_state(lib[name])
+            options["grid_only"] = grid_only(lib[name], state.cooperative, state.serial)
         start, cpu_start = time.perf_counter(), time.thread_time()
         try:
-            kernel_ptx(lib[name], {}, "k")
+            kernel_ptx(lib[name], {}, "k", **options)
         except UnsupportedKernelError:
             refused.append(name)
             continue

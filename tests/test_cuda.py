@@ -170,6 +170,36 @@ def test_runs_of_accesses_at_every_alignment(mlx_lib, size, x_offset, out_offset
     torch.testing.assert_close(out, torch.exp(x))
 
 
+@pytest.mark.parametrize("size", [1, 3, 4, 5, 1027, (1 << 20) + 3])
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_coarsened_elementwise_at_every_edge_and_alignment(mlx_lib, size, offset):
+    """Straight-line grid-only kernels run 4 grid positions per CUDA thread, 16-byte accesses
+    where aligned (backends/cuda/coarsening.py): the grid's last partial run, tensors that
+    start off a 16-byte boundary (the versioned runs' scalar copy), an output that is an
+    input (in place), half precision. Each matches torch; nothing past the grid is written."""
+    generator = torch.Generator().manual_seed(size * 3 + offset)
+
+    def at(start: int, values: torch.Tensor):
+        """(`values` in a cuda tensor `start` elements into its storage, the 4 sentinels after it)."""
+        storage = torch.full((start + size + 4,), 7.0, dtype=values.dtype, device="cuda")
+        return storage[start:start + size].copy_(values), storage[start + size:]
+
+    for dtype, add in ((torch.float32, mlx_lib.vv_Addfloat32), (torch.float16, mlx_lib.vv_Addfloat16)):
+        a, after_a = at(offset, torch.randn(size, generator=generator).to(dtype))
+        b, _ = at(0, torch.randn(size, generator=generator).to(dtype))
+        out, after = at((offset + 1) % 4, torch.zeros(size, dtype=dtype))
+        add(a, b, out, size, threads=size, group_size=1024)
+        assert torch.equal(out, a + b) and bool((after == 7).all())
+        expected = a + b
+        add(a, b, a, size, threads=size, group_size=1024)
+        assert torch.equal(a, expected) and bool((after_a == 7).all())
+    x, _ = at(offset, torch.randn(size, generator=generator) * 4)
+    out, after = at(0, torch.zeros(size))
+    mlx_lib.v_Expfloat32float32(x, out, size, threads=size, group_size=1024)
+    torch.testing.assert_close(out, torch.exp(x))  # libdevice's expf: within Metal's bounds
+    assert bool((after == 7).all())
+
+
 @pytest.mark.parametrize("case", reductions.ALL_CASES, ids=reductions._ids(reductions.ALL_CASES))
 def test_reductions(mlx_lib, case, on_cuda):
     run = {"all_reduce": reductions.test_all_reduce, "init_reduce": reductions.test_init_reduce,

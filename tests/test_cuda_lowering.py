@@ -322,6 +322,44 @@ def test_missing_libdevice_says_how_to_provide_it(monkeypatch, ptxas):
         _ptx(air.lane_kernel("air.exp.f32", "float", ["float"]))
 
 
+
+# --- grid-only kernels: 4 grid positions per thread, where their accesses merge -------------------
+
+@pytest.mark.parametrize("name, loads, stores", [("vv_Addfloat32", 2, 1), ("v_Expfloat32float32", 1, 1),
+                                                 ("vv_Addfloat16", 2, 1), ("v_copyfloat32float32", 1, 1)])
+def test_grid_only_kernels_run_four_positions_per_thread(mlx_lib, ptxas, name, loads, stores):
+    """Straight-line one-element kernels (MLX's contiguous elementwise and copies) export the
+    coarsened entry, whose four copies read and write 16-byte vectors (coarsening.py); the
+    same kernel asked as an ordinary one is not coarsened."""
+    ptx = kernel_ptx(mlx_lib[name], {}, "t", grid_only=True)
+    assert ".entry __tm_cuda_t_x4(" in ptx
+    assert len(re.findall(r"ld\.global(?:\.nc)?\.v4\.b(?:16|32)", ptx)) == loads, ptx
+    assert len(re.findall(r"st\.global\.v4\.b(?:16|32)", ptx)) == stores, ptx
+    _assembled(ptx)
+    assert ".entry __tm_cuda_t(" in _ptx(mlx_lib[name])
+
+
+@pytest.mark.parametrize("name", ["v_Sinfloat32float32",    # libdevice's sinf branches between the copies
+                                  "g3_copyfloat32float32",  # a vector position: strided accesses
+                                  "vn_Expfloat32float32"])  # bounds checks between its own elements
+def test_grid_only_kernels_that_would_not_merge_stay_one_position_per_thread(mlx_lib, name):
+    function = mlx_lib[name]
+    state = dispatch_state(function)
+    assert grid_only(function, state.cooperative, state.serial)
+    assert ".entry __tm_cuda_t(" in kernel_ptx(function, {}, "t", grid_only=True)
+
+
+def test_grid_only_kernels_with_atomics_stay_one_position_per_thread(ptxas):
+    """Threads may meet at an atomic's location on purpose: no copies reordered around it."""
+    body = ["%p = getelementptr float, ptr addrspace(1) %out, i64 %gid64",
+            "%old = call float @air.atomic.global.add.f32(ptr addrspace(1) %p, float 1.0, i32 0, i32 2, i1 true) #2"]
+    text = air.module_text("adds", body, [("out", "float", "air.read_write")],
+                           ["declare float @air.atomic.global.add.f32(ptr addrspace(1), float, i32, i32, i1) #1"],
+                           collective=False)
+    ptx = kernel_ptx(air.library("adds", text)["adds"], {}, "t", grid_only=True)
+    assert ".entry __tm_cuda_t(" in ptx and re.search(r"(atom|red)(\.relaxed)?\.global\.add\.f32", ptx)
+    _assembled(ptx)
+
 # --- launches: every CUDA block is one Metal threadgroup ----------------------------------------
 
 @pytest.mark.parametrize("grid, group", [((1000, 3, 1), (256, 2, 1)), ((33, 7, 5), (8, 4, 2)),

@@ -9,7 +9,8 @@ of the threadgroup get their edge threadgroups in launches of their own with the
 block, so every CUDA block is exactly a Metal threadgroup. A kernel that cannot tell how
 the grid is cut into threadgroups (no threadgroup memory, barriers or SIMD-group functions,
 and only grid builtins) runs in blocks of GRID_ONLY_BLOCK threads whatever group the call
-names: MLX sizes its groups for Apple GPUs (1,024 threads), which is slower here.
+names: MLX sizes its groups for Apple GPUs (1,024 threads), which is slower here; where
+its code allows, each CUDA thread runs 4 consecutive grid positions (coarsening.py).
 
 PTX is made once per (function HASH, constant values, GPU architecture) and kept in the
 disk cache; the driver loads it once per device and process.
@@ -31,12 +32,13 @@ from ...dispatch.backend import Backend
 from ...errors import DispatchError
 from ..cpu.jit import LOWERING_VERSION
 from . import driver as cuda_driver
+from .coarsening import COARSENING
 from .lowering import entry_name
 from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 5  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
+CUDA_LOWERING_VERSION = 6  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> device copy
 _byte_lock = threading.Lock()
@@ -70,26 +72,30 @@ class CudaKernel:
         text = self._ptx.get(arch)
         if text is None:
             key = f"cuda-ptx {CUDA_LOWERING_VERSION} air {LOWERING_VERSION} llvmlite {llvmlite.__version__} {arch} " \
-                  f"{self.function.hash} {sorted(self.constants)!r}"
+                  f"{self.function.hash} {sorted(self.constants)!r} grid-only {self.grid_only}"
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
             payload = read_entry(path, key) if path else None
             if payload is None:
-                payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch).encode()
+                payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
                 if path:
                     write_entry(path, key, payload)
             text = self._ptx[arch] = payload.decode()
         return text
 
     def loaded(self, device: int):
+        """(kernel, max threads per block, static shared bytes, grid positions per thread) on `device`."""
         with self._lock:
             found = self._loaded.get(device)
             if found is None:
                 driver = cuda_driver.driver()
                 capability = driver.compute_capability(device)
-                kernel = driver.load(self.ptx(f"sm_{min(capability, 90)}"), entry_name(self.symbol))
+                ptx = self.ptx(f"sm_{min(capability, 90)}")
+                # The PTX's entry says whether the lowering coarsened the kernel (coarsening.py).
+                coarsening = COARSENING if f".entry {entry_name(self.symbol, COARSENING)}(" in ptx else 1
+                kernel = driver.load(ptx, entry_name(self.symbol, coarsening))
                 found = self._loaded[device] = (kernel, driver.attribute(kernel, cuda_driver.MAX_THREADS_PER_BLOCK),
-                                                driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES))
+                                                driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES), coarsening)
             return found
 
     def launch(self, plan) -> None:
@@ -98,7 +104,7 @@ class CudaKernel:
         index = device.index
         driver = cuda_driver.driver()
         driver.use_device(index)
-        kernel, max_threads, static_shared = self.loaded(index)
+        kernel, max_threads, static_shared, coarsening = self.loaded(index)
         name = self.function.name
         group, grid = commands["group"], commands["grid"]
         threads = group[0] * group[1] * group[2]
@@ -125,9 +131,11 @@ class CudaKernel:
             self._dynamic_allowed[index] = dynamic
         parameters = [values[p] if p in values else ctypes.c_uint32(0) if p in self.threadgroup else ctypes.c_uint64(0)
                       for p in self.positions]
-        group = launch_group(grid, group, self.grid_only)
+        # CUDA's threads: the grid's, or where each runs `coarsening` positions along x, fewer.
+        cuda_grid = grid if coarsening == 1 else (-(-grid[0] // coarsening), grid[1], grid[2])
+        group = launch_group(cuda_grid, group, self.grid_only)
         stream = _current_stream(index)
-        for blocks, block, base in _launches(grid, group):
+        for blocks, block, base in _launches(cuda_grid, group):
             launch = [ctypes.c_uint32(v) for v in list(grid) + list(group) + list(base)]
             driver.launch(kernel, blocks, block, dynamic, stream, parameters + launch)
 

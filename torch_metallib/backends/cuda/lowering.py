@@ -17,7 +17,9 @@ spells them for NVPTX:
   computes the builtins the kernel declares from ``%tid``/``%ntid``/``%ctaid`` and calls
   the kernel. A launch's block is the exact threadgroup: the runtime launches the
   threadgroups at the grid's edge (smaller, as ``dispatchThreads`` makes them) separately,
-  so a barrier or shuffle never waits for a thread that does not exist.
+  so a barrier or shuffle never waits for a thread that does not exist. A grid-only kernel
+  may instead export ``__tm_cuda_<symbol>_x4``, whose threads run 4 grid positions each
+  (coarsening.py).
 """
 
 import re
@@ -33,11 +35,12 @@ from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_
                             specialize_constants, take_constructors)
 from ..cpu.private_arrays import clamp_private_array_indices
 from ..cpu.simdgroup_matrix import define_matrix
+from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
 from .libdevice import use_libdevice
 from .matrix_products import define_matrix_product
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
-__all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
+__all__ = ["lower", "entry_name", "exported_entry", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # The launch's own parameters, after the kernel's: grid, nominal group, first group (x, y, z).
@@ -60,8 +63,14 @@ _THREAD_IN_GROUP = f"""define internal i32 @tm_rt_thread_in_group() alwaysinline
 _REGISTERS = [f"declare i32 @{_SREG}.{register}.{axis}()" for register in ("tid", "ntid", "ctaid") for axis in "xyz"]
 
 
-def entry_name(symbol: str) -> str:
-    return f"__tm_cuda_{symbol}"
+def entry_name(symbol: str, coarsening: int = 1) -> str:
+    """The exported kernel's name: ``_x<n>`` where each CUDA thread runs n grid positions."""
+    return f"__tm_cuda_{symbol}" + (f"_x{coarsening}" if coarsening > 1 else "")
+
+
+def exported_entry(text: str) -> str:
+    """The name of the ``ptx_kernel`` that lowered module `text` exports."""
+    return re.search(r"^define ptx_kernel void @([-\w$.]+)\(", text, re.M).group(1)
 
 
 def cuda_definition(ret: str, name: str, params: List[str]):
@@ -110,7 +119,10 @@ def _operand(argument, lines: List[str]) -> str:
     return f"ptr %a{position}"
 
 
-def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
+def _thread(kernel: str, arguments, constructors: List[str], position_given: bool):
+    """(parameters, lines) of one Metal thread: its builtins from the special registers and
+    the launch parameters (its x position given as ``%px`` where `position_given`), the
+    constructors, the kernel's call."""
     lines: List[str] = []
     for axis in "xyz":
         lines += [f"%t{axis} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
@@ -118,7 +130,9 @@ def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
                   f"%groups.{axis}.n = add i32 %grid.{axis}, %group.{axis}",
                   f"%groups.{axis}.m = sub i32 %groups.{axis}.n, 1",
                   f"%groups.{axis} = udiv i32 %groups.{axis}.m, %group.{axis}",
-                  f"%o{axis} = mul i32 %g{axis}, %group.{axis}", f"%p{axis} = add i32 %o{axis}, %t{axis}"]
+                  f"%o{axis} = mul i32 %g{axis}, %group.{axis}"]
+        if not (position_given and axis == "x"):
+            lines.append(f"%p{axis} = add i32 %o{axis}, %t{axis}")
     lines += ["%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
               "%simds.n = add i32 %all, 31", "%simds = udiv i32 %simds.n, 32",
               "%quads.n = add i32 %all, 3", "%quads = udiv i32 %quads.n, 4",
@@ -134,14 +148,27 @@ def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
     parameters += [f"i32 %{name}" for name in LAUNCH_PARAMETERS]
     lines += [f"call void @{name}()" for name in constructors]
     lines.append(f"call void @{kernel}({', '.join(operands)})")
+    return parameters, lines
+
+
+def _entry(symbol: str, kernel: str, arguments, constructors: List[str], coarsen: bool, text: str) -> str:
+    if coarsen:
+        parameters, lines = _thread(kernel, arguments, constructors, position_given=True)
+        thread, listed = f"__tm_thread_{symbol}", ", ".join(parameters)
+        return (f"\ndefine internal void @{thread}({listed}, i32 %px) alwaysinline {{\nentry:\n  "
+                + "\n  ".join(lines) + "\n  ret void\n}\n"
+                + coarsened_entry(entry_name(symbol, COARSENING), thread, listed, no_alias_buffers(text, kernel), text))
+    parameters, lines = _thread(kernel, arguments, constructors, position_given=False)
     return (f"\ndefine ptx_kernel void @{entry_name(symbol)}({', '.join(parameters)}) {{\nentry:\n  "
             + "\n  ".join(lines) + "\n  ret void\n}\n")
 
 
-def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str, datalayout: str) -> str:
+def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str, datalayout: str,
+          coarsen: bool = False) -> str:
     """NVVM IR for `kernel` (its printed AIR module `text`) with these function-constant
-    values, exporting the ``ptx_kernel`` ``__tm_cuda_<symbol>``; libdevice's functions
-    declared, to be linked (ptx.py)."""
+    values, exporting the ``ptx_kernel`` ``__tm_cuda_<symbol>``, or where asked to `coarsen`
+    (a grid-only kernel) and the kernel allows it, ``__tm_cuda_<symbol>_x4``
+    (coarsening.py); libdevice's functions declared, to be linked (ptx.py)."""
     text = retarget(specialize_constants(text, constants), TRIPLE, datalayout)
     text = internalize(text, kernel, cooperative=True)  # every function inlines into the entry
     text = guard_integer_division(clamp_private_array_indices(text))
@@ -159,4 +186,5 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     needed = [line for line in DECLARATIONS + _REGISTERS if re.search(r"@([-\w$.]+)\(", line).group(1) not in declared]
     text = use_libdevice(text)
     shared = f"{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
-    return text + shared + "\n".join(needed) + "\n" + _entry(symbol, kernel, arguments, constructors)
+    text += shared + "\n".join(needed) + "\n"
+    return text + _entry(symbol, kernel, arguments, constructors, coarsen and coarsenable(text, constructors), text)

@@ -23,8 +23,9 @@ import llvmlite.binding as llvm
 
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
+from .coarsening import one_axis
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
-from .lowering import TRIPLE, entry_name, lower
+from .lowering import TRIPLE, entry_name, exported_entry, lower
 from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
@@ -32,6 +33,7 @@ from .vector_accesses import vector_accesses
 __all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
 DEFAULT_ARCH = "sm_80"
+_BRANCH = re.compile(r"^\s*(?:br|switch) ", re.M)
 _lock = threading.Lock()  # LLVM target machines are not shared between threads while emitting
 
 
@@ -84,8 +86,19 @@ def _libdevice_module(text: str, triple: str, data_layout: str):
     return llvm.parse_bitcode(part, context=_context)
 
 
-def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
-    """PTX of NVVM IR module `text`, exporting `entry` alone."""
+class _Straight(Exception):
+    """compile_ptx stopped before code generation: the kernel is straight-line code."""
+
+
+class _NoRuns(Exception):
+    """compile_ptx stopped before code generation: no run of global accesses to merge."""
+
+
+def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straight: bool = False,
+                needs_runs: bool = False) -> str:
+    """PTX of NVVM IR module `text`, exporting `entry` alone. Before code generation, raise
+    _Straight where `stop_if_straight` and the optimized entry has no branch, and _NoRuns
+    where `needs_runs` and it has no run of global accesses to merge (coarsening.py)."""
     global _context
     machine = _machine(arch)
     with _lock:
@@ -106,7 +119,12 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH) -> str:
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
-            module = _vector_accesses(module, entry)
+            if stop_if_straight and not _BRANCH.search(str(module.get_function(entry))):
+                raise _Straight()
+            versioned = _vector_accesses(module, entry)
+            if needs_runs and versioned is module:
+                raise _NoRuns()
+            module = versioned
             return machine.emit_assembly(module)
         except RuntimeError as error:
             raise UnsupportedKernelError(f"{entry}: LLVM's NVPTX backend refused the lowered kernel: "
@@ -138,8 +156,10 @@ def _vector_accesses(module, entry: str):
     return edited
 
 
-def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH) -> str:
-    """PTX of `function` (a KernelFunction) with these function-constant values."""
+def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH, grid_only: bool = False) -> str:
+    """PTX of `function` (a KernelFunction) with these function-constant values; where it is
+    `grid_only` (backend.py), its kernel may run several grid positions per thread (its
+    entry's name then says so: lowering.entry_name)."""
     context = llvm.create_context()
     try:
         module = parse_bitcode(function.name, function.bitcode, context)
@@ -149,15 +169,28 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH)
             module.close()
     finally:
         context.close()
-    text = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data))
-    ptx = compile_ptx(text, entry_name(symbol), arch)
+    datalayout = str(_machine(arch).target_data)
+    text, entry = lower(air, function.name, function.arguments, constants, symbol, datalayout), entry_name(symbol)
+    try:
+        ptx = compile_ptx(text, entry, arch, stop_if_straight=grid_only and one_axis(function.arguments))
+    except _Straight:
+        # Straight-line one-position code: worth COARSENING positions per thread where its
+        # copies' accesses merge into vector accesses (coarsening.py).
+        coarse = lower(air, function.name, function.arguments, constants, symbol, datalayout, coarsen=True)
+        try:
+            if exported_entry(coarse) == entry:
+                raise _NoRuns()  # not coarsenable (atomics, constructors, loops)
+            ptx = compile_ptx(coarse, exported_entry(coarse), arch, needs_runs=True)
+            text, entry = coarse, exported_entry(coarse)
+        except _NoRuns:
+            ptx = compile_ptx(text, entry, arch)
     if "__local_depot" in ptx:
         # A private array left in local memory: again with its run-time indexed accesses as
         # selects (private_registers.py). Only then: where O3 promotes the arrays itself
         # (most kernels) the selects only cost compile time (steel GEMM's twice).
         registers = private_arrays_in_registers(text)
         if registers != text:
-            ptx = compile_ptx(registers, entry_name(symbol), arch)
+            ptx = compile_ptx(registers, entry, arch)
     return ptx
 
 

@@ -23,6 +23,7 @@ import collections
 import ctypes
 import itertools
 import re
+import struct
 import subprocess
 
 import pytest
@@ -30,7 +31,7 @@ import pytest
 import _air_modules as air
 import torch_metallib as tm
 import torch_metallib.backends.cuda.ptx as ptx_module
-from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, grid_only, launch_group
+from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, _parameter_layout, grid_only, launch_group
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
@@ -384,6 +385,17 @@ def test_launches_cover_each_threadgroup_once_at_its_size(grid, group):
     if all(g <= 1000 for g in groups):
         assert len(seen) == groups[0] * groups[1] * groups[2]
 
+
+
+def test_launch_parameters_are_packed_at_their_natural_alignment():
+    """One buffer holds a launch's parameters (cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER),
+    each at the offset the PTX ABI gives it: u64 pointers on 8 bytes, u32 threadgroup offsets
+    and the 9 launch values on 4."""
+    layout = struct.Struct(_parameter_layout([False, True, False]))  # pointer, offset, pointer
+    packed = layout.pack(1 << 40, 7, 3 << 40, *range(100, 109))
+    assert struct.unpack_from("<Q", packed, 0)[0] == 1 << 40 and struct.unpack_from("<I", packed, 8)[0] == 7
+    assert struct.unpack_from("<Q", packed, 16)[0] == 3 << 40
+    assert struct.unpack_from("<9I", packed, 24) == tuple(range(100, 109)) and layout.size == 60
 
 # --- the block of grid-only kernels -------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import ctypes
 import functools
 import hashlib
 import itertools
+import struct
 import threading
 from typing import Dict, List, Tuple
 
@@ -40,7 +41,7 @@ __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
 CUDA_LOWERING_VERSION = 6  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
-_byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> device copy
+_byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> (device copy, its stream)
 _byte_lock = threading.Lock()
 _DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
 _MAX_BLOCKS = (2 ** 31 - 1, 65535, 65535)
@@ -58,15 +59,15 @@ class CudaKernel:
         self.grid_only = grid_only  # it cannot tell its threadgroups apart: the block is ours to choose
         self.constants = constants
         self._ptx: Dict[str, str] = {}
-        self._loaded: Dict[int, Tuple[ctypes.c_void_p, int, int]] = {}  # device -> (kernel, max threads, static shared)
+        self._loaded: Dict[int, Tuple[ctypes.c_void_p, int, int, int]] = {}  # device -> loaded()
         self._dynamic_allowed: Dict[int, int] = {}
         self._lock = threading.Lock()
         self.symbol = "k" + function.hash[:16]
-        # IR position of each binding, by kind: the entry's parameters are in position order.
-        self.positions = sorted(a.position for a in function.arguments if not a.is_builtin)
-        self.by_binding = {(a.kind == "threadgroup", a.binding): a.position
-                           for a in function.arguments if not a.is_builtin}
-        self.threadgroup = {a.position for a in function.arguments if a.kind == "threadgroup"}
+        # The entry's parameters: the bound arguments in IR position order (a global pointer, or
+        # a u32 offset into shared memory per threadgroup argument), then LAUNCH_PARAMETERS.
+        bound = sorted((a for a in function.arguments if not a.is_builtin), key=lambda a: a.position)
+        self.slots = {(a.kind == "threadgroup", a.binding): slot for slot, a in enumerate(bound)}
+        self.parameters = struct.Struct(_parameter_layout([a.kind == "threadgroup" for a in bound]))
 
     def ptx(self, arch: str) -> str:
         text = self._ptx.get(arch)
@@ -112,14 +113,14 @@ class CudaKernel:
             raise DispatchError(f"{name}: group_size {tuple(group)} is {threads} threads; this kernel allows at most "
                                 f"{max_threads} on this GPU (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK). "
                                 f"Pass a smaller group_size")
-        values: Dict[int, ctypes._SimpleCData] = {}
+        stream = _current_stream(index)
+        values = [0] * len(self.slots)  # unbound: a null pointer
         for binding, tensor, offset, _ in commands["buffers"]:
-            address = tensor.untyped_storage().data_ptr() + offset
-            values[self.by_binding[(False, binding)]] = ctypes.c_uint64(address)
-        self._bytes(commands["bytes"], device, values)
+            values[self.slots[(False, binding)]] = tensor.untyped_storage().data_ptr() + offset
+        self._bytes(commands["bytes"], device, stream, values)
         dynamic = 0
         for binding, length in commands["threadgroup"]:
-            values[self.by_binding[(True, binding)]] = ctypes.c_uint32(dynamic)
+            values[self.slots[(True, binding)]] = dynamic
             dynamic += length
         limit = driver.max_shared_per_block(index)
         if dynamic + static_shared > limit:
@@ -129,21 +130,17 @@ class CudaKernel:
         if dynamic + static_shared > _DEFAULT_SHARED and self._dynamic_allowed.get(index, 0) < dynamic:
             driver.set_attribute(kernel, cuda_driver.MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
             self._dynamic_allowed[index] = dynamic
-        parameters = [values[p] if p in values else ctypes.c_uint32(0) if p in self.threadgroup else ctypes.c_uint64(0)
-                      for p in self.positions]
         # CUDA's threads: the grid's, or where each runs `coarsening` positions along x, fewer.
         cuda_grid = grid if coarsening == 1 else (-(-grid[0] // coarsening), grid[1], grid[2])
         group = launch_group(cuda_grid, group, self.grid_only)
-        stream = _current_stream(index)
         for blocks, block, base in _launches(cuda_grid, group):
-            launch = [ctypes.c_uint32(v) for v in list(grid) + list(group) + list(base)]
-            driver.launch(kernel, blocks, block, dynamic, stream, parameters + launch)
+            driver.launch(kernel, blocks, block, dynamic, stream, self.parameters.pack(*values, *grid, *group, *base))
 
-    def _bytes(self, records, device, values) -> None:
+    def _bytes(self, records, device, stream: int, values) -> None:
         """Puts the bytes commands in device memory, in one piece (256-byte aligned parts):
         the same bytes as an earlier call's are reused (kernels do not write them), new ones
         copied through pinned memory in stream order (no wait for the GPU); fills `values`
-        with their addresses."""
+        with their addresses. `stream`: the launch's."""
         if not records:
             return
         blob = bytearray()
@@ -154,20 +151,34 @@ class CudaKernel:
             blob += data
         key = (device.index, bytes(blob))
         with _byte_lock:
-            copy = _byte_copies.get(key)
-            if copy is None:
+            found = _byte_copies.get(key)
+            if found is None:
                 # torch's pinned-memory cache keeps the staging block until the copy has run.
                 staging = torch.empty(len(blob), dtype=torch.uint8, pin_memory=True)
                 staging.copy_(torch.frombuffer(blob, dtype=torch.uint8))
-                copy = _byte_copies[key] = staging.to(device, non_blocking=True)
+                found = _byte_copies[key] = (staging.to(device, non_blocking=True), stream)
                 if len(_byte_copies) > _BYTE_COPIES:
                     _byte_copies.popitem(last=False)
             else:
                 _byte_copies.move_to_end(key)
-        copy.record_stream(torch.cuda.current_stream(device))  # not reused while this launch may read it
+        copy, made_on = found
+        if stream != made_on:  # on its own stream the allocator orders reuse after this launch already
+            copy.record_stream(torch.cuda.current_stream(device))  # not reused while this launch may read it
         base = copy.data_ptr()
         for (binding, _, _, _), start in zip(records, starts):
-            values[self.by_binding[(False, binding)]] = ctypes.c_uint64(base + start)
+            values[self.slots[(False, binding)]] = base + start
+
+
+def _parameter_layout(threadgroup: List[bool]) -> str:
+    """The struct format of an entry's parameters as the kernel lays them out (each at its
+    natural alignment): per bound argument a u64 pointer or (`threadgroup`) a u32 offset,
+    then the 9 u32 LAUNCH_PARAMETERS."""
+    layout, offset = "<", 0
+    for is_offset in threadgroup + [True] * 9:
+        size = 4 if is_offset else 8
+        layout += "x" * (-offset % size) + ("I" if is_offset else "Q")
+        offset += -offset % size + size
+    return layout
 
 
 def grid_only(function, cooperative: bool, serial: bool) -> bool:
@@ -198,9 +209,11 @@ def _current_stream(index: int) -> int:
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
+@functools.lru_cache(maxsize=256)
 def _launches(grid, group) -> List[Tuple[Tuple[int, int, int], Tuple[int, int, int], Tuple[int, int, int]]]:
     """(blocks, block, first threadgroup) per launch: whole threadgroups together, the
-    smaller ones at the grid's edge on their own, no launch over CUDA's grid limits."""
+    smaller ones at the grid's edge on their own, no launch over CUDA's grid limits
+    (`grid` and `group` tuples; the list is shared: not to be changed)."""
     axes = []
     for axis in range(3):
         full, rest = divmod(grid[axis], group[axis])

@@ -68,6 +68,7 @@ class CudaKernel:
         bound = sorted((a for a in function.arguments if not a.is_builtin), key=lambda a: a.position)
         self.slots = {(a.kind == "threadgroup", a.binding): slot for slot, a in enumerate(bound)}
         self.parameters = struct.Struct(_parameter_layout([a.kind == "threadgroup" for a in bound]))
+        self._packed = cuda_driver.ParameterBuffer(self.parameters.size)
 
     def ptx(self, arch: str) -> str:
         text = self._ptx.get(arch)
@@ -133,8 +134,11 @@ class CudaKernel:
         # CUDA's threads: the grid's, or where each runs `coarsening` positions along x, fewer.
         cuda_grid = grid if coarsening == 1 else (-(-grid[0] // coarsening), grid[1], grid[2])
         group = launch_group(cuda_grid, group, self.grid_only)
-        for blocks, block, base in _launches(cuda_grid, group):
-            driver.launch(kernel, blocks, block, dynamic, stream, self.parameters.pack(*values, *grid, *group, *base))
+        packed = self._packed
+        with packed.lock:
+            for blocks, block, base in _launches(cuda_grid, group):
+                self.parameters.pack_into(packed.buffer, 0, *values, *grid, *group, *base)
+                driver.launch(kernel, blocks, block, dynamic, stream, packed)
 
     def _bytes(self, records, device, stream: int, values) -> None:
         """Puts the bytes commands in device memory, in one piece (256-byte aligned parts):

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from ...errors import KernelExecutionError, UnsupportedDeviceError
 
-__all__ = ["driver", "Driver", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "MAX_DYNAMIC_SHARED_SIZE_BYTES"]
+__all__ = ["driver", "Driver", "ParameterBuffer", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "MAX_DYNAMIC_SHARED_SIZE_BYTES"]
 
 # CUfunction_attribute
 MAX_THREADS_PER_BLOCK = 0
@@ -96,15 +96,25 @@ class Driver:
         self._check(self._cuda.cuFuncSetAttribute(function, attribute, value), "cuFuncSetAttribute")
 
     def launch(self, function, blocks: Sequence[int], threads: Sequence[int], shared: int, stream: int,
-               parameters: bytes) -> None:
-        """Launches `function` with its `parameters` packed as the kernel lays them out (one
-        buffer: CU_LAUNCH_PARAM_BUFFER_POINTER, ~1 us, where a pointer per parameter cost ~20)."""
-        packed = ctypes.create_string_buffer(parameters, len(parameters))
-        size = ctypes.c_size_t(len(parameters))
-        extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(packed), _PARAM_BUFFER_SIZE,
-                                      ctypes.addressof(size), _PARAM_END)
+               parameters: "ParameterBuffer") -> None:
+        """Launches `function` with the `parameters` packed in their buffer (the driver copies
+        them before it returns)."""
         self._check(self._cuda.cuLaunchKernel(function, blocks[0], blocks[1], blocks[2], threads[0], threads[1],
-                                              threads[2], shared, stream, None, extra), "cuLaunchKernel")
+                                              threads[2], shared, stream, None, parameters.extra), "cuLaunchKernel")
+
+
+class ParameterBuffer:
+    """A kernel's launch parameters packed in one buffer, as the kernel lays them out, and
+    cuLaunchKernel's `extra` array pointing at it (CU_LAUNCH_PARAM_BUFFER_POINTER): ~1 us a
+    launch, where a ctypes pointer per parameter cost ~20. Made once per kernel; one launch
+    at a time fills it (`lock`)."""
+
+    def __init__(self, size: int):
+        self.buffer = ctypes.create_string_buffer(max(size, 1))
+        self._size = ctypes.c_size_t(size)
+        self.extra = (ctypes.c_void_p * 5)(_PARAM_BUFFER_POINTER, ctypes.addressof(self.buffer), _PARAM_BUFFER_SIZE,
+                                           ctypes.addressof(self._size), _PARAM_END)
+        self.lock = threading.Lock()
 
 
 _driver: Optional[Driver] = None

@@ -15,6 +15,7 @@ import torch
 
 import _air_modules as air
 import torch_metallib as tm
+from test_cpu_cooperative import MLX_ROW_GROUP
 
 
 def _both(kernel, outputs, *args, **kwargs):
@@ -36,10 +37,9 @@ def test_softmax_lanes_match_coroutines(mlx_lib, name, rows, size):
     dtype = torch.float16 if name.endswith("16") else torch.float32
     x = torch.randn(rows, size, generator=torch.Generator().manual_seed(size)).to(dtype)
     out = torch.empty_like(x)
-    # In groups of 1,024, as MLX launches both: looped_softmax reads one threadgroup entry
-    # per SIMD-group of 1,024 threads, so a smaller group would read entries no thread
-    # wrote (whatever an earlier kernel left in the reused threadgroup memory).
-    group = 1024
+    # As MLX launches both: a smaller group leaves looped_softmax reading threadgroup entries
+    # that no thread wrote (whatever an earlier kernel left in the reused threadgroup memory).
+    group = MLX_ROW_GROUP
     (lanes, coroutines), schemes = _both(mlx_lib[name], [out], x, out, size, threads=rows * group, group_size=group)
     assert schemes == ["lanes", "coroutines"]
     assert torch.equal(lanes[0], coroutines[0])

@@ -235,8 +235,7 @@ def test_steel_gemm_half_paths(mlx_lib, transpose, dtype, tile, shape, on_cuda):
     matmul._run_steel_gemm(mlx_lib, transpose, dtype, tile, shape, seed=sum(shape))
 
 
-@pytest.mark.parametrize("operands, accumulator", [("float", "float"), ("half", "float"), ("half", "half"),
-                                                   ("bfloat", "float")])
+@pytest.mark.parametrize("operands, accumulator", strided.PRODUCT_TYPES)
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):
     """Each operand type's product, in a whole warp and in half of one."""

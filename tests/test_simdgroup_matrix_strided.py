@@ -107,8 +107,11 @@ def test_product_of_operands_loaded_in_the_new_form():
     assert (d[:, 8:] == SENTINEL).all()
 
 
-@pytest.mark.parametrize("operands, accumulator", [("float", "float"), ("half", "float"), ("half", "half"),
-                                                   ("bfloat", "float")])
+# (operand type, accumulator type) pairs that MLX's attention, llama.cpp and others use.
+PRODUCT_TYPES = [("float", "float"), ("half", "float"), ("half", "half"), ("bfloat", "float")]
+
+
+@pytest.mark.parametrize("operands, accumulator", PRODUCT_TYPES)
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_product_of_each_type(operands, accumulator, lanes):
     """D = A * B + C with A and B of `operands` type, C and D of `accumulator` type (MLX's

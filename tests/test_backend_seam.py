@@ -42,6 +42,7 @@ def test_call_on_a_device_without_backend_raises_and_writes_nothing(mlx_lib, mon
 class RecordingBackend(seam.Backend):
     """Stands in for a device's backend: records what the seam hands it."""
     device_type = "meta"
+    checks = True  # it can run calls checked: the caller's wish is looked up for it
 
     def __init__(self):
         self.prepared, self.runs, self.checked = [], [], []
@@ -66,10 +67,13 @@ def test_backend_gets_constants_then_the_validated_plan(fixture_metallib, monkey
     assert recorder.runs == [(name, ("prepared", constants), "meta", constants)]
     lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False, "alpha": 2.5}, checked=True)
     assert recorder.checked == [False, True]  # the caller's request reaches the backend
+    recorder.checks = False  # one that cannot check is not asked to
+    lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False, "alpha": 2.5}, checked=True)
+    assert recorder.checked == [False, True, False]
     # A refused call reaches no backend.
     with pytest.raises(tm.DispatchError):
         lib.function_constant_scale(meta(4), meta(4), constants={"use_bias": False})
-    assert len(recorder.runs) == 2
+    assert len(recorder.runs) == 3
 
 
 def test_cpu_tensors_run_on_the_cpu_backend(mlx_lib):

@@ -24,9 +24,12 @@ class Backend(abc.ABC):
     Attributes:
         device_type: the torch device type whose tensors this backend runs on
             (``"cpu"``, ``"meta"``, later ``"mps"`` and ``"cuda"``).
+        checks: whether it can run calls checked (only then is the caller's wish
+            looked up for each call: the environment is a few microseconds a call).
     """
 
     device_type: str = ""
+    checks: bool = False
 
     @abc.abstractmethod
     def prepare(self, function, state, constants: tuple, checked: bool = False):

@@ -53,4 +53,5 @@ def run_plan(function, plan, device: str, checked=None) -> None:
     ops.define reaches a backend other than its native CPU path)."""
     backend = backend_for(device, function.name)
     state = function._dispatch_state()
-    backend.run(function, backend.prepare(function, state, plan.constants, checked_requested(checked)), plan)
+    checks = backend.checks and checked_requested(checked)
+    backend.run(function, backend.prepare(function, state, plan.constants, checks), plan)

@@ -12,6 +12,7 @@ __all__ = ["CpuBackend"]
 
 class CpuBackend(Backend):
     device_type = "cpu"
+    checks = True
 
     def prepare(self, function, state, constants: tuple, checked: bool = False):
         mode, seed = current_schedule()

@@ -41,7 +41,8 @@ __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
 CUDA_LOWERING_VERSION = 6  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
-_byte_copies: "collections.OrderedDict" = collections.OrderedDict()  # (device, bytes) -> (device copy, its stream)
+# (device, each bytes command's data) -> (their device copy, the stream it was made on)
+_byte_copies: "collections.OrderedDict" = collections.OrderedDict()
 _byte_lock = threading.Lock()
 _DEFAULT_SHARED = 48 * 1024  # dynamic shared memory a launch may use without opting in
 _MAX_BLOCKS = (2 ** 31 - 1, 65535, 65535)
@@ -147,16 +148,18 @@ class CudaKernel:
         with their addresses. `stream`: the launch's."""
         if not records:
             return
-        blob = bytearray()
-        starts = []
+        starts, end = [], 0
         for _, data, _, _ in records:
-            blob += bytes(-len(blob) % 256)
-            starts.append(len(blob))
-            blob += data
-        key = (device.index, bytes(blob))
+            end += -end % 256
+            starts.append(end)
+            end += len(data)
+        key = (device.index, tuple(data for _, data, _, _ in records))
         with _byte_lock:
             found = _byte_copies.get(key)
             if found is None:
+                blob = bytearray(end)
+                for (_, data, _, _), start in zip(records, starts):
+                    blob[start:start + len(data)] = data
                 # torch's pinned-memory cache keeps the staging block until the copy has run.
                 staging = torch.empty(len(blob), dtype=torch.uint8, pin_memory=True)
                 staging.copy_(torch.frombuffer(blob, dtype=torch.uint8))

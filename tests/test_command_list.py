@@ -87,3 +87,19 @@ def test_cpu_results_come_from_the_commands(mlx_lib):
     c = torch.empty(64)
     mlx_lib.vv_Addfloat32(storage[3:67], storage[10:74], c, threads=64)
     assert torch.equal(c, storage[3:67] + storage[10:74])
+
+
+def test_launch_record_is_the_command_list_in_short(mlx_lib, fixture_lib):
+    """The CUDA backend launches from Plan.launch_record: each buffer's storage address plus
+    its byte offset, the bytes, the threadgroup lengths, grid and group of the commands."""
+    storage = torch.arange(100, dtype=torch.float32)
+    plans = [_plan(mlx_lib.vv_Addfloat32, storage[3:67], storage[10:74], torch.empty(64), threads=64),
+             _plan(fixture_lib.threadgroup_sum_float, torch.ones(256), torch.zeros(4), threads=256, group_size=64,
+                   threadgroup_memory={0: 256})]
+    for plan in plans:
+        commands = plan.commands
+        buffers, data, threadgroup, grid, group = plan.launch_record
+        assert buffers == [(b, t.untyped_storage().data_ptr() + offset) for b, t, offset, _ in commands["buffers"]]
+        assert data == [(b, d) for b, d, _, _ in commands["bytes"]]
+        assert (threadgroup, grid, group) == (commands["threadgroup"], commands["grid"], commands["group"])
+    assert plans[0].launch_record[0][0][1] == storage.data_ptr() + 3 * 4

@@ -102,14 +102,13 @@ class CudaKernel:
             return found
 
     def launch(self, plan) -> None:
-        commands = plan.commands
+        buffers, data, threadgroup, grid, group = plan.launch_record
         device = _device(plan.device)
         index = device.index
         driver = cuda_driver.driver()
         driver.use_device(index)
         kernel, max_threads, static_shared, coarsening = self.loaded(index)
         name = self.function.name
-        group, grid = commands["group"], commands["grid"]
         threads = group[0] * group[1] * group[2]
         if threads > max_threads:
             raise DispatchError(f"{name}: group_size {tuple(group)} is {threads} threads; this kernel allows at most "
@@ -117,11 +116,11 @@ class CudaKernel:
                                 f"Pass a smaller group_size")
         stream = _current_stream(index)
         values = [0] * len(self.slots)  # unbound: a null pointer
-        for binding, tensor, offset, _ in commands["buffers"]:
-            values[self.slots[(False, binding)]] = tensor.untyped_storage().data_ptr() + offset
-        self._bytes(commands["bytes"], device, stream, values)
+        for binding, address in buffers:
+            values[self.slots[(False, binding)]] = address
+        self._bytes(data, device, stream, values)
         dynamic = 0
-        for binding, length in commands["threadgroup"]:
+        for binding, length in threadgroup:
             values[self.slots[(True, binding)]] = dynamic
             dynamic += length
         limit = driver.max_shared_per_block(index)
@@ -142,23 +141,23 @@ class CudaKernel:
                 driver.launch(kernel, blocks, block, dynamic, stream, packed)
 
     def _bytes(self, records, device, stream: int, values) -> None:
-        """Puts the bytes commands in device memory, in one piece (256-byte aligned parts):
-        the same bytes as an earlier call's are reused (kernels do not write them), new ones
-        copied through pinned memory in stream order (no wait for the GPU); fills `values`
-        with their addresses. `stream`: the launch's."""
+        """Puts the bytes commands (`records`: [(binding, bytes)]) in device memory, in one
+        piece (256-byte aligned parts): the same bytes as an earlier call's are reused
+        (kernels do not write them), new ones copied through pinned memory in stream order
+        (no wait for the GPU); fills `values` with their addresses. `stream`: the launch's."""
         if not records:
             return
         starts, end = [], 0
-        for _, data, _, _ in records:
+        for _, data in records:
             end += -end % 256
             starts.append(end)
             end += len(data)
-        key = (device.index, tuple(data for _, data, _, _ in records))
+        key = (device.index, tuple(data for _, data in records))
         with _byte_lock:
             found = _byte_copies.get(key)
             if found is None:
                 blob = bytearray(end)
-                for (_, data, _, _), start in zip(records, starts):
+                for (_, data), start in zip(records, starts):
                     blob[start:start + len(data)] = data
                 # torch's pinned-memory cache keeps the staging block until the copy has run.
                 staging = torch.empty(len(blob), dtype=torch.uint8, pin_memory=True)
@@ -172,7 +171,7 @@ class CudaKernel:
         if stream != made_on:  # on its own stream the allocator orders reuse after this launch already
             copy.record_stream(torch.cuda.current_stream(device))  # not reused while this launch may read it
         base = copy.data_ptr()
-        for (binding, _, _, _), start in zip(records, starts):
+        for (binding, _), start in zip(records, starts):
             values[self.slots[(False, binding)]] = base + start
 
 

@@ -175,7 +175,23 @@ void bind_dispatch(py::module_& m) {
       }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes")
       .def_property_readonly("commands", [](const Plan& plan) -> py::object {
         return plan.commands ? py::object(command_record(*plan.commands)) : py::object(py::none());
-      }, "The Metal-shaped command list (dispatch/command_list.h) as a dict; None for a replayed plan");
+      }, "The Metal-shaped command list (dispatch/command_list.h) as a dict; None for a replayed plan")
+      .def_property_readonly("launch_record", [](const Plan& plan) -> py::object {
+        if (!plan.commands) return py::none();
+        const dispatch::CommandList& commands = *plan.commands;
+        py::list buffers, bytes, threadgroup;
+        for (const dispatch::BufferCommand& b : commands.buffers) {
+          auto storage = reinterpret_cast<uintptr_t>(b.tensor.storage().data_ptr().get());
+          buffers.append(py::make_tuple(b.index, storage + uintptr_t(b.offset)));
+        }
+        for (const dispatch::BytesCommand& b : commands.bytes) {
+          bytes.append(py::make_tuple(b.index, py::bytes(static_cast<const char*>(b.data), size_t(b.length))));
+        }
+        for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) threadgroup.append(py::make_tuple(t.index, t.length));
+        return py::make_tuple(buffers, bytes, threadgroup, py::make_tuple(commands.grid[0], commands.grid[1], commands.grid[2]),
+                              py::make_tuple(commands.group[0], commands.group[1], commands.group[2]));
+      }, "What a launch needs of the command list, lean: ([(binding, buffer address + offset)], "
+         "[(binding, bytes)], [(binding, threadgroup length)], grid, group); None for a replayed plan");
 
   m.def("replayed_plan", [](const Plan& plan, const std::map<int, uintptr_t>& buffers,
                             const std::map<int, py::bytes>& bytes, const std::map<int, int64_t>& threadgroup,

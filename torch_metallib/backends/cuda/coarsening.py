@@ -81,6 +81,7 @@ def coarsened_entry(entry: str, thread: str, arguments: str, no_alias: Set[int],
         if k:
             calls.append(f"%x{k} = add nuw i32 %x0, {k}")
         calls.append(f"call void @{thread}({arguments}, i32 %x{k})")
+    whole = "\n  ".join(calls)
     return f"""
 define ptx_kernel void @{entry}({parameters}) {{
 entry:
@@ -94,7 +95,7 @@ entry:
   %all4 = icmp ult i32 %thread, %whole.n
   br i1 %all4, label %whole, label %edge
 whole:
-  {chr(10).join("  " + c for c in calls).lstrip()}
+  {whole}
   ret void
 edge:  ; the grid's last, partial run: x0 < grid.x (threads < ceil(grid.x / COARSENING))
   %left = sub i32 %grid.x, %x0

@@ -13,7 +13,8 @@ from typing import Optional, Sequence
 
 from ...errors import KernelExecutionError, UnsupportedDeviceError
 
-__all__ = ["driver", "Driver", "ParameterBuffer", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES", "MAX_DYNAMIC_SHARED_SIZE_BYTES"]
+__all__ = ["driver", "Driver", "ParameterBuffer", "MAX_THREADS_PER_BLOCK", "SHARED_SIZE_BYTES",
+           "MAX_DYNAMIC_SHARED_SIZE_BYTES"]
 
 # CUfunction_attribute
 MAX_THREADS_PER_BLOCK = 0

@@ -9,7 +9,9 @@
   size ``dispatchThreads`` gives it.
 * What the backend cannot run is refused with an UnsupportedKernelError that names it.
 * Small private arrays indexed at run time (MLX's layer_norm) use no local memory.
-* Grid-only kernels (elementwise) are recognised and launch in blocks of the backend's size.
+* Grid-only kernels (elementwise) are recognised and launch in blocks of the backend's size;
+  straight-line ones run 4 grid positions per thread with 16-byte accesses, the others not.
+* A launch's parameters are packed at the offsets the PTX ABI gives them.
 * Runs of consecutive global accesses (MLX's rms, layer_norm, softmax: 4 or 8 floats per
   thread) become 16-byte accesses behind a run-time test of their alignment; the rewrite
   keeps what a function computes (hand-written IR run both ways on the CPU) and leaves
@@ -323,7 +325,6 @@ def test_missing_libdevice_says_how_to_provide_it(monkeypatch, ptxas):
         _ptx(air.lane_kernel("air.exp.f32", "float", ["float"]))
 
 
-
 # --- grid-only kernels: 4 grid positions per thread, where their accesses merge -------------------
 
 @pytest.mark.parametrize("name, loads, stores", [("vv_Addfloat32", 2, 1), ("v_Expfloat32float32", 1, 1),
@@ -361,6 +362,7 @@ def test_grid_only_kernels_with_atomics_stay_one_position_per_thread(ptxas):
     assert ".entry __tm_cuda_t(" in ptx and re.search(r"(atom|red)(\.relaxed)?\.global\.add\.f32", ptx)
     _assembled(ptx)
 
+
 # --- launches: every CUDA block is one Metal threadgroup ----------------------------------------
 
 @pytest.mark.parametrize("grid, group", [((1000, 3, 1), (256, 2, 1)), ((33, 7, 5), (8, 4, 2)),
@@ -386,7 +388,6 @@ def test_launches_cover_each_threadgroup_once_at_its_size(grid, group):
         assert len(seen) == groups[0] * groups[1] * groups[2]
 
 
-
 def test_launch_parameters_are_packed_at_their_natural_alignment():
     """One buffer holds a launch's parameters (cuLaunchKernel's CU_LAUNCH_PARAM_BUFFER_POINTER),
     each at the offset the PTX ABI gives it: u64 pointers on 8 bytes, u32 threadgroup offsets
@@ -396,6 +397,7 @@ def test_launch_parameters_are_packed_at_their_natural_alignment():
     assert struct.unpack_from("<Q", packed, 0)[0] == 1 << 40 and struct.unpack_from("<I", packed, 8)[0] == 7
     assert struct.unpack_from("<Q", packed, 16)[0] == 3 << 40
     assert struct.unpack_from("<9I", packed, 24) == tuple(range(100, 109)) and layout.size == 60
+
 
 # --- the block of grid-only kernels -------------------------------------------------------------
 

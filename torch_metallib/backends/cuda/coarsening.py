@@ -29,23 +29,21 @@ constructors (run once per thread).
 import re
 from typing import List, Set
 
-__all__ = ["COARSENING", "coarsened_entry", "coarsenable", "no_alias_buffers", "one_axis"]
+__all__ = ["COARSENING", "coarsened_entry", "coarsenable", "no_alias_buffers"]
 
 COARSENING = 4  # consecutive grid positions (along x) per CUDA thread
 _ATOMIC = re.compile(r"\b(?:atomicrmw|cmpxchg)\b|@llvm\.nvvm\.atomic")
 _METADATA_ID = re.compile(r"^!(\d+) = ", re.M)
 
 
-def one_axis(arguments) -> bool:
-    """Whether a kernel's grid position, where it takes one, is a scalar: MLX's contiguous
-    kernels (its ``g2_``/``g3_`` kernels index strided memory from a vector position, where
-    coarsening along x forms no runs)."""
-    return all(a.components == 1 for a in arguments if a.builtin == "thread_position_in_grid")
-
-
-def coarsenable(text: str, constructors: List[str]) -> bool:
-    """Whether the lowered module `text` may run several grid positions per thread."""
-    return not constructors and not _ATOMIC.search(text)
+def coarsenable(text: str, constructors: List[str], arguments) -> bool:
+    """Whether a grid-only kernel (the lowered module `text`, its global `constructors`,
+    its `arguments`) may run several grid positions per thread: no atomics or constructors,
+    and its grid position, where it takes one, a scalar (MLX's contiguous kernels; its
+    ``g2_``/``g3_`` kernels index strided memory from a vector position, where coarsening
+    along x forms no runs)."""
+    return (not constructors and not _ATOMIC.search(text)
+            and all(a.components == 1 for a in arguments if a.builtin == "thread_position_in_grid"))
 
 
 def no_alias_buffers(text: str, kernel: str) -> Set[int]:

@@ -23,7 +23,7 @@ spells them for NVPTX:
 """
 
 import re
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from ...errors import UnsupportedKernelError
 from ..cpu.atomics import define_atomic
@@ -40,7 +40,7 @@ from .libdevice import use_libdevice
 from .matrix_products import define_matrix_product
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
-__all__ = ["lower", "entry_name", "exported_entry", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
+__all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
 
 TRIPLE = "nvptx64-nvidia-cuda"
 # The launch's own parameters, after the kernel's: grid, nominal group, first group (x, y, z).
@@ -66,11 +66,6 @@ _REGISTERS = [f"declare i32 @{_SREG}.{register}.{axis}()" for register in ("tid"
 def entry_name(symbol: str, coarsening: int = 1) -> str:
     """The exported kernel's name: ``_x<n>`` where each CUDA thread runs n grid positions."""
     return f"__tm_cuda_{symbol}" + (f"_x{coarsening}" if coarsening > 1 else "")
-
-
-def exported_entry(text: str) -> str:
-    """The name of the ``ptx_kernel`` that lowered module `text` exports."""
-    return re.search(r"^define ptx_kernel void @([-\w$.]+)\(", text, re.M).group(1)
 
 
 def cuda_definition(ret: str, name: str, params: List[str]):
@@ -151,24 +146,27 @@ def _thread(kernel: str, arguments, constructors: List[str], position_given: boo
     return parameters, lines
 
 
-def _entry(symbol: str, kernel: str, arguments, constructors: List[str], coarsen: bool, text: str) -> str:
-    if coarsen:
-        parameters, lines = _thread(kernel, arguments, constructors, position_given=True)
-        thread, listed = f"__tm_thread_{symbol}", ", ".join(parameters)
-        return (f"\ndefine internal void @{thread}({listed}, i32 %px) alwaysinline {{\nentry:\n  "
-                + "\n  ".join(lines) + "\n  ret void\n}\n"
-                + coarsened_entry(entry_name(symbol, COARSENING), thread, listed, no_alias_buffers(text, kernel), text))
+def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
     parameters, lines = _thread(kernel, arguments, constructors, position_given=False)
     return (f"\ndefine ptx_kernel void @{entry_name(symbol)}({', '.join(parameters)}) {{\nentry:\n  "
             + "\n  ".join(lines) + "\n  ret void\n}\n")
 
 
+def _coarsened_entry(symbol: str, kernel: str, arguments, constructors: List[str], text: str) -> str:
+    parameters, lines = _thread(kernel, arguments, constructors, position_given=True)
+    thread, listed = f"__tm_thread_{symbol}", ", ".join(parameters)
+    return (f"\ndefine internal void @{thread}({listed}, i32 %px) alwaysinline {{\nentry:\n  "
+            + "\n  ".join(lines) + "\n  ret void\n}\n"
+            + coarsened_entry(entry_name(symbol, COARSENING), thread, listed, no_alias_buffers(text, kernel), text))
+
+
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str, datalayout: str,
-          coarsen: bool = False) -> str:
+          grid_only: bool = False) -> Tuple[str, Optional[str]]:
     """NVVM IR for `kernel` (its printed AIR module `text`) with these function-constant
-    values, exporting the ``ptx_kernel`` ``__tm_cuda_<symbol>``, or where asked to `coarsen`
-    (a grid-only kernel) and the kernel allows it, ``__tm_cuda_<symbol>_x4``
-    (coarsening.py); libdevice's functions declared, to be linked (ptx.py)."""
+    values, exporting the ``ptx_kernel`` ``__tm_cuda_<symbol>``; and where the kernel is
+    `grid_only` (backend.py) and coarsenable, the same module exporting
+    ``__tm_cuda_<symbol>_x4`` instead (coarsening.py), else None. libdevice's functions
+    declared, to be linked (ptx.py)."""
     text = retarget(specialize_constants(text, constants), TRIPLE, datalayout)
     text = internalize(text, kernel, cooperative=True)  # every function inlines into the entry
     text = guard_integer_division(clamp_private_array_indices(text))
@@ -187,4 +185,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = use_libdevice(text)
     shared = f"{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
     text += shared + "\n".join(needed) + "\n"
-    return text + _entry(symbol, kernel, arguments, constructors, coarsen and coarsenable(text, constructors), text)
+    coarse = None
+    if grid_only and coarsenable(text, constructors, arguments):
+        coarse = text + _coarsened_entry(symbol, kernel, arguments, constructors, text)
+    return text + _entry(symbol, kernel, arguments, constructors), coarse

@@ -23,9 +23,9 @@ import llvmlite.binding as llvm
 
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
-from .coarsening import one_axis
+from .coarsening import COARSENING
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
-from .lowering import TRIPLE, entry_name, exported_entry, lower
+from .lowering import TRIPLE, entry_name, lower
 from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
@@ -169,19 +169,17 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH,
             module.close()
     finally:
         context.close()
-    datalayout = str(_machine(arch).target_data)
-    text, entry = lower(air, function.name, function.arguments, constants, symbol, datalayout), entry_name(symbol)
+    text, coarse = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data),
+                         grid_only)
+    entry = entry_name(symbol)
     try:
-        ptx = compile_ptx(text, entry, arch, stop_if_straight=grid_only and one_axis(function.arguments))
+        ptx = compile_ptx(text, entry, arch, stop_if_straight=coarse is not None)
     except _Straight:
         # Straight-line one-position code: worth COARSENING positions per thread where its
         # copies' accesses merge into vector accesses (coarsening.py).
-        coarse = lower(air, function.name, function.arguments, constants, symbol, datalayout, coarsen=True)
         try:
-            if exported_entry(coarse) == entry:
-                raise _NoRuns()  # not coarsenable (atomics, constructors, loops)
-            ptx = compile_ptx(coarse, exported_entry(coarse), arch, needs_runs=True)
-            text, entry = coarse, exported_entry(coarse)
+            ptx = compile_ptx(coarse, entry_name(symbol, COARSENING), arch, needs_runs=True)
+            text, entry = coarse, entry_name(symbol, COARSENING)
         except _NoRuns:
             ptx = compile_ptx(text, entry, arch)
     if "__local_depot" in ptx:

@@ -20,13 +20,21 @@ def _add_corpus_parser(subparsers) -> None:
         "corpus", help="download the Apple-built MLX reference metallib; print its path",
         description="Fetch mlx.metallib (17,248 Apple-compiled kernels) from the mlx-metal "
                     "macOS wheel on PyPI into the cache, once, and print its path.")
+    parser.add_argument("--torch", action="store_true",
+                        help="instead, fetch the two metallibs of PyTorch's macOS wheel (12,998 "
+                             "kernels each, built for macOS 14 and 26) and print their paths")
     parser.set_defaults(run=_run_corpus)
 
 
 def _run_corpus(args) -> int:
     from .corpus import mlx_metallib_path
+    from .torch_corpus import torch_metallib_paths
 
-    print(mlx_metallib_path())
+    if args.torch:
+        for path in torch_metallib_paths().values():
+            print(path)
+    else:
+        print(mlx_metallib_path())
     return 0
 
 

@@ -163,6 +163,8 @@ def define_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[st
     made = define_math(ret, op, params, symbol)
     if made is not None:
         return made
+    if op == "sincos":
+        return _sincos(ret, params, symbol)
     args = [(t, f"%a{i}") for i, t in enumerate(params)]
     lines: List[str] = []
     declarations: List[str] = []
@@ -250,3 +252,24 @@ def define_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[st
     signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
     body = "\n  ".join(lines + [f"ret {ret} %r"])
     return f"define internal {ret} @{symbol}({signature}) alwaysinline {{\n  {body}\n}}", declarations
+
+
+def _sincos(ret: str, params: List[str], symbol: str) -> Optional[Tuple[str, List[str]]]:
+    """Metal's ``sincos(x, cosval)``: returns sin(x) and stores cos(x) through the pointer
+    (Apple's compiler merges a sin and a cos of one value into it). Computed in double and
+    rounded once, as the precise sin and cos are (VIA_DOUBLE)."""
+    if ret not in _FLOAT_BITS or ret == "double" or len(params) != 2 or params[0] != ret \
+            or not params[1].startswith("ptr"):
+        return None
+    lines = ["%d = fpext {0} %a0 to double".format(ret) if ret != "bfloat" else
+             "%f = fpext bfloat %a0 to float\n  %d = fpext float %f to double"]
+    lines += ["%s = call double @llvm.sin.f64(double %d)", "%c = call double @llvm.cos.f64(double %d)"]
+    for name in ("s", "c"):
+        if ret == "float":
+            lines.append(f"%{name}r = fptrunc double %{name} to float")
+        else:  # rounded to float first, as Metal computes half and bfloat math in float
+            lines += [f"%{name}f = fptrunc double %{name} to float", f"%{name}r = fptrunc float %{name}f to {ret}"]
+    lines += [f"store {ret} %cr, {params[1]} %a1", f"ret {ret} %sr"]
+    body = "\n  ".join(lines)
+    return (f"define internal {ret} @{symbol}({ret} %a0, {params[1]} %a1) alwaysinline {{\n  {body}\n}}",
+            ["declare double @llvm.sin.f64(double)", "declare double @llvm.cos.f64(double)"])

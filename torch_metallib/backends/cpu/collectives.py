@@ -7,7 +7,8 @@ the SIMD-group have arrived at the same call site; the runtime then returns ever
 value in 32 slots of 64 bytes and the mask of lanes that took part, and the lane computes
 its result from the slots here, in IR. Shuffles whose source lane is outside the
 SIMD-group or did not take part return the lane's own value (``simd_shuffle_up``/``down``
-do not wrap). A result that is the same for every lane (a SIMD-group reduction) is
+do not wrap); ``simd_shuffle_and_fill_*`` from a lane that did not take part return zero,
+as Apple GPUs do in practice. A result that is the same for every lane (a SIMD-group reduction) is
 computed once, by the first lane to read the exchange (``%leads``), into the slots' unused
 bytes (RESULT_OFFSET), where the others read it.
 
@@ -421,7 +422,14 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
                       "%s.f0 = add i32 %base, %id", "%s.f = sub i32 %s.f0, %m"]
         lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f"]
         lines += _load_lane(value_type, "%src", "vd") + _load_lane(value_type, "%src", "vf", size)
-        lines.append(f"%r = select i1 %fromdata, {value_type} %vd, {value_type} %vf")
+        # A source lane that did not take part gives zero: what Apple GPUs return in
+        # practice (the result is undefined; PyTorch's 64-bit simd_sum relies on it when
+        # fewer lanes than a SIMD-group reduce), never another call's leftover value.
+        lines += ["%src.in = icmp ult i32 %src, 32", "%src.safe = select i1 %src.in, i32 %src, i32 0",
+                  "%src.bit = shl i32 1, %src.safe", "%src.set = and i32 %mask, %src.bit",
+                  "%src.took = icmp ne i32 %src.set, 0", "%src.ok = and i1 %src.in, %src.took",
+                  f"%picked = select i1 %fromdata, {value_type} %vd, {value_type} %vf",
+                  f"%r = select i1 %src.ok, {value_type} %picked, {value_type} zeroinitializer"]
     elif op == "broadcast_first" and len(params) == 1:
         lines = _exchange([(value_type, "%a0")]) + quad_lines
         own = "%mask"

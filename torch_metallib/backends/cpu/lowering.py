@@ -27,6 +27,7 @@ import struct
 from typing import Callable, Dict, List, Optional, Tuple
 
 from .collectives import LANES, LANES_MARKERS, RUNTIME_DECLARATIONS, define_collective
+from .constant_globals import check_constant_globals
 from .coroutine import thread_entry
 from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
@@ -45,8 +46,12 @@ from ...errors import UnsupportedKernelError
 __all__ = ["lower", "constant_literal", "cpu_definition", "define_intrinsics", "retarget", "internalize",
            "specialize_constants", "take_constructors", "builtin_operand", "DISPATCH_LINES", "LANE_LINES"]
 
-_FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = (internal (?:unnamed_addr )?addrspace\(2\)) '
-                      r'externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$', re.M)
+# A placeholder is internal in Apple's kernels; public AIR dumps also show it linkonce_odr
+# hidden (local_unnamed_addr), and it must be specialized the same either way.
+_FC_INIT = re.compile(r'^(@[-\w$.]+\.MTL_FC_INIT_(\d+)_\w+) = ((?:(?:internal|private|linkonce_odr|weak_odr|'
+                      r'linkonce|weak|external|hidden|protected|dso_local|unnamed_addr|local_unnamed_addr) )*)'
+                      r'addrspace\(2\) externally_initialized constant (\w+) undef, section "air.fc_initializer"(.*)$',
+                      re.M)
 _IS_DEFINED = re.compile(r"^declare i1 @air\.is_function_constant_defined\(ptr addrspace\(2\)[^\n]*$", re.M)
 # Visible function tables are never bound (the binding plan refuses calls that keep one), so
 # looking a function up in one cannot be reached.
@@ -95,13 +100,14 @@ def specialize_constants(text: str, values: Dict[int, object]) -> str:
     """Gives each constant's placeholder its value (an optional constant that was not set
     reads as 0) and defines air.is_function_constant_defined: the placeholders of the
     constants set. A placeholder whose address is compared keeps its own address (no
-    unnamed_addr unless it had it)."""
+    unnamed_addr unless it had it); each becomes internal (a definition, not exported)."""
     defined = []
     def replace(match):
         index, ir_type = int(match.group(2)), match.group(4)
         if index in values:
             defined.append(match.group(1))
-        return f"{match.group(1)} = {match.group(3)} constant {ir_type} " \
+        unnamed = [word for word in match.group(3).split() if word.endswith("unnamed_addr")]
+        return f"{match.group(1)} = {' '.join(['internal'] + unnamed)} addrspace(2) constant {ir_type} " \
                f"{constant_literal(ir_type, values.get(index, 0))}{match.group(5)}"
     text = _FC_INIT.sub(replace, text)
     tests = [f"%d{i} = icmp eq ptr addrspace(2) %p, {name}" for i, name in enumerate(defined)]
@@ -386,6 +392,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     check_async_copy_calls(text, kernel)
     check_tensor_op_calls(text, kernel, cooperative)
     text, constructors = take_constructors(text)
+    check_constant_globals(text, kernel, constructors)
     if cooperative:
         text = batch_matrix_products(text, unroll)
     scheme = LANES.set(lanes)

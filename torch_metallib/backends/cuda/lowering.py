@@ -29,6 +29,7 @@ from ...errors import UnsupportedKernelError
 from ..cpu.atomics import define_atomic
 from ..cpu.bfloat_rounding import round_bfloat_exactly
 from ..cpu.collectives import SPELLING, define_collective
+from ..cpu.constant_globals import check_constant_globals
 from ..cpu.integer_division import guard_integer_division
 from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic
 from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_intrinsics, internalize, retarget,
@@ -171,6 +172,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = internalize(text, kernel, cooperative=True)  # every function inlines into the entry
     text = guard_integer_division(clamp_private_array_indices(text))
     text, constructors = take_constructors(text)
+    check_constant_globals(text, kernel, constructors)
     text = _generic_constant_space(text)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))
     # What the CPU's runtime answers, answered by the GPU.

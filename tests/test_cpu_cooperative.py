@@ -122,3 +122,48 @@ def test_layer_norm(mlx_lib, looped):
     mlx_lib[name](x, w, b, out, 1e-5, size, 1, 1, threads=rows * group, group_size=group)
     expected = torch.nn.functional.layer_norm(x.double(), (size,), w.double(), b.double(), 1e-5)
     assert (out.double() - expected).abs().max() <= 2e-5
+
+
+# --- PyTorch's layer_norm_looped: one lane test on both sides of a barrier ---------------------
+
+def layer_norm_looped_kernel():
+    """tests/fixtures/norms/layer_norm_looped.ll (PyTorch's layer_norm_looped<float>), loaded
+    on its own."""
+    return tm.load(tm.pack([tm.FunctionSource(
+        "layer_norm_looped", fixture_bitcode("norms/layer_norm_looped"))])).layer_norm_looped
+
+
+def check_layer_norm_looped(kernel, rows: int, size: int, group: int, affine: bool = True, device: str = "cpu",
+                            checked=None) -> None:
+    """Runs the kernel on `rows` rows of `size` floats, one threadgroup of `group` threads
+    each, on `device`; its output, means and 1 / standard deviations against torch's in
+    float64 (the kernel's variance is E[x^2] - mean^2, in float32)."""
+    g = _generator(size * 7 + group)
+    x = torch.randn(rows, size, generator=g) * 2 + 0.5
+    w, b = torch.randn(size, generator=g), torch.randn(size, generator=g)
+    out, mean, rstd = torch.full_like(x, 7.0), torch.full((rows,), 7.0), torch.full((rows,), 7.0)
+    moved = [t.to(device) for t in (x, out, mean, rstd, w, b)]
+    kernel(*moved[:4], size, 1e-5, int(affine), int(affine), *moved[4:], threads=rows * group, group_size=group,
+           checked=checked)
+    out, mean, rstd = (t.cpu().double() for t in moved[1:4])
+    xd = x.double()
+    expected = torch.nn.functional.layer_norm(xd, (size,), w.double() if affine else None,
+                                              b.double() if affine else None, 1e-5)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean, xd.mean(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, torch.rsqrt(xd.var(1, unbiased=False) + 1e-5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows, size, group", [(3, 1000, 256), (2, 37, 64), (4, 4096, 1024), (1, 5, 32)])
+def test_layer_norm_looped_as_lane_loops(rows, size, group):
+    """Rows shorter and longer than the threadgroup, one SIMD-group and 32 of them."""
+    kernel = layer_norm_looped_kernel()
+    check_layer_norm_looped(kernel, rows, size, group)
+    assert kernel.cpu_scheme == "lanes"
+
+
+def test_layer_norm_looped_as_coroutines_and_without_weight_or_bias():
+    kernel = layer_norm_looped_kernel()
+    check_layer_norm_looped(kernel, 2, 300, 128, checked=True)
+    assert kernel.cpu_scheme == "coroutines"
+    check_layer_norm_looped(kernel, 2, 300, 128, affine=False)

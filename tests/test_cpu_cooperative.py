@@ -1,11 +1,14 @@
 """Cooperative kernels on the CPU: threadgroup barriers, SIMD-group functions and threadgroup
 memory, run as coroutines (csrc/cpu/cooperative.cpp), against torch."""
 
+import re
+
 import pytest
 import torch
 
 import torch_metallib as tm
 from conftest import fixture_bitcode
+from torch_metallib.backends.cpu.jit import lowered_ir
 
 # float32 kernels accumulate in float32 in an order of their own; float16 and bfloat16
 # kernels round their inputs and outputs: bounds relative to each type's precision.
@@ -167,3 +170,19 @@ def test_layer_norm_looped_as_coroutines_and_without_weight_or_bias():
     check_layer_norm_looped(kernel, 2, 300, 128, checked=True)
     assert kernel.cpu_scheme == "coroutines"
     check_layer_norm_looped(kernel, 2, 300, 128, affine=False)
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_waits_and_what_reaches_them_are_convergent(fixtures, lanes):
+    """The barrier's and simd_sum's definitions, the thread entry and the runtime's waits
+    (or the lane loops' markers) are convergent in the host IR, so LLVM copies none of
+    them into branches (backends/cpu/convergence.py); a kernel that never waits keeps a
+    plain launcher."""
+    text = lowered_ir(layer_norm_looped_kernel(), {}, "t", True, lanes=lanes)
+    entry = "__tm_lanes_t" if lanes else "__tm_thread_t"
+    waits = ["tm.lanes.barrier", "tm.lanes.deposit"] if lanes else ["tm_rt_barrier", "tm_rt_simd_exchange"]
+    for name in ["air.wg.barrier", "air.simd_sum.f32", entry] + waits:
+        line = re.search(rf"^(?:define|declare) [^\n]*@{re.escape(name)}\([^\n]*$", text, re.M).group(0)
+        assert re.search(r"\)[^()]*\bconvergent\b[^()]*$", line), line
+    plain = lowered_ir(fixtures["vector_add_float"], {}, "t", False)
+    assert "convergent" not in re.search(r"^define void @__tm_launch_t\([^\n]*$", plain, re.M).group(0)

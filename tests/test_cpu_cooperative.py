@@ -1,11 +1,14 @@
 """Cooperative kernels on the CPU: threadgroup barriers, SIMD-group functions and threadgroup
 memory, run as coroutines (csrc/cpu/cooperative.cpp), against torch."""
 
+import re
+
 import pytest
 import torch
 
 import torch_metallib as tm
 from conftest import fixture_bitcode
+from torch_metallib.backends.cpu.jit import lowered_ir
 
 # float32 kernels accumulate in float32 in an order of their own; float16 and bfloat16
 # kernels round their inputs and outputs: bounds relative to each type's precision.
@@ -122,3 +125,64 @@ def test_layer_norm(mlx_lib, looped):
     mlx_lib[name](x, w, b, out, 1e-5, size, 1, 1, threads=rows * group, group_size=group)
     expected = torch.nn.functional.layer_norm(x.double(), (size,), w.double(), b.double(), 1e-5)
     assert (out.double() - expected).abs().max() <= 2e-5
+
+
+# --- PyTorch's layer_norm_looped: one lane test on both sides of a barrier ---------------------
+
+def layer_norm_looped_kernel():
+    """tests/fixtures/norms/layer_norm_looped.ll (PyTorch's layer_norm_looped<float>), loaded
+    on its own."""
+    return tm.load(tm.pack([tm.FunctionSource(
+        "layer_norm_looped", fixture_bitcode("norms/layer_norm_looped"))])).layer_norm_looped
+
+
+def check_layer_norm_looped(kernel, rows: int, size: int, group: int, affine: bool = True, device: str = "cpu",
+                            checked=None) -> None:
+    """Runs the kernel on `rows` rows of `size` floats, one threadgroup of `group` threads
+    each, on `device`; its output, means and 1 / standard deviations against torch's in
+    float64 (the kernel's variance is E[x^2] - mean^2, in float32)."""
+    g = _generator(size * 7 + group)
+    x = torch.randn(rows, size, generator=g) * 2 + 0.5
+    w, b = torch.randn(size, generator=g), torch.randn(size, generator=g)
+    out, mean, rstd = torch.full_like(x, 7.0), torch.full((rows,), 7.0), torch.full((rows,), 7.0)
+    moved = [t.to(device) for t in (x, out, mean, rstd, w, b)]
+    kernel(*moved[:4], size, 1e-5, int(affine), int(affine), *moved[4:], threads=rows * group, group_size=group,
+           checked=checked)
+    out, mean, rstd = (t.cpu().double() for t in moved[1:4])
+    xd = x.double()
+    expected = torch.nn.functional.layer_norm(xd, (size,), w.double() if affine else None,
+                                              b.double() if affine else None, 1e-5)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(mean, xd.mean(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(rstd, torch.rsqrt(xd.var(1, unbiased=False) + 1e-5), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows, size, group", [(3, 1000, 256), (2, 37, 64), (4, 4096, 1024), (1, 5, 32)])
+def test_layer_norm_looped_as_lane_loops(rows, size, group):
+    """Rows shorter and longer than the threadgroup, one SIMD-group and 32 of them."""
+    kernel = layer_norm_looped_kernel()
+    check_layer_norm_looped(kernel, rows, size, group)
+    assert kernel.cpu_scheme == "lanes"
+
+
+def test_layer_norm_looped_as_coroutines_and_without_weight_or_bias():
+    kernel = layer_norm_looped_kernel()
+    check_layer_norm_looped(kernel, 2, 300, 128, checked=True)
+    assert kernel.cpu_scheme == "coroutines"
+    check_layer_norm_looped(kernel, 2, 300, 128, affine=False)
+
+
+@pytest.mark.parametrize("lanes", [True, False])
+def test_waits_and_what_reaches_them_are_convergent(fixtures, lanes):
+    """The barrier's and simd_sum's definitions, the thread entry and the runtime's waits
+    (or the lane loops' markers) are convergent in the host IR, so LLVM copies none of
+    them into branches (backends/cpu/convergence.py); a kernel that never waits keeps a
+    plain launcher."""
+    text = lowered_ir(layer_norm_looped_kernel(), {}, "t", True, lanes=lanes)
+    entry = "__tm_lanes_t" if lanes else "__tm_thread_t"
+    waits = ["tm.lanes.barrier", "tm.lanes.deposit"] if lanes else ["tm_rt_barrier", "tm_rt_simd_exchange"]
+    for name in ["air.wg.barrier", "air.simd_sum.f32", entry] + waits:
+        line = re.search(rf"^(?:define|declare) [^\n]*@{re.escape(name)}\([^\n]*$", text, re.M).group(0)
+        assert re.search(r"\)[^()]*\bconvergent\b[^()]*$", line), line
+    plain = lowered_ir(fixtures["vector_add_float"], {}, "t", False)
+    assert "convergent" not in re.search(r"^define void @__tm_launch_t\([^\n]*$", plain, re.M).group(0)

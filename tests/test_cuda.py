@@ -10,6 +10,10 @@ are checked against torch as usual, and the GPU's must match them (exactly for i
 within a few ulp for floats).
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -127,6 +131,40 @@ def test_rms_norm(mlx_lib, looped, dtype, on_cuda):
 def test_layer_norm(mlx_lib, looped, on_cuda):
     cooperative.test_layer_norm(mlx_lib, looped)
 
+
+# PyTorch's layer_norm_looped on the device named by argv[1], in a process of its own.
+_LAYER_NORM_LOOPED = """
+import sys
+import test_cpu_cooperative as cooperative
+kernel = cooperative.layer_norm_looped_kernel()
+for rows, size, group in [(3, 1000, 256), (2, 37, 64), (4, 4096, 1024), (1, 5, 32), (64, 8192, 1024)]:
+    cooperative.check_layer_norm_looped(kernel, rows, size, group, device=sys.argv[1])
+cooperative.check_layer_norm_looped(kernel, 2, 300, 128, affine=False, device=sys.argv[1])
+print("finished")
+"""
+
+
+def run_layer_norm_looped(device: str, timeout: float = 240) -> None:
+    """The kernel's check (test_cpu_cooperative.check_layer_norm_looped) at several shapes in
+    a child process: a kernel that never finishes fails the test when `timeout` has passed,
+    rather than hanging pytest."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    path = [tests, os.path.dirname(os.path.dirname(tm.__file__)), os.environ.get("PYTHONPATH", "")]
+    try:
+        result = subprocess.run([sys.executable, "-c", _LAYER_NORM_LOOPED, device], cwd=tests, capture_output=True,
+                                text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"layer_norm_looped did not finish on {device} within {timeout} s (threads of a warp "
+                    f"waiting at different barriers?)")
+    assert result.returncode == 0 and "finished" in result.stdout, result.stderr[-4000:]
+
+
+def test_layer_norm_looped_finishes_and_matches_torch():
+    """PyTorch's layer_norm_looped tests the same lane on both sides of a barrier, which LLVM
+    threaded through the barrier while barriers were not convergent: a warp's lanes then
+    waited at two ``bar.sync`` and the kernel never finished (test_cuda_lowering.py checks
+    the PTX without a GPU)."""
+    run_layer_norm_looped("cuda")
 
 def _mlx_row_group(axis: int, n_reads: int) -> int:
     """The threadgroup MLX's host code gives a one-row kernel: whole SIMD-groups, just enough

@@ -9,6 +9,8 @@
   size ``dispatchThreads`` gives it.
 * What the backend cannot run is refused with an UnsupportedKernelError that names it.
 * Small private arrays indexed at run time (MLX's layer_norm) use no local memory.
+* Barriers and SIMD-group functions are convergent: none is copied into divergent branches
+  (PyTorch's layer_norm_looped, whose copied barrier hung).
 * Grid-only kernels (elementwise) are recognised and launch in blocks of the backend's size;
   straight-line ones run 4 grid positions per thread with 16-byte accesses, the others not.
 * A launch's parameters are packed at the offsets the PTX ABI gives them.
@@ -28,16 +30,20 @@ import re
 import struct
 import subprocess
 
+import llvmlite.binding as llvm
 import pytest
 
 import _air_modules as air
+import test_cpu_cooperative
 import torch_metallib as tm
 import torch_metallib.backends.cuda.ptx as ptx_module
 from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, _parameter_layout, grid_only, launch_group
+from torch_metallib.backends.cuda.lowering import lower
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from torch_metallib.dispatch.calls import dispatch_state
+from torch_metallib.reflection.bitcode import parse_bitcode
 from conftest import IN_CI
 from test_public_corpus import subset_files
 
@@ -167,6 +173,41 @@ def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
     assert "lmem" not in result.stderr
 
 
+# --- barriers and SIMD-group functions stay where the kernel has them --------------------------
+
+def _nvvm(kernel) -> str:
+    """The kernel's NVVM IR as lowered, before LLVM optimizes it."""
+    context = llvm.create_context()
+    try:
+        module = parse_bitcode(kernel.name, kernel.bitcode, context)
+        try:
+            air = str(module)
+        finally:
+            module.close()
+    finally:
+        context.close()
+    return lower(air, kernel.name, kernel.arguments, {}, "t", str(ptx_module._machine("sm_80").target_data))[0]
+
+
+def test_barriers_are_never_copied_into_divergent_branches(ptxas):
+    """PyTorch's layer_norm_looped (tests/fixtures/norms/layer_norm_looped.ll) tests
+    ``simd_lane_id == 0`` on both sides of a barrier. Were the barrier not convergent, LLVM
+    would thread that test through it, a copy of the barrier on each path: the lanes of a
+    warp then wait at two ``bar.sync`` (an aligned barrier: the kernel hangs). The
+    definitions of the barrier and of simd_sum are convergent, as is every function that
+    reaches them (the entry too, as clang's CUDA kernels): the PTX has the source's three
+    barriers and four reductions."""
+    kernel = test_cpu_cooperative.layer_norm_looped_kernel()
+    ptx = _ptx(kernel)
+    barriers = re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)
+    assert len(barriers) == 3 and ptx.count("activemask.b32") == 4, f"{len(barriers)} barriers"
+    _assembled(ptx)
+    text = _nvvm(kernel)
+    for name in ("air.wg.barrier", "air.simd_sum.f32", "__tm_cuda_t"):
+        header = re.search(rf"^define [^\n]*@{re.escape(name)}\([^\n]*$", text, re.M).group(0)
+        assert re.search(r"\)[^()]*\bconvergent\b[^()]*\{$", header), header
+
+
 # --- runs of accesses as vector accesses, where aligned at run time ---------------------------
 
 @pytest.mark.parametrize("name, loads, stores", [("rmsfloat32", 1, 1), ("layer_normfloat32", 2, 2),
@@ -237,7 +278,6 @@ done:
 
 def _run_on_cpu(text: str, n: int, full: bool) -> list:
     """y after @k(x, y, n, full) (the hand-written function, JIT-compiled for this CPU)."""
-    import llvmlite.binding as llvm
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     module = llvm.parse_assembly(text)

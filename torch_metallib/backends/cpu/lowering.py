@@ -14,7 +14,8 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, docs/f
 * in a cooperative kernel, loops around simdgroup-matrix products are unrolled and
   independent products become one exchange (_cpu_matrix_batches);
 * ``air.*`` declarations get host definitions (_cpu_intrinsics); calls of SIMD-group
-  collectives pass their call site's order (_cpu_reconvergence);
+  collectives pass their call site's order (_cpu_reconvergence); what reaches a barrier or
+  SIMD-group function is convergent (convergence.py);
 * a launcher ``__tm_launch_<symbol>(ptr args, ptr dims, i64 first, i64 end)`` runs
   threadgroups [first, end): every thread of each, with the builtins the kernel declares,
   threadgroups at the grid edge cut short as ``dispatchThreads`` does; for a kernel whose
@@ -28,6 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from .collectives import LANES, LANES_MARKERS, RUNTIME_DECLARATIONS, define_collective
 from .constant_globals import check_constant_globals
+from .convergence import mark_convergent
 from .coroutine import thread_entry
 from .async_copies import check_async_copy_calls, define_async_copy
 from .atomics import define_atomic
@@ -405,5 +407,5 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
     entry = (_thread_entry(symbol, kernel, arguments, checked, lanes) if cooperative
              else _launcher(symbol, kernel, arguments, checked, helpers_checked))
-    return (text + umin + entry
-            + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")
+    return mark_convergent(text + umin + entry
+                           + f"\ndefine void @__tm_init_{symbol}() {{\nentry:\n{init_calls}\n  ret void\n}}\n")

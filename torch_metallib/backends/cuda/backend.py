@@ -39,7 +39,7 @@ from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 6  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
+CUDA_LOWERING_VERSION = 7  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 # (device, each bytes command's data) -> (their device copy, the stream it was made on)
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()

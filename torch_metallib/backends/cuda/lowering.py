@@ -30,6 +30,7 @@ from ..cpu.atomics import define_atomic
 from ..cpu.bfloat_rounding import round_bfloat_exactly
 from ..cpu.collectives import SPELLING, define_collective
 from ..cpu.constant_globals import check_constant_globals
+from ..cpu.convergence import mark_convergent
 from ..cpu.integer_division import guard_integer_division
 from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic
 from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_intrinsics, internalize, retarget,
@@ -189,5 +190,5 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text += shared + "\n".join(needed) + "\n"
     coarse = None
     if grid_only and coarsenable(text, constructors, arguments):
-        coarse = text + _coarsened_entry(symbol, kernel, arguments, constructors, text)
-    return text + _entry(symbol, kernel, arguments, constructors), coarse
+        coarse = mark_convergent(text + _coarsened_entry(symbol, kernel, arguments, constructors, text), nounwind=True)
+    return mark_convergent(text + _entry(symbol, kernel, arguments, constructors), nounwind=True), coarse

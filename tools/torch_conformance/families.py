@@ -1,0 +1,46 @@
+"""Kernel -> family, and the harness that checks it."""
+
+import re
+import traceback
+from typing import Tuple
+
+import torch_metallib as tm
+
+from . import elementwise, reductions
+
+OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
+_TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
+
+
+def family(name: str) -> str:
+    """The op a kernel implements (``add`` for ``add_dense_cast_float_float``), else its name's
+    stem without types and sizes."""
+    parsed = elementwise.parse(name)
+    if parsed is not None:
+        return parsed.op
+    match = re.match(r"(.+?)_(dense|strided)_", name)
+    if match:
+        return match.group(1)
+    return re.sub(rf"(_{_TYPE_WORDS}|_\d+\w*)+$", "", re.split(rf"_{_TYPE_WORDS}(_|$)", name)[0])
+
+
+class Context:
+    """What a worker keeps across kernels: the library and tables read from its names."""
+
+    def __init__(self, library, device: str):
+        self.library, self.device = library, device
+        self.results = elementwise.result_dtypes(library.function_names)
+
+
+def check(context: Context, name: str) -> Tuple[str, str]:
+    function = context.library[name]
+    try:
+        if reductions.parse(name):
+            return reductions.check(function, context.device)
+        return elementwise.check(function, context.results, context.device)
+    except elementwise.NoHarness as reason:
+        return "not attempted", str(reason)
+    except tm.TorchMetallibError as error:
+        return "refused", f"{type(error).__name__}: {error}"
+    except Exception:  # noqa: BLE001 - a harness bug is reported, never mistaken for a result
+        return "harness error", traceback.format_exc()[-800:]

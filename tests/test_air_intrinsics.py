@@ -260,9 +260,12 @@ def test_float_to_bfloat_rounds_like_torch_on_every_host():
 
 # --- atomics ---------------------------------------------------------------------------
 
-def _atomic_kernel(element: str):
+def _atomic_kernel(element: str, min_max_returns: str = "i64"):
     """Each thread adds 1 to counter[0] with a compare-exchange loop, records the value it
-    replaced, and folds its 64-bit value into slots[0] (max) and slots[1] (min), unsigned."""
+    replaced, and folds its 64-bit value into slots[0] (max) and slots[1] (min), unsigned.
+    `min_max_returns`: "i64" (the old value) or "void", as Metal's 64-bit atomic_min/max
+    (PyTorch's scatter_amin/amax into long) declare them."""
+    fetched = {"i64": ("%mx = ", "%mn = "), "void": ("", "")}[min_max_returns]
     one = "1.0" if element == "float" else "1"
     add = "fadd" if element == "float" else "add"
     body = [
@@ -277,25 +280,27 @@ def _atomic_kernel(element: str):
         f"%slot = getelementptr {element}, ptr addrspace(1) %seen, i64 %gid64",
         f"store {element} %back, ptr addrspace(1) %slot",
         "%vp = getelementptr i64, ptr addrspace(1) %values, i64 %gid64", "%v = load i64, ptr addrspace(1) %vp",
-        "%mx = call i64 @air.atomic.global.max.u.i64(ptr addrspace(1) %slots, i64 %v, i32 0, i32 2, i1 true) #2",
+        f"{fetched[0]}call {min_max_returns} @air.atomic.global.max.u.i64(ptr addrspace(1) %slots, i64 %v, "
+        "i32 0, i32 2, i1 true) #2",
         "%minp = getelementptr i64, ptr addrspace(1) %slots, i64 1",
-        "%mn = call i64 @air.atomic.global.min.u.i64(ptr addrspace(1) %minp, i64 %v, i32 0, i32 2, i1 true) #2"]
+        f"{fetched[1]}call {min_max_returns} @air.atomic.global.min.u.i64(ptr addrspace(1) %minp, i64 %v, "
+        "i32 0, i32 2, i1 true) #2"]
     code = "f32" if element == "float" else "i32"
     declarations = [
         f"declare {element} @air.atomic.global.cmpxchg.weak.{code}(ptr addrspace(1), ptr, {element}, i32, i32, i32, i1) #1",
-        "declare i64 @air.atomic.global.max.u.i64(ptr addrspace(1), i64, i32, i32, i1) #1",
-        "declare i64 @air.atomic.global.min.u.i64(ptr addrspace(1), i64, i32, i32, i1) #1"]
+        f"declare {min_max_returns} @air.atomic.global.max.u.i64(ptr addrspace(1), i64, i32, i32, i1) #1",
+        f"declare {min_max_returns} @air.atomic.global.min.u.i64(ptr addrspace(1), i64, i32, i32, i1) #1"]
     memory = "float" if element == "float" else "i32"
     arguments = [("counter", memory, "air.read_write"), ("seen", memory, "air.read_write"),
                  ("values", "i64", "air.read"), ("slots", "i64", "air.read_write")]
-    name = f"cas_{code}"
+    name = f"cas_{code}_{min_max_returns}"
     return air.library(name, air.module_text(name, body, arguments, declarations, False, unsigned=True))[name]
 
 
-@pytest.mark.parametrize("element", ["i32", "float"])
-def test_compare_exchange_loop_and_64_bit_unsigned_min_max_are_atomic(element):
+@pytest.mark.parametrize("element,min_max_returns", [("i32", "i64"), ("float", "i64"), ("i32", "void")])
+def test_compare_exchange_loop_and_64_bit_unsigned_min_max_are_atomic(element, min_max_returns):
     dtype = torch.float32 if element == "float" else torch.int32
-    kernel = _atomic_kernel(element)
+    kernel = _atomic_kernel(element, min_max_returns)
     threads = 2000
     counter, seen = torch.zeros(1, dtype=dtype), torch.full((threads,), -1, dtype=dtype)
     g = torch.Generator().manual_seed(9)

@@ -51,11 +51,13 @@ def define_atomic(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         lines = [f"%r = load atomic {ret}, {params[0]} %a0 monotonic, align {type_bytes(ret)}"]
     elif op == "store" and ret == "void" and len(params) == 5:
         lines = [f"store atomic {params[1]} %a1, {params[0]} %a0 monotonic, align {type_bytes(params[1])}"]
-    elif len(params) == 5 and params[1] == ret:
-        operation = _FLOAT_RMW.get(op) if is_float_type(ret) else (_RMW.get(op) or _ORDERED_RMW.get((op, sign)))
+    elif len(params) == 5 and params[1] in (ret, "i64") and (ret == params[1] or ret == "void"):
+        # Metal's 64-bit atomic_min/max_explicit return nothing: `void (ptr, i64, ...)`.
+        value = params[1]
+        operation = _FLOAT_RMW.get(op) if is_float_type(value) else (_RMW.get(op) or _ORDERED_RMW.get((op, sign)))
         if operation is None:
             return None
-        lines = [f"%r = atomicrmw {operation} {params[0]} %a0, {ret} %a1 monotonic, align {type_bytes(ret)}"]
+        lines = [f"%r = atomicrmw {operation} {params[0]} %a0, {value} %a1 monotonic, align {type_bytes(value)}"]
     else:
         return None
     body = "\n  ".join(lines + ["ret void" if ret == "void" else f"ret {ret} %r"])

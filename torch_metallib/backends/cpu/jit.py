@@ -26,7 +26,7 @@ from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
 
-LOWERING_VERSION = 37  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
+LOWERING_VERSION = 38  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)

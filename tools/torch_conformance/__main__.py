@@ -38,6 +38,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.torch_conformance", description=__doc__)
     parser.add_argument("--library", choices=["macos14", "macos26"], default="macos14",
                         help="which of torch's two metallibs (default: macos14)")
+    parser.add_argument("--path", help="a .metallib to use instead (a subset of one, made with Library.subset)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--filter", default="", help="only kernels whose name matches this regex")
     parser.add_argument("--sample", type=int, default=0, help="a seeded random sample of this many kernels")
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
     import torch_metallib as tm
     from torch_metallib.cli.torch_corpus import torch_metallib_paths
 
-    path = torch_metallib_paths()[args.library]
+    path = args.path or torch_metallib_paths()[args.library]
     names = [n for n in tm.load(path).function_names if re.search(args.filter, n)]
     if args.sample and args.sample < len(names):
         names = sorted(random.Random(0).sample(names, args.sample), key=names.index)
@@ -63,7 +64,7 @@ def main(argv=None) -> int:
     outcomes.sort(key=lambda o: names.index(o["kernel"]))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"library": args.library, "device": args.device, "outcomes": outcomes}, out, indent=0)
+            json.dump({"library": args.path or args.library, "device": args.device, "outcomes": outcomes}, out, indent=0)
     print(table(outcomes))
     return 0
 

@@ -6,7 +6,7 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import elementwise, reductions
+from . import elementwise, norms, reductions
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
@@ -37,6 +37,8 @@ def check(context: Context, name: str) -> Tuple[str, str]:
     try:
         if reductions.parse(name):
             return reductions.check(function, context.device)
+        if norms.parse(name):
+            return norms.check(function, context.device)
         return elementwise.check(function, context.results, context.device)
     except elementwise.NoHarness as reason:
         return "not attempted", str(reason)

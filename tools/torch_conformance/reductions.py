@@ -83,11 +83,13 @@ def _outside_untouched(storage: torch.Tensor, pad: int, count: int) -> bool:
 
 
 def _output(to: torch.dtype, count: int, device: str, pad: int = 16):
+    """(storage, output): `count` zeros on `device` between margins holding a sentinel."""
     storage = torch.zeros(count + 2 * pad, dtype=to)
     raw = storage.view(torch.uint8)
     size = storage.element_size()
     raw[:pad * size] = 0xA5
     raw[(pad + count) * size:] = 0xA5
+    storage = storage.to(device)
     return storage, storage[pad:pad + count]
 
 
@@ -107,6 +109,7 @@ def check(function, device: str) -> Tuple[str, str]:
             count *= s
         x = _input(op, ti, count, gen).reshape(sizes)
         expected = _reference(op, x, dims, to)
+        given = _bindable(x.to(device))
         pad = 16
         if shape in ("inner", "outer"):
             m, n = sizes
@@ -115,9 +118,9 @@ def check(function, device: str) -> Tuple[str, str]:
             extra = (0.0,) if takes_divisor else ()
             if shape == "inner":
                 threads = -(-m // (_GROUP // 32)) * _GROUP
-                function(_bindable(x), _bindable(out), (m, n), *extra, threads=threads, group_size=_GROUP)
+                function(given, _bindable(out), (m, n), *extra, threads=threads, group_size=_GROUP)
             else:
-                function(_bindable(x), _bindable(out), (m, n, 1), *extra,
+                function(given, _bindable(out), (m, n, 1), *extra,
                          threads=(-(-n // 32) * 32, 32), group_size=(32, 32))
         elif shape == "general":
             out_sizes = [1 if d in dims else s for d, s in enumerate(sizes)]
@@ -133,7 +136,7 @@ def check(function, device: str) -> Tuple[str, str]:
                 reduced *= sizes[d]
             params = _norm_params(0.0, reduced, sizes, list(x.stride()), out_sizes, out_strides)
             storage, out = _output(to, out_count, device, pad)
-            function(_bindable(x), _bindable(out), params, threads=out_count * _GROUP, group_size=_GROUP)
+            function(given, _bindable(out), params, threads=out_count * _GROUP, group_size=_GROUP)
             expected = expected.flatten()
         else:  # strided pass 1 over a transposed view, in chunks of E
             chunk = 100
@@ -141,9 +144,9 @@ def check(function, device: str) -> Tuple[str, str]:
             groups = count // chunk
             params = _norm_params(0.0, chunk, list(view.shape), list(view.stride()), [1, 1], [0, 0])
             storage, out = _output(to, groups, device, pad)
-            function(_bindable(x), _bindable(out), params, threads=groups * _GROUP, group_size=_GROUP)
+            function(given, _bindable(out), params, threads=groups * _GROUP, group_size=_GROUP)
             expected = _reference(op, view.reshape(groups, chunk), (1,), to)
-        if not _outside_untouched(storage, pad, out.numel()):
+        if not _outside_untouched(storage.cpu(), pad, out.numel()):
             return "wrong", f"{list(sizes)} over {list(dims)}: wrote outside its output"
         tolerance = "exact" if is_integral(to) or op in ("max", "min") else "special"
         problem = mismatch(out.cpu().flatten(), expected.flatten(), tolerance)

@@ -108,6 +108,18 @@ def _strided_view(flat: torch.Tensor, order: Tuple[int, int, int]) -> torch.Tens
     return flat.reshape(permuted).permute(*inverse)
 
 
+def _torch_result(ref: Reference, dtype: torch.dtype) -> Optional[torch.dtype]:
+    """The result type torch gives `ref` on `dtype` (floats stay, integers become float32 for
+    float functions): for a library subset that lacks the plain dense sibling's name."""
+    sample = torch.ones(2, dtype=torch.complex64 if dtype == torch.complex32 else dtype)
+    try:
+        alpha = () if ref.alpha is None else (ref.alpha,)
+        result = ref.fn(*([sample] * ref.arity), *alpha).dtype
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    return torch.complex32 if dtype == torch.complex32 and result == torch.complex64 else result
+
+
 def _opmath(result: torch.dtype):
     """The dtype PyTorch's functors compute `result` in (opmath_t), or None for integers."""
     if is_complex(result):
@@ -177,7 +189,7 @@ class ElementwiseCall:
         named_result = "castout" not in self.variant and len(parsed.dtypes) >= 2
         t = parsed.dtypes[1] if named_result else parsed.dtypes[0]
         self.functor_type = t
-        result = parsed.dtypes[0] if named_result else results.get((parsed.op, t))
+        result = parsed.dtypes[0] if named_result else results.get((parsed.op, t)) or _torch_result(self.reference, t)
         if result is None:
             raise NoHarness(f"no plain dense sibling names the result type of {parsed.op} on {t}")
         self.result_dtype = result

@@ -3,6 +3,7 @@
 #include "dispatch/python_values.h"
 
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -265,6 +266,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   }
   check_device(plan, argument, tensor, device_seen);
   check_tensor(argument, tensor);
+  refuse_overlap(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);
   plan.bindings[argument.position] = {ParameterBinding::Kind::Tensor, argument.binding, tensor, argument.writable()};
@@ -286,6 +288,27 @@ void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& te
     throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
                           std::to_string(bytes) + " bytes from its first element to the end of its storage");
   }
+}
+
+// "[64, 1]" (no stream: see ArgumentSpec::describe).
+static std::string int_list(c10::IntArrayRef values) {
+  std::string out;
+  for (int64_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + out + "]";
+}
+
+std::string overlap_refusal(const at::Tensor& tensor) {
+  // torch's own test (Yes: a stride 0 over more than one element); TooHard passes, as in torch.
+  if (at::has_internal_overlap(tensor) != at::MemOverlap::Yes) return "";
+  return "expected a tensor whose elements do not overlap, got sizes " + int_list(tensor.sizes()) + " and strides " +
+         int_list(tensor.strides()) + ", in which several indices reach one element (torch refuses in-place "
+         "writes into such a tensor too). Pass a tensor of its own, e.g. x.clone()";
+}
+
+void KernelSpec::refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const {
+  if (!argument.writable()) return;  // reading one element twice is fine
+  const std::string problem = overlap_refusal(tensor);
+  if (!problem.empty()) throw ArgumentError(name_ + ": " + argument.describe() + ": the kernel writes to it; " + problem);
 }
 
 void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const {

@@ -118,6 +118,10 @@ struct NativeArgument {
   Number number;
 };
 
+// Empty if no two indices of `tensor` reach one element (torch's notion); else why a kernel
+// may not write to it, as "expected ..., got .... <remedy>".
+std::string overlap_refusal(const at::Tensor& tensor);
+
 // A pointer inside an argument buffer: where it sits and the tensor it points into.
 struct ArgumentBufferSlot {
   int64_t offset = 0;     // byte offset of the 8-byte pointer in the struct
@@ -212,6 +216,9 @@ class KernelSpec {
   void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   // Dtype and size checks of a tensor bound by pointer (after check_layout and check_device).
   void check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const;
+  // Refuses a written tensor in which two indices reach one element (an expanded view), as
+  // torch refuses in-place writes into one: which write would land is undefined.
+  void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;

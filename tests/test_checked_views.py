@@ -150,3 +150,22 @@ def test_expanded_output_is_refused_on_the_meta_device(mlx_lib):
     a, b = torch.randn(64, device="meta"), torch.randn(64, device="meta")
     with pytest.raises(tm.KernelArgumentError, match="argument 2 'c'.*do not overlap"):
         mlx_lib.vv_Addfloat32(a, b, torch.empty(1, device="meta").expand(64), threads=64)
+
+
+def test_expanded_mutated_argument_of_an_operator_is_refused(mlx_lib):
+    """ops.define's operators bind through the same plan; a mutated argument is refused
+    before the dense copy a non-contiguous one gets would hide its overlap."""
+    from torch_metallib import ops
+
+    op = ops.define("tm_checked_views_tests::sigmoid_in_place(Tensor(a!) x) -> ()", mlx_lib,
+                    "v_Sigmoid{dtype}{dtype}", dtypes=[torch.float32],
+                    bind={"in": "x", "out": "x", "size": 0}, threads=ops.numel("x"))
+    base = torch.zeros(32)
+    with pytest.raises(tm.KernelArgumentError, match="argument 'x': the kernel writes to it; expected a tensor "
+                                                     "whose elements do not overlap, got sizes \\[32\\]"):
+        op(base[:1].expand(32))
+    assert torch.equal(base, torch.zeros(32))
+    x = torch.randn(64)[::2]  # not overlapping, not contiguous: runs on a dense copy
+    expected = torch.sigmoid(x)
+    op(x)
+    torch.testing.assert_close(x, expected)

@@ -34,18 +34,23 @@ const char* space_name(int space) {
 
 }  // namespace
 
-CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces,
-                             std::string kernel)
-    : names_(std::move(names)), kernel_(std::move(kernel)) {
+CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<Parameter> parameters, std::string kernel)
+    : parameters_(std::move(parameters)), kernel_(std::move(kernel)) {
   for (int axis = 0; axis < 3; ++axis) grid_[axis] = plan.dims[axis];
   const size_t count = plan.addresses.size();
   ranges_.resize(count);
   threadgroup_bytes_.assign(count, -1);
-  names_.resize(count);
-  spaces.resize(count, 0);
+  parameters_.resize(count);
+  addresses_.resize(count);
+  spans_.resize(count);
+  tensors_.assign(count, false);
   for (size_t p = 0; p < count; ++p) {
-    ranges_[p] = {reinterpret_cast<uintptr_t>(plan.addresses[p]), uint64_t(std::max<int64_t>(0, plan.extents[p])),
-                  spaces[p]};
+    addresses_[p] = reinterpret_cast<uintptr_t>(plan.addresses[p]);
+    // Every bound plan has spans; one built otherwise is bounded by its extents.
+    spans_[p] = p < plan.spans.size() ? plan.spans[p] : dispatch::Span{0, plan.extents[p]};
+    tensors_[p] = p < plan.bindings.size() && plan.bindings[p].kind == dispatch::ParameterBinding::Kind::Tensor;
+    const uintptr_t start = addresses_[p] == 0 ? 0 : addresses_[p] + uintptr_t(spans_[p].begin);
+    ranges_[p] = {start, uint64_t(std::max<int64_t>(0, spans_[p].bytes)), parameters_[p].space};
   }
   for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
   bounds_.resize(count);
@@ -54,8 +59,9 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
   }
   for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
     for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
-      const int64_t bytes = dispatch::available_bytes(slot.tensor);
-      extra_.push_back({reinterpret_cast<uintptr_t>(slot.tensor.data_ptr()), uint64_t(std::max<int64_t>(0, bytes)), 0});
+      const auto first = reinterpret_cast<uintptr_t>(slot.tensor.data_ptr());
+      if (first == 0) continue;
+      extra_.push_back({first + uintptr_t(slot.span.begin), uint64_t(std::max<int64_t>(0, slot.span.bytes)), 0});
     }
   }
 }
@@ -99,19 +105,50 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
   return inside(p, n, at->first, at->second.first);
 }
 
+std::string CheckedLaunch::against(uintptr_t p, uint64_t n, size_t position, const Range& range) const {
+  using std::to_string;
+  const bool group = threadgroup_bytes_[position] >= 0;
+  const int64_t offset = int64_t(p - (group ? range.start : addresses_[position]));
+  const int64_t low = group ? 0 : spans_[position].begin;
+  const std::string bytes = to_string(range.bytes);
+  std::string allowed;
+  if (group) {
+    allowed = "its " + bytes + " bytes of threadgroup memory";
+  } else if (!tensors_[position]) {
+    allowed = "the " + bytes + " bytes of its value";
+  } else if (spans_[position].storage) {
+    allowed = "its storage's " + bytes + " bytes, as storage_bounds asks";
+  } else {
+    allowed = "the " + bytes + " bytes its view spans";
+  }
+  return "at byte offset " + to_string(offset) + " of " + parameters_[position].description + "; expected byte offsets " +
+         to_string(low) + " to " + to_string(low + int64_t(range.bytes)) + " (" + allowed + "), got " +
+         to_string(offset) + " to " + to_string(offset + int64_t(n));
+}
+
 std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const {
   // std::to_string, not a stream (see ArgumentSpec::describe).
   using std::to_string;
   std::string out = kernel_ + ": thread (" + to_string(context.thread[0]) + ", " + to_string(context.thread[1]) + ", " +
                     to_string(context.thread[2]) + ") " + (write ? "writes " : "reads ") + to_string(n) + " bytes ";
   if (origin >= 0 && size_t(origin) < ranges_.size()) {
+    const size_t position = size_t(origin);
     const Range range = range_of(origin);
-    const int64_t offset = int64_t(p - range.start);
-    return out + "at byte offset " + to_string(offset) + " of " + names_[size_t(origin)] + ", which has " +
-           to_string(range.bytes) +
-           (threadgroup_bytes_[size_t(origin)] >= 0 ? " bytes of threadgroup memory"
-                                                    : " bytes from its bound address to the end of its storage") +
-           ". Bind a larger tensor (or threadgroup_memory), or dispatch fewer threads";
+    if (threadgroup_bytes_[position] >= 0) {
+      return out + against(p, n, position, range) + ". Pass a larger threadgroup_memory, or dispatch fewer threads";
+    }
+    if (range.start == 0 || (tensors_[position] && range.bytes == 0)) {
+      return out + "through " + parameters_[position].description + ", whose view has no elements; expected no "
+             "access, got one. Bind a tensor with elements, or dispatch no threads";
+    }
+    out += against(p, n, position, range);
+    if (!tensors_[position]) return out + ". Pass a larger value, or dispatch fewer threads";
+    if (spans_[position].storage || parameters_[position].name.empty()) {
+      return out + ". Bind a larger tensor, or dispatch fewer threads";
+    }
+    return out + ". Bind a larger tensor (or a view over what the kernel reaches), or dispatch fewer threads; a "
+           "kernel that indexes past the view on purpose may reach its storage with storage_bounds={'" +
+           parameters_[position].name + "'}";
   }
   // Not attributable to one argument: name the nearest bound range below the address.
   int nearest = -1;
@@ -124,10 +161,7 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
     }
   }
   out += std::string("of ") + space_name(space) + " memory outside every bound argument and the kernel's own variables";
-  if (nearest >= 0) {
-    out += " (at byte offset " + to_string(int64_t(p - best)) + " of " + names_[size_t(nearest)] + ", which has " +
-           to_string(range_of(nearest).bytes) + " bytes)";
-  }
+  if (nearest >= 0) out += " (" + against(p, n, size_t(nearest), range_of(nearest)) + ")";
   return out + ". Bind larger tensors, or dispatch fewer threads";
 }
 

@@ -26,9 +26,16 @@ struct MemoryViolation : std::runtime_error {
 // What checks compare against during one launch, and its first violation.
 class CheckedLaunch {
  public:
-  // `names[p]` describes IR parameter p for messages ("argument 2 'c' (buffer(2), device
-  // float*)"), `spaces[p]` its address space (0 for builtins).
-  CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces, std::string kernel);
+  // One IR parameter, for messages: its description ("argument 2 'c' (buffer(2), device
+  // float*)"), address space (0 for builtins) and name (what storage_bounds takes).
+  struct Parameter {
+    std::string description;
+    int space = 0;
+    std::string name;
+  };
+  // Each argument is bounded by the plan's span for it (a tensor's view, unless the call
+  // asked for its storage).
+  CheckedLaunch(const dispatch::Plan& plan, std::vector<Parameter> parameters, std::string kernel);
 
   // While alive, checks on this OS thread report to `launch` (nullptr: checks pass through).
   class Scope {
@@ -65,11 +72,17 @@ class CheckedLaunch {
   Range range_of(int position) const;  // threadgroup arguments: the running group's buffer
   std::string describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const;
 
+  // What a violation is told against: the access's offset from the bound address, the span allowed.
+  std::string against(uintptr_t p, uint64_t n, size_t position, const Range& range) const;
+
   std::vector<Range> ranges_;                 // per IR parameter
   std::vector<Bounds> bounds_;                // per IR parameter, for the inline check
   std::vector<Range> extra_;                  // argument-buffer members
   std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
-  std::vector<std::string> names_;
+  std::vector<Parameter> parameters_;
+  std::vector<uintptr_t> addresses_;          // per IR parameter: where it is bound (offsets are from there)
+  std::vector<dispatch::Span> spans_;         // per IR parameter
+  std::vector<bool> tensors_;                 // per IR parameter: bound to a tensor (else bytes of a value)
   std::string kernel_;
   uint32_t grid_[3] = {1, 1, 1};
   mutable std::mutex mutex_;

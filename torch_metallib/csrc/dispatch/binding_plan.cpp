@@ -44,6 +44,21 @@ int64_t available_bytes(const at::Tensor& tensor) {
   return int64_t(tensor.storage().nbytes()) - tensor.storage_offset() * int64_t(tensor.element_size());
 }
 
+Span view_span(const at::Tensor& tensor) {
+  if (tensor.numel() == 0) return {};
+  int64_t low = 0, high = 0;  // elements from the first one, below and above it
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    const int64_t reach = (tensor.sizes()[size_t(d)] - 1) * tensor.strides()[size_t(d)];
+    (reach < 0 ? low : high) += reach;
+  }
+  const int64_t item = int64_t(tensor.element_size());
+  return {low * item, (high - low + 1) * item, false};
+}
+
+Span storage_span(const at::Tensor& tensor) {
+  return {-int64_t(tensor.storage_offset()) * int64_t(tensor.element_size()), int64_t(tensor.storage().nbytes()), true};
+}
+
 // 8-byte-aligned owned storage for packed values.
 std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes) {
   return std::make_shared<std::vector<uint64_t>>((bytes + 7) / 8 + 1, 0);
@@ -269,6 +284,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   refuse_overlap(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);
+  plan.spans[argument.position] = view_span(tensor);
   plan.bindings[argument.position] = {ParameterBinding::Kind::Tensor, argument.binding, tensor, argument.writable()};
 }
 
@@ -337,6 +353,7 @@ void KernelSpec::bind_absent(Plan& plan, const ArgumentSpec& argument) const {
   auto storage = allocate(size_t(bytes));
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
+  plan.spans[argument.position] = {0, bytes};
   plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
@@ -349,6 +366,7 @@ void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::share
   }
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
+  plan.spans[argument.position] = {0, bytes};
   plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
@@ -637,10 +655,11 @@ Plan KernelSpec::pipeline_plan(const py::handle& constants) const {
 
 Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
                       const py::handle& group_size, const py::handle& constants,
-                      const py::handle& threadgroup_memory) const {
+                      const py::handle& threadgroup_memory, const py::handle& storage_bounds) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
+  plan.spans.assign(size_t(parameter_count_), {});
   plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(read_constants(name_, constants_, constants));
   refuse_unbindable(plan.constants);
@@ -729,6 +748,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   }
   bind_grid(plan, grid, group_size.is_none() ? std::vector<int64_t>{} : read_dims(name_, "group_size", group_size));
   refuse_empty(plan, empty);
+  allow_storage(plan, storage_bounds);
   finish(plan);
   return plan;
 }
@@ -748,6 +768,7 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
+  plan.spans.assign(size_t(parameter_count_), {});
   plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(constants);
   refuse_unbindable(plan.constants);
@@ -790,6 +811,40 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   refuse_empty(plan, empty);
   finish(plan);
   return plan;
+}
+
+void KernelSpec::allow_storage(Plan& plan, const py::handle& names) const {
+  if (names.is_none()) return;
+  std::vector<py::handle> items;
+  if (PyUnicode_Check(names.ptr())) {
+    items.push_back(names);  // one name
+  } else if (py::isinstance<py::iterable>(names)) {
+    for (const py::handle& item : names) items.push_back(item);
+  } else {
+    throw ArgumentError(name_ + ": storage_bounds: expected a set of argument names, got " + short_repr(names) +
+                        ". Pass e.g. storage_bounds={'out'}");
+  }
+  for (const py::handle& item : items) {
+    if (!PyUnicode_Check(item.ptr())) {
+      throw ArgumentError(name_ + ": storage_bounds: expected argument names, got " + short_repr(item) + " (" +
+                          python_type(item) + ") in " + short_repr(names) + ". Pass e.g. storage_bounds={'out'}");
+    }
+    const std::string name = item.cast<std::string>();
+    auto found = std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
+    if (found == arguments_.end()) {
+      std::string all;
+      for (const ArgumentSpec& a : arguments_) all += (all.empty() ? "" : ", ") + a.name;
+      throw ArgumentError(name_ + ": storage_bounds: no argument named '" + name + "'; expected one of: " + all);
+    }
+    const ParameterBinding& binding = plan.bindings[size_t(found->position)];
+    if (binding.kind == ParameterBinding::Kind::Tensor) {
+      plan.spans[size_t(found->position)] = storage_span(binding.tensor);
+    }
+    for (ArgumentBuffer& buffer : plan.argument_buffers) {
+      if (buffer.position != found->position) continue;
+      for (ArgumentBufferSlot& slot : buffer.slots) slot.span = storage_span(slot.tensor);
+    }
+  }
 }
 
 void KernelSpec::finish(Plan& plan) const {

@@ -118,6 +118,21 @@ struct NativeArgument {
   Number number;
 };
 
+// The bytes checked execution lets a kernel reach through one argument, relative to the
+// address it is bound at: a tensor's view (what its sizes and strides reach; a zero-element
+// view reaches nothing), or its whole storage where the caller asked (storage_bounds); the
+// bytes of a value. Users pass slices, and a slice's neighbours are other slices.
+struct Span {
+  int64_t begin = 0;     // below 0 where the memory starts before the bound address
+  int64_t bytes = 0;
+  bool storage = false;  // the tensor's storage, not its view
+};
+
+// [first, last] element a view reaches (negative strides reach below its first element).
+Span view_span(const at::Tensor& tensor);
+// The tensor's whole storage.
+Span storage_span(const at::Tensor& tensor);
+
 // Empty if no two indices of `tensor` reach one element (torch's notion); else why a kernel
 // may not write to it, as "expected ..., got .... <remedy>".
 std::string overlap_refusal(const at::Tensor& tensor);
@@ -127,6 +142,7 @@ struct ArgumentBufferSlot {
   int64_t offset = 0;     // byte offset of the 8-byte pointer in the struct
   at::Tensor tensor;      // bound at its data_ptr() (storage offset included)
   bool writable = false;  // the kernel may write through it
+  Span span;              // what checked execution allows through it
 };
 
 // An argument buffer: the struct's bytes (pointers already hold host addresses, which the
@@ -154,6 +170,7 @@ struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
   std::vector<ParameterBinding> bindings;   // per IR parameter
   std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
+  std::vector<Span> spans;                  // per IR parameter: what checked execution allows
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
@@ -180,9 +197,11 @@ class KernelSpec {
              std::vector<std::pair<std::string, ConstantPredicate>> predicates = {});
 
   // Validates a call and builds its plan. Raises ArgumentError / DispatchFailure.
+  // `storage_bounds`: names of tensor arguments checked execution bounds by their storage
+  // rather than their view (None: none).
   Plan bind(const pybind11::tuple& args, const pybind11::dict& kwargs, const pybind11::handle& threads,
             const pybind11::handle& group_size, const pybind11::handle& constants,
-            const pybind11::handle& threadgroup_memory) const;
+            const pybind11::handle& threadgroup_memory, const pybind11::handle& storage_bounds) const;
 
   // The same checks for a call made without Python (a registered operator): `values`
   // by IR parameter position; `group` empty for the default; `constants` as
@@ -219,6 +238,8 @@ class KernelSpec {
   // Refuses a written tensor in which two indices reach one element (an expanded view), as
   // torch refuses in-place writes into one: which write would land is undefined.
   void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
+  // Widens the spans of the arguments named in `names` to their storages.
+  void allow_storage(Plan& plan, const pybind11::handle& names) const;
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;

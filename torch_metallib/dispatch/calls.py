@@ -9,7 +9,7 @@ from .. import _C
 from ..errors import UnsupportedKernelError
 from .backend import backend_for
 from .call_record import cached_call_record
-from .checked_mode import checked_requested, storage_bounds_requested
+from .checked_mode import block_storage_bounds, checked_requested, storage_bounds_requested
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
@@ -46,8 +46,9 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
     state = function._dispatch_state()
     if state.problem:
         raise UnsupportedKernelError(f"{function.name}: cannot be called: {state.problem}")
-    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory,
-                           storage_bounds_requested(storage_bounds, state.names))
+    if block_storage_bounds():
+        storage_bounds = storage_bounds_requested(storage_bounds, state.names)
+    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory, storage_bounds)
     run_plan(function, plan, plan.device, checked)
 
 

@@ -51,11 +51,11 @@ _SPACES = {"device": 1, "constant": 2, "threadgroup": 3}
 
 
 def _described_parameters(function) -> list:
-    """(description, address space, name) per IR parameter, for checked execution's messages."""
-    described = [("", 0, "")] * len(function.reflection.arguments)
+    """(description, address space) per IR parameter, for checked execution's messages."""
+    described = [("", 0)] * len(function.reflection.arguments)
     for a in function.reflection.arguments:
         if not a.is_builtin:
             kind = f"{a.kind}({a.binding})" if a.binding is not None else a.kind
             described[a.position] = (f"argument {a.position} '{a.name}' ({kind}, {a.address_space} {a.type_name}*)",
-                                     _SPACES.get(a.address_space, 0), a.name)
+                                     _SPACES.get(a.address_space, 0))
     return described

@@ -84,17 +84,18 @@ py::dict command_record(const dispatch::CommandList& commands) {
   return out;
 }
 
-// The checked launch for `checked` ((description, address space, name) per IR parameter), or none.
+// The checked launch for `checked` ((description, address space) per IR parameter), or none.
 std::unique_ptr<cpu::CheckedLaunch> checked_launch(const dispatch::Plan& plan, const py::object& checked,
                                                    const std::string& kernel) {
   if (checked.is_none()) return nullptr;
-  std::vector<cpu::CheckedLaunch::Parameter> parameters;
+  std::vector<std::string> names;
+  std::vector<int> spaces;
   for (const py::handle& item : checked) {
-    auto entry = py::reinterpret_borrow<py::tuple>(item);
-    parameters.push_back({entry[0].cast<std::string>(), entry[1].cast<int>(),
-                          entry.size() > 2 ? entry[2].cast<std::string>() : std::string()});
+    auto pair = py::reinterpret_borrow<py::tuple>(item);
+    names.push_back(pair[0].cast<std::string>());
+    spaces.push_back(pair[1].cast<int>());
   }
-  return std::make_unique<cpu::CheckedLaunch>(plan, std::move(parameters), kernel);
+  return std::make_unique<cpu::CheckedLaunch>(plan, std::move(names), std::move(spaces), kernel);
 }
 
 }  // namespace
@@ -222,7 +223,7 @@ void bind_dispatch(py::module_& m) {
      py::arg("checked") = py::none(), py::arg("kernel") = "",
      "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy); "
      "`parallel`: groups on torch's threads, else one by one in order; `checked`: the kernel was "
-     "compiled with bounds checks, and this lists (description, address space, name) per IR parameter.");
+     "compiled with bounds checks, and this lists (description, address space) per IR parameter.");
 
   m.def("launch_cpu_cooperative", [](const Plan& plan, const std::vector<uintptr_t>& thread_functions,
                                      bool private_copies, const std::string& kernel, bool parallel,

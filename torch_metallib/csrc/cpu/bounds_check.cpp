@@ -34,23 +34,23 @@ const char* space_name(int space) {
 
 }  // namespace
 
-CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<Parameter> parameters, std::string kernel)
-    : parameters_(std::move(parameters)), kernel_(std::move(kernel)) {
+CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces,
+                             std::string kernel)
+    : names_(std::move(names)), kernel_(std::move(kernel)) {
   for (int axis = 0; axis < 3; ++axis) grid_[axis] = plan.dims[axis];
   const size_t count = plan.addresses.size();
   ranges_.resize(count);
   threadgroup_bytes_.assign(count, -1);
-  parameters_.resize(count);
-  addresses_.resize(count);
-  spans_.resize(count);
-  tensors_.assign(count, false);
+  names_.resize(count);
+  spaces.resize(count, 0);
+  bound_.resize(count);
   for (size_t p = 0; p < count; ++p) {
-    addresses_[p] = reinterpret_cast<uintptr_t>(plan.addresses[p]);
-    // Every bound plan has spans; one built otherwise is bounded by its extents.
-    spans_[p] = p < plan.spans.size() ? plan.spans[p] : dispatch::Span{0, plan.extents[p]};
-    tensors_[p] = p < plan.bindings.size() && plan.bindings[p].kind == dispatch::ParameterBinding::Kind::Tensor;
-    const uintptr_t start = addresses_[p] == 0 ? 0 : addresses_[p] + uintptr_t(spans_[p].begin);
-    ranges_[p] = {start, uint64_t(std::max<int64_t>(0, spans_[p].bytes)), parameters_[p].space};
+    Binding& bound = bound_[p];
+    bound.address = reinterpret_cast<uintptr_t>(plan.addresses[p]);
+    bound.span = plan.span(int(p));
+    bound.tensor = p < plan.bindings.size() && plan.bindings[p].kind == dispatch::ParameterBinding::Kind::Tensor;
+    const uintptr_t start = bound.address == 0 ? 0 : bound.address + uintptr_t(bound.span.begin);
+    ranges_[p] = {start, uint64_t(std::max<int64_t>(0, bound.span.bytes)), spaces[p]};
   }
   for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
   bounds_.resize(count);
@@ -58,10 +58,12 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<Parameter> 
     if (threadgroup_bytes_[p] < 0 && ranges_[p].start != 0) bounds_[p] = {ranges_[p].start, ranges_[p].bytes};
   }
   for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
+    const bool storage = plan.storage_bounded(buffer.position);
     for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
       const auto first = reinterpret_cast<uintptr_t>(slot.tensor.data_ptr());
       if (first == 0) continue;
-      extra_.push_back({first + uintptr_t(slot.span.begin), uint64_t(std::max<int64_t>(0, slot.span.bytes)), 0});
+      const dispatch::Span span = storage ? dispatch::storage_span(slot.tensor) : dispatch::view_span(slot.tensor);
+      extra_.push_back({first + uintptr_t(span.begin), uint64_t(std::max<int64_t>(0, span.bytes)), 0});
     }
   }
 }
@@ -108,20 +110,20 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
 std::string CheckedLaunch::against(uintptr_t p, uint64_t n, size_t position, const Range& range) const {
   using std::to_string;
   const bool group = threadgroup_bytes_[position] >= 0;
-  const int64_t offset = int64_t(p - (group ? range.start : addresses_[position]));
-  const int64_t low = group ? 0 : spans_[position].begin;
+  const int64_t offset = int64_t(p - (group ? range.start : bound_[position].address));
+  const int64_t low = group ? 0 : bound_[position].span.begin;
   const std::string bytes = to_string(range.bytes);
   std::string allowed;
   if (group) {
     allowed = "its " + bytes + " bytes of threadgroup memory";
-  } else if (!tensors_[position]) {
+  } else if (!bound_[position].tensor) {
     allowed = "the " + bytes + " bytes of its value";
-  } else if (spans_[position].storage) {
+  } else if (bound_[position].span.storage) {
     allowed = "its storage's " + bytes + " bytes, as storage_bounds asks";
   } else {
     allowed = "the " + bytes + " bytes its view spans";
   }
-  return "at byte offset " + to_string(offset) + " of " + parameters_[position].description + "; expected byte offsets " +
+  return "at byte offset " + to_string(offset) + " of " + names_[position] + "; expected byte offsets " +
          to_string(low) + " to " + to_string(low + int64_t(range.bytes)) + " (" + allowed + "), got " +
          to_string(offset) + " to " + to_string(offset + int64_t(n));
 }
@@ -137,18 +139,21 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
     if (threadgroup_bytes_[position] >= 0) {
       return out + against(p, n, position, range) + ". Pass a larger threadgroup_memory, or dispatch fewer threads";
     }
-    if (range.start == 0 || (tensors_[position] && range.bytes == 0)) {
-      return out + "through " + parameters_[position].description + ", whose view has no elements; expected no "
+    if (range.start == 0 || (bound_[position].tensor && range.bytes == 0)) {
+      return out + "through " + names_[position] + ", whose view has no elements; expected no "
              "access, got one. Bind a tensor with elements, or dispatch no threads";
     }
     out += against(p, n, position, range);
-    if (!tensors_[position]) return out + ". Pass a larger value, or dispatch fewer threads";
-    if (spans_[position].storage || parameters_[position].name.empty()) {
+    if (!bound_[position].tensor) return out + ". Pass a larger value, or dispatch fewer threads";
+    // The argument's name, as storage_bounds takes it: "argument 2 'c' (...)" -> c.
+    const std::string& described = names_[position];
+    const size_t open = described.find('\''), close = described.find('\'', open + 1);
+    if (bound_[position].span.storage || close == std::string::npos) {
       return out + ". Bind a larger tensor, or dispatch fewer threads";
     }
     return out + ". Bind a larger tensor (or a view over what the kernel reaches), or dispatch fewer threads; a "
-           "kernel that indexes past the view on purpose may reach its storage with storage_bounds={'" +
-           parameters_[position].name + "'}";
+           "kernel that indexes past the view on purpose may reach its storage with storage_bounds={" +
+           described.substr(open, close - open + 1) + "}";
   }
   // Not attributable to one argument: name the nearest bound range below the address.
   int nearest = -1;

@@ -26,16 +26,10 @@ struct MemoryViolation : std::runtime_error {
 // What checks compare against during one launch, and its first violation.
 class CheckedLaunch {
  public:
-  // One IR parameter, for messages: its description ("argument 2 'c' (buffer(2), device
-  // float*)"), address space (0 for builtins) and name (what storage_bounds takes).
-  struct Parameter {
-    std::string description;
-    int space = 0;
-    std::string name;
-  };
-  // Each argument is bounded by the plan's span for it (a tensor's view, unless the call
-  // asked for its storage).
-  CheckedLaunch(const dispatch::Plan& plan, std::vector<Parameter> parameters, std::string kernel);
+  // `names[p]` describes IR parameter p for messages ("argument 2 'c' (buffer(2), device
+  // float*)"), `spaces[p]` its address space (0 for builtins). Each argument is bounded by
+  // the plan's span for it (a tensor's view, unless the call asked for its storage).
+  CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces, std::string kernel);
 
   // While alive, checks on this OS thread report to `launch` (nullptr: checks pass through).
   class Scope {
@@ -79,10 +73,15 @@ class CheckedLaunch {
   std::vector<Bounds> bounds_;                // per IR parameter, for the inline check
   std::vector<Range> extra_;                  // argument-buffer members
   std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
-  std::vector<Parameter> parameters_;
-  std::vector<uintptr_t> addresses_;          // per IR parameter: where it is bound (offsets are from there)
-  std::vector<dispatch::Span> spans_;         // per IR parameter
-  std::vector<bool> tensors_;                 // per IR parameter: bound to a tensor (else bytes of a value)
+  std::vector<std::string> names_;
+  // Per IR parameter, for messages: where it is bound (offsets are told from there), its
+  // span, and whether a tensor is bound (else the bytes of a value).
+  struct Binding {
+    uintptr_t address = 0;
+    dispatch::Span span;
+    bool tensor = false;
+  };
+  std::vector<Binding> bound_;
   std::string kernel_;
   uint32_t grid_[3] = {1, 1, 1};
   mutable std::mutex mutex_;

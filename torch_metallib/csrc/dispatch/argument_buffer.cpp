@@ -86,7 +86,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
         }
         const uint64_t address = reinterpret_cast<uintptr_t>(tensor.data_ptr());
         std::memcpy(bytes + at, &address, 8);
-        buffer.slots.push_back({at, tensor, element.writable(), view_span(tensor)});
+        buffer.slots.push_back({at, tensor, element.writable()});
       }
     } else {
       Number number;
@@ -107,7 +107,6 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
   }
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = argument.type_size;
-  plan.spans[argument.position] = {0, argument.type_size};
   plan.bindings[argument.position] = {ParameterBinding::Kind::ArgumentBuffer, argument.binding, {}, false};
   plan.packed.push_back(storage);
   plan.argument_buffers.push_back(std::move(buffer));

@@ -59,6 +59,18 @@ Span storage_span(const at::Tensor& tensor) {
   return {-int64_t(tensor.storage_offset()) * int64_t(tensor.element_size()), int64_t(tensor.storage().nbytes()), true};
 }
 
+bool Plan::storage_bounded(int position) const {
+  return size_t(position) < storage_bounds.size() && storage_bounds[size_t(position)];
+}
+
+Span Plan::span(int position) const {
+  const ParameterBinding& binding = bindings[size_t(position)];
+  if (binding.kind == ParameterBinding::Kind::Tensor) {
+    return storage_bounded(position) ? storage_span(binding.tensor) : view_span(binding.tensor);
+  }
+  return {0, extents[size_t(position)]};
+}
+
 // 8-byte-aligned owned storage for packed values.
 std::shared_ptr<std::vector<uint64_t>> allocate(size_t bytes) {
   return std::make_shared<std::vector<uint64_t>>((bytes + 7) / 8 + 1, 0);
@@ -284,7 +296,6 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   refuse_overlap(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);
-  plan.spans[argument.position] = view_span(tensor);
   plan.bindings[argument.position] = {ParameterBinding::Kind::Tensor, argument.binding, tensor, argument.writable()};
 }
 
@@ -353,7 +364,6 @@ void KernelSpec::bind_absent(Plan& plan, const ArgumentSpec& argument) const {
   auto storage = allocate(size_t(bytes));
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
-  plan.spans[argument.position] = {0, bytes};
   plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
@@ -366,7 +376,6 @@ void KernelSpec::bind_bytes(Plan& plan, const ArgumentSpec& argument, std::share
   }
   plan.addresses[argument.position] = storage->data();
   plan.extents[argument.position] = bytes;
-  plan.spans[argument.position] = {0, bytes};
   plan.bindings[argument.position] = {ParameterBinding::Kind::Bytes, argument.binding, {}, false};
   plan.packed.push_back(std::move(storage));
 }
@@ -659,7 +668,6 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
-  plan.spans.assign(size_t(parameter_count_), {});
   plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(read_constants(name_, constants_, constants));
   refuse_unbindable(plan.constants);
@@ -768,7 +776,6 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
-  plan.spans.assign(size_t(parameter_count_), {});
   plan.bindings.assign(size_t(parameter_count_), {});
   plan.constants = check_constants(constants);
   refuse_unbindable(plan.constants);
@@ -836,14 +843,8 @@ void KernelSpec::allow_storage(Plan& plan, const py::handle& names) const {
       for (const ArgumentSpec& a : arguments_) all += (all.empty() ? "" : ", ") + a.name;
       throw ArgumentError(name_ + ": storage_bounds: no argument named '" + name + "'; expected one of: " + all);
     }
-    const ParameterBinding& binding = plan.bindings[size_t(found->position)];
-    if (binding.kind == ParameterBinding::Kind::Tensor) {
-      plan.spans[size_t(found->position)] = storage_span(binding.tensor);
-    }
-    for (ArgumentBuffer& buffer : plan.argument_buffers) {
-      if (buffer.position != found->position) continue;
-      for (ArgumentBufferSlot& slot : buffer.slots) slot.span = storage_span(slot.tensor);
-    }
+    plan.storage_bounds.resize(plan.bindings.size(), false);
+    plan.storage_bounds[size_t(found->position)] = true;
   }
 }
 

@@ -142,7 +142,6 @@ struct ArgumentBufferSlot {
   int64_t offset = 0;     // byte offset of the 8-byte pointer in the struct
   at::Tensor tensor;      // bound at its data_ptr() (storage offset included)
   bool writable = false;  // the kernel may write through it
-  Span span;              // what checked execution allows through it
 };
 
 // An argument buffer: the struct's bytes (pointers already hold host addresses, which the
@@ -170,7 +169,8 @@ struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
   std::vector<ParameterBinding> bindings;   // per IR parameter
   std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
-  std::vector<Span> spans;                  // per IR parameter: what checked execution allows
+  // Per IR parameter: the call named it in storage_bounds (empty when it named none).
+  std::vector<bool> storage_bounds;
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
@@ -180,6 +180,12 @@ struct Plan {
   std::vector<ArgumentBuffer> argument_buffers;
   c10::Device device = c10::Device(c10::kCPU);
   std::shared_ptr<const CommandList> commands;  // built last; `addresses` are read from it
+
+  // What checked execution allows through IR parameter `position` (worked out only when a
+  // call runs checked): a tensor's view or, named in storage_bounds, its storage; else the
+  // bytes bound. An argument buffer's pointers: storage_bounded(its position) says which.
+  Span span(int position) const;
+  bool storage_bounded(int position) const;
 };
 
 // Bytes from the tensor's first element to the end of its storage (what a kernel may reach).
@@ -238,7 +244,7 @@ class KernelSpec {
   // Refuses a written tensor in which two indices reach one element (an expanded view), as
   // torch refuses in-place writes into one: which write would land is undefined.
   void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
-  // Widens the spans of the arguments named in `names` to their storages.
+  // Marks the arguments named in `names` as bounded by their storage (Plan::span).
   void allow_storage(Plan& plan, const pybind11::handle& names) const;
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;

@@ -27,24 +27,24 @@ CASES = {
     "output smaller than the grid": (
         "lib.vv_Addfloat32(a, b, torch.zeros(16), threads=64)",
         ["vv_Addfloat32: thread (", "writes 4 bytes at byte offset 64 of argument 2 'c' (buffer(2), device float*)",
-         "which has 64 bytes from its bound address to the end of its storage"]),
+         "expected byte offsets 0 to 64 (the 64 bytes its view spans), got 64 to 68"]),
     "threads far beyond the data": (
         "lib.vv_Addfloat32(torch.ones(16), torch.ones(16), torch.zeros(16), threads=10**6)",
-        ["reads 4 bytes at byte offset 64 of argument 0 'a'", "which has 64 bytes"]),
-    "expanded (stride-0) output": (
-        "lib.vv_Addfloat32(a, b, torch.zeros(1).expand(64), threads=64)",
-        ["writes 4 bytes at byte offset 4 of argument 2 'c'", "which has 4 bytes"]),
+        ["reads 4 bytes at byte offset 64 of argument 0 'a'", "expected byte offsets 0 to 64"]),
+    "expanded (stride-0) input": (  # an expanded output is refused before running (test_checked_views.py)
+        "lib.vv_Addfloat32(torch.zeros(1).expand(64), b, torch.zeros(64), threads=64)",
+        ["reads 4 bytes at byte offset 4 of argument 0 'a'", "expected byte offsets 0 to 4 (the 4 bytes"]),
     "source stride of 1e9": (
         "x, y, z = torch.randn(8, 8), torch.randn(8, 8), torch.empty(8, 8)\n"
         "lib.g2_Addfloat32(x, y, z, [10**9, 1], y.stride(), threads=(8, 8))",
-        ["reads 4 bytes at byte offset 4000000000 of argument 0 'a'", "which has 256 bytes"]),
+        ["reads 4 bytes at byte offset 4000000000 of argument 0 'a'", "expected byte offsets 0 to 256"]),
     "threadgroup memory smaller than the kernel indexes": (
         "import pack_fixtures\n"
         "fx = tm.load(tm.pack(pack_fixtures.sources()))\n"
         "fx.threadgroup_sum_float(torch.ones(64), torch.zeros(1), threads=64, group_size=64, "
         "threadgroup_memory={0: 16})",
         ["threadgroup_sum_float: thread (", "bytes at byte offset", "of argument 2 'scratch'",
-         "which has 16 bytes of threadgroup memory"]),
+         "(its 16 bytes of threadgroup memory)"]),
 }
 
 
@@ -86,15 +86,25 @@ print("WROTE PAST", bool((big[16:64] != 0).any()))
     assert "WROTE PAST True" in result.stdout, result.stdout + result.stderr[-2000:]
 
 
-def test_in_bounds_calls_give_unchecked_results(mlx_lib):
+def _within(shape, views: bool, generator=None) -> torch.Tensor:
+    """A tensor of `shape`, or (views) the same as a slice in the middle of a larger one."""
+    if not views:
+        return torch.randn(shape, generator=generator)
+    rows = shape[0] if len(shape) > 1 else 1
+    big = torch.randn((rows + 3,) + tuple(shape[1:]) if len(shape) > 1 else (shape[0] + 37,), generator=generator)
+    return big[2:2 + rows] if len(shape) > 1 else big[17:17 + shape[0]]
+
+
+@pytest.mark.parametrize("views", [False, True], ids=["tensors", "slices"])
+def test_in_bounds_calls_give_unchecked_results(mlx_lib, views):
     g = torch.Generator().manual_seed(0)
-    a, b = torch.randn(1000, generator=g), torch.randn(1000, generator=g)
-    checked, plain = torch.empty(1000), torch.empty(1000)
+    a, b = _within((1000,), views, g), _within((1000,), views, g)
+    checked, plain = _within((1000,), views), _within((1000,), views)
     mlx_lib.vv_Addfloat32(a, b, checked, checked=True)
     mlx_lib.vv_Addfloat32(a, b, plain)
     assert torch.equal(checked, plain) and torch.equal(plain, a + b)
-    x = torch.randn(6, 1000, generator=g)
-    y_checked, y_plain = torch.empty(6, 1000), torch.empty(6, 1000)
+    x = _within((6, 1000), views, g)
+    y_checked, y_plain = _within((6, 1000), views), _within((6, 1000), views)
     with tm.checked():
         mlx_lib.block_softmax_float32(x, y_checked, 1000, threads=(6 * 256, 1, 1), group_size=(256, 1, 1))
     mlx_lib.block_softmax_float32(x, y_plain, 1000, threads=(6 * 256, 1, 1), group_size=(256, 1, 1))

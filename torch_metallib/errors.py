@@ -43,8 +43,8 @@ class ReflectionError(TorchMetallibError, ValueError):
 
 class KernelArgumentError(TorchMetallibError, TypeError):
     """A kernel call's arguments do not match the kernel: wrong count, unknown or missing
-    names, a tensor of the wrong dtype or device, a value that cannot be packed. Nothing
-    was written."""
+    names, a tensor of the wrong dtype or device, a value that cannot be packed, a written
+    tensor whose elements overlap (an expanded view). Nothing was written."""
 
 
 class DispatchError(TorchMetallibError, ValueError):
@@ -80,8 +80,10 @@ class KernelExecutionError(TorchMetallibError, RuntimeError):
 
 class KernelMemoryError(KernelExecutionError):
     """Checked execution (``torch_metallib.checked()``) found a kernel access outside the
-    memory the call bound: the message names the kernel, the thread position in the grid,
-    read or write, the bytes, and the argument with its byte offset and extent. The
+    memory the call bound (a tensor's view, or its storage where the call names it in
+    ``storage_bounds``): the message names the kernel, the thread position in the grid,
+    read or write, the bytes, the argument with the access's byte offset from its first
+    element, and the byte offsets allowed. The
     access went to scratch memory instead; tensors the kernel wrote before it may hold
     partial results."""
 

@@ -9,7 +9,7 @@ from .. import _C
 from ..errors import UnsupportedKernelError
 from .backend import backend_for
 from .call_record import cached_call_record
-from .checked_mode import checked_requested
+from .checked_mode import block_storage_bounds, checked_requested, storage_bounds_requested
 
 __all__ = ["DispatchState", "dispatch_state", "call"]
 
@@ -17,14 +17,15 @@ __all__ = ["DispatchState", "dispatch_state", "call"]
 class DispatchState:
     """What calling a function needs, built once per KernelFunction."""
 
-    __slots__ = ("spec", "problem", "serial", "cooperative", "prepared")
+    __slots__ = ("spec", "problem", "serial", "cooperative", "prepared", "names")
 
-    def __init__(self, spec, problem: str, serial: bool, cooperative: bool):
+    def __init__(self, spec, problem: str, serial: bool, cooperative: bool, names=frozenset()):
         self.spec = spec                # _C.KernelSpec, None when the function cannot be called
         self.problem = problem          # why it cannot be called, or ""
         self.serial = serial            # it has threadgroup variables
         self.cooperative = cooperative  # barriers / SIMD-group functions / threadgroup arguments
         self.prepared = {}              # the backends' per-function caches, keyed as they choose
+        self.names = names              # its bindable arguments' names (for checked(storage_bounds=))
 
 
 def dispatch_state(function) -> DispatchState:
@@ -36,15 +37,18 @@ def dispatch_state(function) -> DispatchState:
         function.name, record["parameter_count"], record["arguments"],
         [tuple(c) for c in record["constants"]], record["max_threads"], record["static_threadgroup_bytes"],
         record["predicates"])
-    return DispatchState(spec, record["problem"], record["serial"], record["cooperative"])
+    return DispatchState(spec, record["problem"], record["serial"], record["cooperative"],
+                         frozenset(a["name"] for a in record["arguments"]))
 
 
 def call(function, args: tuple, kwargs: dict, threads, group_size, constants, threadgroup_memory,
-         checked=None) -> None:
+         checked=None, storage_bounds=None) -> None:
     state = function._dispatch_state()
     if state.problem:
         raise UnsupportedKernelError(f"{function.name}: cannot be called: {state.problem}")
-    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory)
+    if block_storage_bounds():
+        storage_bounds = storage_bounds_requested(storage_bounds, state.names)
+    plan = state.spec.bind(args, kwargs, threads, group_size, constants, threadgroup_memory, storage_bounds)
     run_plan(function, plan, plan.device, checked)
 
 

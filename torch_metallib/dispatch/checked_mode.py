@@ -2,27 +2,73 @@
 manager ``torch_metallib.checked()``, or ``TORCH_METALLIB_CHECKED=1`` in the environment.
 A backend that supports it bounds-checks every access of the kernel against the memory
 the call bound and raises ``KernelMemoryError`` for one outside it (the CPU backend:
-backends/cpu/bounds_checks.py); a backend without checks runs as usual."""
+backends/cpu/bounds_checks.py); a backend without checks runs as usual.
+
+A tensor argument is bounded by its view (the bytes its sizes and strides reach), since
+a slice's neighbours are usually other slices. A kernel that indexes past a view on
+purpose names the argument in ``storage_bounds`` (``fn(..., storage_bounds={"out"})``, or
+``checked(storage_bounds=...)`` for every kernel of a block that has such an argument),
+and that argument is bounded by its storage instead."""
 
 import contextlib
 import contextvars
 import os
-from typing import Optional
+from typing import FrozenSet, Optional
 
-__all__ = ["checked", "checked_requested", "ENVIRONMENT_VARIABLE"]
+from ..errors import KernelArgumentError
+
+__all__ = ["checked", "checked_requested", "storage_bounds_requested", "block_storage_bounds", "ENVIRONMENT_VARIABLE"]
 
 ENVIRONMENT_VARIABLE = "TORCH_METALLIB_CHECKED"
 _context = contextvars.ContextVar("torch_metallib_checked", default=None)
+_storage_bounds = contextvars.ContextVar("torch_metallib_storage_bounds", default=frozenset())
 
 
 @contextlib.contextmanager
-def checked(enabled: bool = True):
-    """Kernel calls inside the block run checked (or, with False, unchecked)."""
+def checked(enabled: bool = True, storage_bounds=()):
+    """Kernel calls inside the block run checked (or, with False, unchecked).
+
+    `storage_bounds`: argument names (a str or a collection of them) bounded by their
+    storage rather than their view in each kernel of the block that has them; they add to
+    an enclosing block's."""
+    names = _names(storage_bounds)
     token = _context.set(bool(enabled))
+    storage_token = _storage_bounds.set(_storage_bounds.get() | names) if names else None
     try:
         yield
     finally:
+        if storage_token is not None:
+            _storage_bounds.reset(storage_token)
         _context.reset(token)
+
+
+def _names(value) -> FrozenSet[str]:
+    items = (value,) if isinstance(value, str) else value
+    try:
+        names = frozenset(items)
+    except TypeError:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise KernelArgumentError(f"checked: storage_bounds: expected argument names, got {value!r}. "
+                                  f"Pass e.g. storage_bounds={{'out'}}")
+    return names
+
+
+# The enclosing blocks' storage_bounds names: a call looks here first (a few tens of ns)
+# and asks storage_bounds_requested only when there are some.
+block_storage_bounds = _storage_bounds.get
+
+
+def storage_bounds_requested(explicit, argument_names: FrozenSet[str]):
+    """The call's own `storage_bounds` (the binding plan refuses names the kernel lacks),
+    with the enclosing blocks' names that the kernel has; None when there are none."""
+    inherited = _storage_bounds.get()
+    if not inherited:
+        return explicit
+    mine = inherited & argument_names
+    if explicit is None or not mine:
+        return explicit if explicit is not None else (tuple(mine) or None)
+    return tuple(mine) + ((explicit,) if isinstance(explicit, str) else tuple(explicit))
 
 
 def checked_requested(explicit: Optional[bool]) -> bool:

@@ -234,7 +234,7 @@ class KernelFunction:
 
     # --- calling ------------------------------------------------------------------------
     def __call__(self, *args, threads=None, group_size=None, constants=None, threadgroup_memory=None,
-                 checked=None, **kwargs) -> None:
+                 checked=None, storage_bounds=None, **kwargs) -> None:
         """Runs the kernel on the tensors given; it writes into them and returns None.
 
         Args:
@@ -250,16 +250,21 @@ class KernelFunction:
                 (a multiple of 16); each threadgroup gets its own, uninitialized.
             checked: bounds-check every memory access (True), or not (False); None
                 follows ``torch_metallib.checked()`` and ``TORCH_METALLIB_CHECKED``.
+                Checked, a tensor is bounded by its view: the bytes its sizes and strides reach.
+            storage_bounds: names of tensor arguments that checked execution bounds by their
+                whole storage instead, for a kernel that indexes past the view on purpose,
+                e.g. ``{"out"}``; adds to ``torch_metallib.checked(storage_bounds=...)``.
             **kwargs: arguments by their Metal name, e.g. ``out=y``.
 
         Raises:
-            KernelArgumentError: an argument is missing, unknown, of the wrong dtype or device.
+            KernelArgumentError: an argument is missing, unknown, of the wrong dtype or device;
+                a written tensor whose elements overlap (an expanded view).
             KernelExecutionError: a threadgroup barrier not every thread reaches (deadlock).
             KernelMemoryError: checked, an access outside the memory the call bound.
             DispatchError: bad threads/group_size, too few bytes, missing function constants.
             UnsupportedKernelError: the kernel needs what this backend cannot do yet.
         """
-        call(self, args, kwargs, threads, group_size, constants, threadgroup_memory, checked)
+        call(self, args, kwargs, threads, group_size, constants, threadgroup_memory, checked, storage_bounds)
 
     def _dispatch_state(self):
         """What calling needs (see _dispatch.DispatchState), built once."""

@@ -151,7 +151,9 @@ void bind_dispatch(py::module_& m) {
            py::arg("max_threads"), py::arg("static_threadgroup_bytes"), py::arg("predicates") = py::dict())
       .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
            py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
-           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError.")
+           py::arg("storage_bounds") = py::none(),
+           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError. "
+           "`storage_bounds`: names of tensor arguments checked execution bounds by their storage, not their view.")
       .def("pipeline_plan", &KernelSpec::pipeline_plan, py::arg("constants"),
            "A Plan whose command list holds only the pipeline key (function, checked constant values)");
 

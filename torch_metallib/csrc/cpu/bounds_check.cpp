@@ -43,9 +43,14 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
   threadgroup_bytes_.assign(count, -1);
   names_.resize(count);
   spaces.resize(count, 0);
+  bound_.resize(count);
   for (size_t p = 0; p < count; ++p) {
-    ranges_[p] = {reinterpret_cast<uintptr_t>(plan.addresses[p]), uint64_t(std::max<int64_t>(0, plan.extents[p])),
-                  spaces[p]};
+    Binding& bound = bound_[p];
+    bound.address = reinterpret_cast<uintptr_t>(plan.addresses[p]);
+    bound.span = plan.span(int(p));
+    bound.tensor = p < plan.bindings.size() && plan.bindings[p].kind == dispatch::ParameterBinding::Kind::Tensor;
+    const uintptr_t start = bound.address == 0 ? 0 : bound.address + uintptr_t(bound.span.begin);
+    ranges_[p] = {start, uint64_t(std::max<int64_t>(0, bound.span.bytes)), spaces[p]};
   }
   for (const auto& [position, bytes] : plan.threadgroup_buffers) threadgroup_bytes_[size_t(position)] = bytes;
   bounds_.resize(count);
@@ -53,9 +58,12 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
     if (threadgroup_bytes_[p] < 0 && ranges_[p].start != 0) bounds_[p] = {ranges_[p].start, ranges_[p].bytes};
   }
   for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
+    const bool storage = plan.storage_bounded(buffer.position);
     for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
-      const int64_t bytes = dispatch::available_bytes(slot.tensor);
-      extra_.push_back({reinterpret_cast<uintptr_t>(slot.tensor.data_ptr()), uint64_t(std::max<int64_t>(0, bytes)), 0});
+      const auto first = reinterpret_cast<uintptr_t>(slot.tensor.data_ptr());
+      if (first == 0) continue;
+      const dispatch::Span span = storage ? dispatch::storage_span(slot.tensor) : dispatch::view_span(slot.tensor);
+      extra_.push_back({first + uintptr_t(span.begin), uint64_t(std::max<int64_t>(0, span.bytes)), 0});
     }
   }
 }
@@ -99,19 +107,53 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
   return inside(p, n, at->first, at->second.first);
 }
 
+std::string CheckedLaunch::against(uintptr_t p, uint64_t n, size_t position, const Range& range) const {
+  using std::to_string;
+  const bool group = threadgroup_bytes_[position] >= 0;
+  const int64_t offset = int64_t(p - (group ? range.start : bound_[position].address));
+  const int64_t low = group ? 0 : bound_[position].span.begin;
+  const std::string bytes = to_string(range.bytes);
+  std::string allowed;
+  if (group) {
+    allowed = "its " + bytes + " bytes of threadgroup memory";
+  } else if (!bound_[position].tensor) {
+    allowed = "the " + bytes + " bytes of its value";
+  } else if (bound_[position].span.storage) {
+    allowed = "its storage's " + bytes + " bytes, as storage_bounds asks";
+  } else {
+    allowed = "the " + bytes + " bytes its view spans";
+  }
+  return "at byte offset " + to_string(offset) + " of " + names_[position] + "; expected byte offsets " +
+         to_string(low) + " to " + to_string(low + int64_t(range.bytes)) + " (" + allowed + "), got " +
+         to_string(offset) + " to " + to_string(offset + int64_t(n));
+}
+
 std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const {
   // std::to_string, not a stream (see ArgumentSpec::describe).
   using std::to_string;
   std::string out = kernel_ + ": thread (" + to_string(context.thread[0]) + ", " + to_string(context.thread[1]) + ", " +
                     to_string(context.thread[2]) + ") " + (write ? "writes " : "reads ") + to_string(n) + " bytes ";
   if (origin >= 0 && size_t(origin) < ranges_.size()) {
+    const size_t position = size_t(origin);
     const Range range = range_of(origin);
-    const int64_t offset = int64_t(p - range.start);
-    return out + "at byte offset " + to_string(offset) + " of " + names_[size_t(origin)] + ", which has " +
-           to_string(range.bytes) +
-           (threadgroup_bytes_[size_t(origin)] >= 0 ? " bytes of threadgroup memory"
-                                                    : " bytes from its bound address to the end of its storage") +
-           ". Bind a larger tensor (or threadgroup_memory), or dispatch fewer threads";
+    if (threadgroup_bytes_[position] >= 0) {
+      return out + against(p, n, position, range) + ". Pass a larger threadgroup_memory, or dispatch fewer threads";
+    }
+    if (range.start == 0 || (bound_[position].tensor && range.bytes == 0)) {
+      return out + "through " + names_[position] + ", whose view has no elements; expected no "
+             "access, got one. Bind a tensor with elements, or dispatch no threads";
+    }
+    out += against(p, n, position, range);
+    if (!bound_[position].tensor) return out + ". Pass a larger value, or dispatch fewer threads";
+    // The argument's name, as storage_bounds takes it: "argument 2 'c' (...)" -> c.
+    const std::string& described = names_[position];
+    const size_t open = described.find('\''), close = described.find('\'', open + 1);
+    if (bound_[position].span.storage || close == std::string::npos) {
+      return out + ". Bind a larger tensor, or dispatch fewer threads";
+    }
+    return out + ". Bind a larger tensor (or a view over what the kernel reaches), or dispatch fewer threads; a "
+           "kernel that indexes past the view on purpose may reach its storage with storage_bounds={" +
+           described.substr(open, close - open + 1) + "}";
   }
   // Not attributable to one argument: name the nearest bound range below the address.
   int nearest = -1;
@@ -124,10 +166,7 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
     }
   }
   out += std::string("of ") + space_name(space) + " memory outside every bound argument and the kernel's own variables";
-  if (nearest >= 0) {
-    out += " (at byte offset " + to_string(int64_t(p - best)) + " of " + names_[size_t(nearest)] + ", which has " +
-           to_string(range_of(nearest).bytes) + " bytes)";
-  }
+  if (nearest >= 0) out += " (" + against(p, n, size_t(nearest), range_of(nearest)) + ")";
   return out + ". Bind larger tensors, or dispatch fewer threads";
 }
 

@@ -27,7 +27,8 @@ struct MemoryViolation : std::runtime_error {
 class CheckedLaunch {
  public:
   // `names[p]` describes IR parameter p for messages ("argument 2 'c' (buffer(2), device
-  // float*)"), `spaces[p]` its address space (0 for builtins).
+  // float*)"), `spaces[p]` its address space (0 for builtins). Each argument is bounded by
+  // the plan's span for it (a tensor's view, unless the call asked for its storage).
   CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces, std::string kernel);
 
   // While alive, checks on this OS thread report to `launch` (nullptr: checks pass through).
@@ -65,11 +66,22 @@ class CheckedLaunch {
   Range range_of(int position) const;  // threadgroup arguments: the running group's buffer
   std::string describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const;
 
+  // What a violation is told against: the access's offset from the bound address, the span allowed.
+  std::string against(uintptr_t p, uint64_t n, size_t position, const Range& range) const;
+
   std::vector<Range> ranges_;                 // per IR parameter
   std::vector<Bounds> bounds_;                // per IR parameter, for the inline check
   std::vector<Range> extra_;                  // argument-buffer members
   std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
   std::vector<std::string> names_;
+  // Per IR parameter, for messages: where it is bound (offsets are told from there), its
+  // span, and whether a tensor is bound (else the bytes of a value).
+  struct Binding {
+    uintptr_t address = 0;
+    dispatch::Span span;
+    bool tensor = false;
+  };
+  std::vector<Binding> bound_;
   std::string kernel_;
   uint32_t grid_[3] = {1, 1, 1};
   mutable std::mutex mutex_;

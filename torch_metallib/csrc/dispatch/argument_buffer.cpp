@@ -78,6 +78,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
         check_layout(element, tensor);
         check_device(plan, element, tensor, device_seen);
         check_tensor(element, tensor);
+        refuse_overlap(element, tensor);
         const int64_t at = member.offset + int64_t(k) * 8;
         if (at + 8 > argument.type_size) {
           throw DispatchFailure(member_where() + ": pointer " + std::to_string(k) + " at byte " + std::to_string(at) +

@@ -3,6 +3,7 @@
 #include "dispatch/python_values.h"
 
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/grad_mode.h>
 
 #include <algorithm>
@@ -41,6 +42,33 @@ bool is_bytes(const py::handle& value) {
 
 int64_t available_bytes(const at::Tensor& tensor) {
   return int64_t(tensor.storage().nbytes()) - tensor.storage_offset() * int64_t(tensor.element_size());
+}
+
+Span view_span(const at::Tensor& tensor) {
+  if (tensor.numel() == 0) return {};
+  int64_t low = 0, high = 0;  // elements from the first one, below and above it
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    const int64_t reach = (tensor.sizes()[size_t(d)] - 1) * tensor.strides()[size_t(d)];
+    (reach < 0 ? low : high) += reach;
+  }
+  const int64_t item = int64_t(tensor.element_size());
+  return {low * item, (high - low + 1) * item, false};
+}
+
+Span storage_span(const at::Tensor& tensor) {
+  return {-int64_t(tensor.storage_offset()) * int64_t(tensor.element_size()), int64_t(tensor.storage().nbytes()), true};
+}
+
+bool Plan::storage_bounded(int position) const {
+  return size_t(position) < storage_bounds.size() && storage_bounds[size_t(position)];
+}
+
+Span Plan::span(int position) const {
+  const ParameterBinding& binding = bindings[size_t(position)];
+  if (binding.kind == ParameterBinding::Kind::Tensor) {
+    return storage_bounded(position) ? storage_span(binding.tensor) : view_span(binding.tensor);
+  }
+  return {0, extents[size_t(position)]};
 }
 
 // 8-byte-aligned owned storage for packed values.
@@ -265,6 +293,7 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   }
   check_device(plan, argument, tensor, device_seen);
   check_tensor(argument, tensor);
+  refuse_overlap(argument, tensor);
   plan.addresses[argument.position] = tensor.data_ptr();
   plan.extents[argument.position] = available_bytes(tensor);
   plan.bindings[argument.position] = {ParameterBinding::Kind::Tensor, argument.binding, tensor, argument.writable()};
@@ -286,6 +315,27 @@ void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& te
     throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
                           std::to_string(bytes) + " bytes from its first element to the end of its storage");
   }
+}
+
+// "[64, 1]" (no stream: see ArgumentSpec::describe).
+static std::string int_list(c10::IntArrayRef values) {
+  std::string out;
+  for (int64_t v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return "[" + out + "]";
+}
+
+std::string overlap_refusal(const at::Tensor& tensor) {
+  // torch's own test (Yes: a stride 0 over more than one element); TooHard passes, as in torch.
+  if (at::has_internal_overlap(tensor) != at::MemOverlap::Yes) return "";
+  return "expected a tensor whose elements do not overlap, got sizes " + int_list(tensor.sizes()) + " and strides " +
+         int_list(tensor.strides()) + ", in which several indices reach one element (torch refuses in-place "
+         "writes into such a tensor too). Pass a tensor of its own, e.g. x.clone()";
+}
+
+void KernelSpec::refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const {
+  if (!argument.writable()) return;  // reading one element twice is fine
+  const std::string problem = overlap_refusal(tensor);
+  if (!problem.empty()) throw ArgumentError(name_ + ": " + argument.describe() + ": the kernel writes to it; " + problem);
 }
 
 void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const {
@@ -615,7 +665,7 @@ Plan KernelSpec::pipeline_plan(const py::handle& constants) const {
 
 Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
                       const py::handle& group_size, const py::handle& constants,
-                      const py::handle& threadgroup_memory) const {
+                      const py::handle& threadgroup_memory, const py::handle& storage_bounds) const {
   Plan plan;
   plan.addresses.assign(size_t(parameter_count_), nullptr);
   plan.extents.assign(size_t(parameter_count_), 0);
@@ -707,6 +757,7 @@ Plan KernelSpec::bind(const py::tuple& args, const py::dict& kwargs, const py::h
   }
   bind_grid(plan, grid, group_size.is_none() ? std::vector<int64_t>{} : read_dims(name_, "group_size", group_size));
   refuse_empty(plan, empty);
+  allow_storage(plan, storage_bounds);
   finish(plan);
   return plan;
 }
@@ -768,6 +819,34 @@ Plan KernelSpec::bind_native(const std::vector<NativeArgument>& values, const st
   refuse_empty(plan, empty);
   finish(plan);
   return plan;
+}
+
+void KernelSpec::allow_storage(Plan& plan, const py::handle& names) const {
+  if (names.is_none()) return;
+  std::vector<py::handle> items;
+  if (PyUnicode_Check(names.ptr())) {
+    items.push_back(names);  // one name
+  } else if (py::isinstance<py::iterable>(names)) {
+    for (const py::handle& item : names) items.push_back(item);
+  } else {
+    throw ArgumentError(name_ + ": storage_bounds: expected a set of argument names, got " + short_repr(names) +
+                        ". Pass e.g. storage_bounds={'out'}");
+  }
+  for (const py::handle& item : items) {
+    if (!PyUnicode_Check(item.ptr())) {
+      throw ArgumentError(name_ + ": storage_bounds: expected argument names, got " + short_repr(item) + " (" +
+                          python_type(item) + ") in " + short_repr(names) + ". Pass e.g. storage_bounds={'out'}");
+    }
+    const std::string name = item.cast<std::string>();
+    auto found = std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
+    if (found == arguments_.end()) {
+      std::string all;
+      for (const ArgumentSpec& a : arguments_) all += (all.empty() ? "" : ", ") + a.name;
+      throw ArgumentError(name_ + ": storage_bounds: no argument named '" + name + "'; expected one of: " + all);
+    }
+    plan.storage_bounds.resize(plan.bindings.size(), false);
+    plan.storage_bounds[size_t(found->position)] = true;
+  }
 }
 
 void KernelSpec::finish(Plan& plan) const {

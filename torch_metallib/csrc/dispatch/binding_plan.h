@@ -118,6 +118,25 @@ struct NativeArgument {
   Number number;
 };
 
+// The bytes checked execution lets a kernel reach through one argument, relative to the
+// address it is bound at: a tensor's view (what its sizes and strides reach; a zero-element
+// view reaches nothing), or its whole storage where the caller asked (storage_bounds); the
+// bytes of a value. Users pass slices, and a slice's neighbours are other slices.
+struct Span {
+  int64_t begin = 0;     // below 0 where the memory starts before the bound address
+  int64_t bytes = 0;
+  bool storage = false;  // the tensor's storage, not its view
+};
+
+// [first, last] element a view reaches (negative strides reach below its first element).
+Span view_span(const at::Tensor& tensor);
+// The tensor's whole storage.
+Span storage_span(const at::Tensor& tensor);
+
+// Empty if no two indices of `tensor` reach one element (torch's notion); else why a kernel
+// may not write to it, as "expected ..., got .... <remedy>".
+std::string overlap_refusal(const at::Tensor& tensor);
+
 // A pointer inside an argument buffer: where it sits and the tensor it points into.
 struct ArgumentBufferSlot {
   int64_t offset = 0;     // byte offset of the 8-byte pointer in the struct
@@ -150,6 +169,8 @@ struct Plan {
   std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
   std::vector<ParameterBinding> bindings;   // per IR parameter
   std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
+  // Per IR parameter: the call named it in storage_bounds (empty when it named none).
+  std::vector<bool> storage_bounds;
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
   uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
@@ -159,6 +180,12 @@ struct Plan {
   std::vector<ArgumentBuffer> argument_buffers;
   c10::Device device = c10::Device(c10::kCPU);
   std::shared_ptr<const CommandList> commands;  // built last; `addresses` are read from it
+
+  // What checked execution allows through IR parameter `position` (worked out only when a
+  // call runs checked): a tensor's view or, named in storage_bounds, its storage; else the
+  // bytes bound. An argument buffer's pointers: storage_bounded(its position) says which.
+  Span span(int position) const;
+  bool storage_bounded(int position) const;
 };
 
 // Bytes from the tensor's first element to the end of its storage (what a kernel may reach).
@@ -176,9 +203,11 @@ class KernelSpec {
              std::vector<std::pair<std::string, ConstantPredicate>> predicates = {});
 
   // Validates a call and builds its plan. Raises ArgumentError / DispatchFailure.
+  // `storage_bounds`: names of tensor arguments checked execution bounds by their storage
+  // rather than their view (None: none).
   Plan bind(const pybind11::tuple& args, const pybind11::dict& kwargs, const pybind11::handle& threads,
             const pybind11::handle& group_size, const pybind11::handle& constants,
-            const pybind11::handle& threadgroup_memory) const;
+            const pybind11::handle& threadgroup_memory, const pybind11::handle& storage_bounds) const;
 
   // The same checks for a call made without Python (a registered operator): `values`
   // by IR parameter position; `group` empty for the default; `constants` as
@@ -212,6 +241,11 @@ class KernelSpec {
   void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   // Dtype and size checks of a tensor bound by pointer (after check_layout and check_device).
   void check_tensor(const ArgumentSpec& argument, const at::Tensor& tensor) const;
+  // Refuses a written tensor in which two indices reach one element (an expanded view), as
+  // torch refuses in-place writes into one: which write would land is undefined.
+  void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
+  // Marks the arguments named in `names` as bounded by their storage (Plan::span).
+  void allow_storage(Plan& plan, const pybind11::handle& names) const;
   void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;

@@ -133,6 +133,12 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
                             spec.argument_names[size_t(spec.dispatch_argument)] + "' on " + device.str() +
                             "; expected every tensor on one device. Move them with .to(...)");
       }
+      if (spec.argument_mutable[i]) {  // refused before its dense copy runs, which would hide it
+        const std::string problem = dispatch::overlap_refusal(t);
+        if (!problem.empty()) {
+          throw ArgumentError("argument '" + spec.argument_names[i] + "': the kernel writes to it; " + problem);
+        }
+      }
       if (!t.is_contiguous()) {
         at::Tensor dense = t.contiguous();
         if (spec.argument_mutable[i]) write_back.emplace_back(i, dense);

@@ -140,14 +140,18 @@ def _evaluate(ref: Reference, operands, alpha, result: torch.dtype, widen) -> Op
         elif is_integral(t.dtype) and (result.is_floating_point or is_complex(result)
                                        or widen(torch.float32) == torch.float32):
             converted.append(t.to(widen(torch.float32)))
-        elif is_complex(result) and t.dtype.is_floating_point:  # a real operand of a complex op
-            converted.append(t.to(widen(torch.complex64)))
         else:
             converted.append(t.to(widen(t.dtype)))
     try:
         return ref.fn(*converted, *alpha)
     except (RuntimeError, NotImplementedError):
         pass
+    if is_complex(result) and any(t.dtype.is_floating_point for t in converted):
+        try:  # a real operand of a complex functor (lerp's cast variants): as a complex value
+            return ref.fn(*[t.to(widen(torch.complex64)) if t.dtype.is_floating_point else t
+                            for t in converted], *alpha)
+        except (RuntimeError, NotImplementedError):
+            pass
     # torch has no such kernel for bools or integers (sub, div, silu on bools and ints):
     # the functor's arithmetic on their values, in int64 or float64.
     if any(t.dtype == torch.bool or is_integral(t.dtype) for t in operands):

@@ -61,9 +61,19 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def exact(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
-    """None when `actual` holds bit for bit `expected` converted to `actual`'s dtype; else why."""
+    """None when `actual` holds bit for bit `expected` converted to `actual`'s dtype; else why.
+    NaNs match any NaN: their sign and payload are not part of any op's meaning."""
     a, e = bits(actual), bits(expected.to(actual.dtype))
-    bad = (a != e).nonzero().flatten()
+    differ = a != e
+    if actual.dtype.is_floating_point or is_complex(actual.dtype):
+        nan = lambda t: (torch.view_as_real(t) if is_complex(t.dtype) else t).contiguous().flatten()  # noqa: E731
+        both = nan(actual).isnan() & nan(expected.to(actual.dtype)).isnan()
+        if is_complex(actual.dtype):  # a NaN part of a complex element: compare the parts
+            a, e = nan(actual).to(torch.float64), nan(expected.to(actual.dtype)).to(torch.float64)
+            differ = (a != e) & ~both
+        else:
+            differ &= ~both
+    bad = differ.nonzero().flatten()
     if len(bad) == 0:
         return None
     i = int(bad[0])

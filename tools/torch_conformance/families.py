@@ -6,7 +6,7 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import elementwise, indexing, reductions, shape
+from . import elementwise, indexing, pointwise, reductions, shape
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
@@ -18,7 +18,7 @@ def family(name: str) -> str:
     parsed = elementwise.parse(name)
     if parsed is not None:
         return parsed.op
-    for harness in (shape, indexing):
+    for harness in (shape, indexing, pointwise):
         parsed = harness.parse(name)
         if parsed is not None:
             return parsed[0]
@@ -41,7 +41,7 @@ def check(context: Context, name: str) -> Tuple[str, str]:
     try:
         if reductions.parse(name):
             return reductions.check(function, context.device)
-        for harness in (shape, indexing):
+        for harness in (shape, indexing, pointwise):
             if harness.parse(name):
                 return harness.check(function, context.device)
         return elementwise.check(function, context.results, context.device)

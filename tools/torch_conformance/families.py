@@ -6,7 +6,7 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import elementwise, norms, reductions
+from . import elementwise, indexing, norms, pointwise, reductions, shape
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
@@ -18,6 +18,10 @@ def family(name: str) -> str:
     parsed = elementwise.parse(name)
     if parsed is not None:
         return parsed.op
+    for harness in (shape, indexing, pointwise):
+        parsed = harness.parse(name)
+        if parsed is not None:
+            return parsed[0]
     match = re.match(r"(.+?)_(dense|strided)_", name)
     if match:
         return match.group(1)
@@ -37,8 +41,9 @@ def check(context: Context, name: str) -> Tuple[str, str]:
     try:
         if reductions.parse(name):
             return reductions.check(function, context.device)
-        if norms.parse(name):
-            return norms.check(function, context.device)
+        for harness in (norms, shape, indexing, pointwise):
+            if harness.parse(name):
+                return harness.check(function, context.device)
         return elementwise.check(function, context.results, context.device)
     except elementwise.NoHarness as reason:
         return "not attempted", str(reason)

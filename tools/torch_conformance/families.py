@@ -9,6 +9,8 @@ import torch_metallib as tm
 from . import elementwise, indexing, norms, pointwise, reductions, shape
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
+# Harnesses tried before the elementwise templates, each with parse(name) and check(function, device).
+HARNESSES = (reductions, norms, shape, indexing, pointwise)
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
 
 
@@ -39,9 +41,7 @@ class Context:
 def check(context: Context, name: str) -> Tuple[str, str]:
     function = context.library[name]
     try:
-        if reductions.parse(name):
-            return reductions.check(function, context.device)
-        for harness in (norms, shape, indexing, pointwise):
+        for harness in HARNESSES:
             if harness.parse(name):
                 return harness.check(function, context.device)
         return elementwise.check(function, context.results, context.device)

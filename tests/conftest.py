@@ -33,6 +33,20 @@ def mlx_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def torch_libraries() -> dict:
+    """{"macos14": path, "macos26": path}: the two Apple-built libraries of PyTorch's own
+    Metal kernels in torch 2.13's macOS wheel (downloaded once into the cache). In CI a
+    missing corpus fails the run; locally, without network, the tests that need it skip."""
+    from torch_metallib.cli.torch_corpus import torch_metallib_paths
+    try:
+        return torch_metallib_paths()
+    except Exception as error:  # noqa: BLE001 - any fetch failure
+        if IN_CI:
+            pytest.fail(f"torch's metallibs are required in CI and could not be fetched: {error}")
+        pytest.skip(f"torch's metallibs unavailable: {error}")
+
+
+@pytest.fixture(scope="session")
 def mlx_bytes(mlx_path) -> bytes:
     with open(mlx_path, "rb") as file:
         return file.read()

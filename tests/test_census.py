@@ -1,6 +1,6 @@
-"""The intrinsic census (#25): every air.* intrinsic variant the compute kernels of
-mlx.metallib and the public corpus subset declare is implemented by the CPU backend, and
-the census reports what a library really declares."""
+"""The intrinsic census: every air.* intrinsic variant the compute kernels of mlx.metallib,
+the public corpus subset and PyTorch's own two libraries declare is implemented by the CPU
+backend, and the census reports what a library really declares."""
 
 import json
 import pathlib
@@ -30,6 +30,20 @@ def test_every_variant_in_the_reference_and_public_corpora_is_implemented(mlx_pa
     # Variants the defects of #25 were in, present in these corpora and now implemented.
     assert {"air.atomic.global.cmpxchg.weak.i32", "air.all.v2i1", "air.fmax3.f16", "air.popcount.i32",
             "air.simd_vote_all.i64", "air.simdgroup_matrix_8x8_init_diag.v64f32.f32"} <= names
+
+
+def test_every_variant_of_pytorchs_own_kernels_is_implemented(torch_libraries):
+    """Both libraries of torch 2.13's macOS wheel, whole declarations compared: Metal's 64-bit
+    atomic min/max as PyTorch declares them (returning void) and air.sincos included."""
+    result = census([torch_libraries["macos14"], torch_libraries["macos26"]])
+    missing = [f"{v.name} {v.ret} ({', '.join(v.params)}) e.g. {v.example}" for v in result["variants"]
+               if not v.implemented]
+    assert not missing, "\n".join(missing)
+    assert not result["errors"], result["errors"]
+    assert result["kernels"] == 2 * 12998
+    declared = {(v.name, v.ret) for v in result["variants"]}
+    assert {("air.atomic.global.min.u.i64", "void"), ("air.atomic.global.max.u.i64", "void"),
+            ("air.sincos.f32", "float")} <= declared
 
 
 def test_census_of_one_kernel_lists_its_declarations(fixture_metallib, tmp_path):

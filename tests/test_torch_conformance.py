@@ -1,6 +1,6 @@
 """PyTorch's own Metal kernels (the two libraries in torch 2.13's macOS wheel) against torch's
-CPU ops: a slice of every elementwise op and every reduction shape, in both libraries,
-through the conformance runner's child processes (tools/torch_conformance). The whole run is
+CPU ops: a slice of every elementwise op, every reduction shape and every scan scheme, in
+both libraries, through the conformance runner's child processes (tools/torch_conformance). The whole run is
 `python -m tools.torch_conformance`; docs/conformance.md has its tables."""
 
 import os
@@ -13,7 +13,7 @@ import torch_metallib as tm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tools.torch_conformance import elementwise, reductions  # noqa: E402
+from tools.torch_conformance import elementwise, reductions, scans  # noqa: E402
 from tools.torch_conformance.workers import run_kernels  # noqa: E402
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -33,8 +33,9 @@ def torch_libraries():
 def conformance_slice(names):
     """Every variant of add, mul_alpha-style and sin kernels (all dtypes), one float kernel of
     every other elementwise op, every complex sin (Metal's sincos), and every sum-shaped
-    reduction with a 64-bit accumulator plus one of each other reduction."""
-    chosen, seen_ops, seen_reductions = [], set(), set()
+    reduction with a 64-bit accumulator plus one of each other reduction, and every 64-bit
+    scan (long, int_long) plus the first kernel of each other scan scheme."""
+    chosen, seen_ops, seen_reductions, seen_scans = [], set(), set(), set()
     for name in names:
         parsed = elementwise.parse(name)
         if parsed is not None:
@@ -49,6 +50,12 @@ def conformance_slice(names):
             if re.search(r"_long$", name) or (op, shape) not in seen_reductions:
                 chosen.append(name)
                 seen_reductions.add((op, shape))
+            continue
+        scan = scans.parse(name)
+        if scan is not None:
+            if name.endswith("_long") or (scan.op, scan.scheme) not in seen_scans:
+                chosen.append(name)
+                seen_scans.add((scan.op, scan.scheme))
     return chosen
 
 

@@ -6,7 +6,7 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import elementwise, reductions
+from . import elementwise, reductions, scans
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
@@ -18,6 +18,9 @@ def family(name: str) -> str:
     parsed = elementwise.parse(name)
     if parsed is not None:
         return parsed.op
+    scan = scans.parse(name)
+    if scan is not None:
+        return f"{scan.op}_{scan.scheme}"
     match = re.match(r"(.+?)_(dense|strided)_", name)
     if match:
         return match.group(1)
@@ -37,6 +40,8 @@ def check(context: Context, name: str) -> Tuple[str, str]:
     try:
         if reductions.parse(name):
             return reductions.check(function, context.device)
+        if scans.parse(name):
+            return scans.check(function, context.device)
         return elementwise.check(function, context.results, context.device)
     except elementwise.NoHarness as reason:
         return "not attempted", str(reason)

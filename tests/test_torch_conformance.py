@@ -13,7 +13,7 @@ import torch_metallib as tm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from tools.torch_conformance import elementwise, families, reductions  # noqa: E402
+from tools.torch_conformance import elementwise, families, reductions, scans  # noqa: E402
 from tools.torch_conformance.workers import run_kernels  # noqa: E402
 
 HARNESSES = families.HARNESSES
@@ -21,8 +21,9 @@ HARNESSES = families.HARNESSES
 
 def conformance_slice(names):
     """Every variant of add, sin (complex sin: Metal's sincos) and div_floor in every dtype,
-    one float kernel of every other elementwise op, every reduction and scatter_amin/amax
-    with a 64-bit result, and the first kernel of every other family a harness calls."""
+    one float kernel of every other elementwise op, every reduction, scan and
+    scatter_amin/amax with a 64-bit result, and the first kernel of every other family a
+    harness calls."""
     chosen, seen = [], set()
     for name in names:
         parsed = elementwise.parse(name)
@@ -35,7 +36,8 @@ def conformance_slice(names):
         harnessed = any(h.parse(name) for h in HARNESSES)
         family = families.family(name)
         # 64-bit results: sums over partial SIMD-groups, atomic min/max declared void.
-        wide = (reductions.parse(name) and name.endswith("_long")) or re.match(r"scatter_am(in|ax)_.*_long_long$", name)
+        wide = ((reductions.parse(name) or scans.parse(name)) and name.endswith("_long")) \
+            or re.match(r"scatter_am(in|ax)_.*_long_long$", name)
         if harnessed and (family not in seen or wide):
             chosen.append(name)
             seen.add(family)

@@ -130,9 +130,11 @@ def _opmath(result: torch.dtype):
 
 
 def _evaluate(ref: Reference, operands, alpha, result: torch.dtype, widen) -> Optional[torch.Tensor]:
-    """The reference over `operands` converted by `widen` (a dtype -> dtype function): integer
-    and bool operands become float64 where the result is floating, as the functors convert
-    them; bools stay bools where the result is a bool (logical, not bitwise, meaning)."""
+    """The reference over `operands` converted by `widen` (a dtype -> dtype function: to the
+    wide types, or to one precision): integer operands become floating where the result is
+    floating (as the functors convert them) or where `widen` is a float precision (an integer
+    result of a float functor); bools stay bools where the result is a bool (logical, not
+    bitwise, meaning). None where torch has no kernel at that precision."""
     converted = []
     for t in operands:
         if t.dtype == torch.bool and result == torch.bool:

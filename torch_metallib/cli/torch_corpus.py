@@ -10,12 +10,10 @@ with pip from PyPI into the corpus cache; no Mac needed.
 import hashlib
 import os
 import struct
-import subprocess
-import sys
 import tempfile
 import zipfile
 
-from .corpus import corpus_dir
+from .corpus import corpus_dir, download_macos_wheel
 
 __all__ = ["TORCH_WHEEL_VERSION", "TORCH_LIBRARIES", "torch_metallib_paths"]
 
@@ -50,25 +48,15 @@ def torch_metallib_paths(download: bool = True) -> dict:
     folder = os.path.dirname(paths["macos14"])
     os.makedirs(folder, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        command = [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--platform", "macosx_14_0_arm64", "--python-version", "3.11",
-            f"torch=={TORCH_WHEEL_VERSION}", "-d", scratch, "--quiet",
-        ]
-        result = subprocess.run(command, capture_output=True, text=True)
-        wheels = [name for name in os.listdir(scratch) if name.endswith(".whl")]
-        if result.returncode != 0 or not wheels:
-            raise RuntimeError(
-                f"torch corpus: `{' '.join(command)}` failed (exit {result.returncode}):\n"
-                f"{result.stderr.strip()}")
-        with zipfile.ZipFile(os.path.join(scratch, wheels[0])) as wheel:
+        wheel_path = download_macos_wheel(f"torch=={TORCH_WHEEL_VERSION}", scratch)
+        with zipfile.ZipFile(wheel_path) as wheel:
             dylib = wheel.read(_MEMBER)
         for name, (offset, size, sha256) in TORCH_LIBRARIES.items():
             blob = dylib[offset:offset + size]
             if blob[:4] != b"MTLB" or struct.unpack_from("<Q", blob, 16)[0] != size \
                     or hashlib.sha256(blob).hexdigest() != sha256:
                 raise RuntimeError(
-                    f"torch corpus: {_MEMBER} in {wheels[0]} has no {size}-byte library with "
+                    f"torch corpus: {_MEMBER} in {os.path.basename(wheel_path)} has no {size}-byte library with "
                     f"SHA-256 {sha256} at offset {offset:#x}")
             extracted = os.path.join(scratch, name)
             with open(extracted, "wb") as out:

@@ -45,6 +45,9 @@ def main(argv=None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per kernel before it counts as a hang")
     parser.add_argument("--json", help="write every outcome here")
+    parser.add_argument("--update", action="store_true",
+                        help="with --json: replace only this run's kernels in that file's outcomes, "
+                             "and print the table of the whole file")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
 
@@ -61,7 +64,12 @@ def main(argv=None) -> int:
             print(f"{outcome['outcome']:>13} {outcome['kernel']}: {outcome['detail'][:300]}", file=sys.stderr)
 
     outcomes = run_kernels(path, names, args.device, args.workers, args.timeout, ROOT, progress)
-    outcomes.sort(key=lambda o: names.index(o["kernel"]))
+    order = {name: i for i, name in enumerate(names)}
+    outcomes.sort(key=lambda o: order[o["kernel"]])
+    if args.update and args.json and os.path.exists(args.json):
+        with open(args.json) as previous:
+            kept = [o for o in json.load(previous)["outcomes"] if o["kernel"] not in order]
+        outcomes = kept + outcomes
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"library": args.path or args.library, "device": args.device, "outcomes": outcomes}, out, indent=0)

@@ -137,12 +137,12 @@ def _first(mask: torch.Tensor) -> Tuple[int, int]:
 
 
 def check_sorted(x: torch.Tensor, vals: torch.Tensor, idx: torch.Tensor, desc: bool, stable: bool,
-                 offset: int = 0) -> Optional[str]:
+                 offset: int = 0, order: Optional[torch.Tensor] = None) -> Optional[str]:
     """`vals`, `idx` [rows, count] against ranks [offset, offset + count) of x [rows, size]
-    sorted as torch does. Stable: the exact indices; else the values, and distinct indices
-    into the row that point at them."""
+    sorted as torch does (or as `order`, x's values in a sortable dtype, sorts). Stable: the
+    exact indices; else the values, and distinct indices into the row that point at them."""
     count = vals.shape[1]
-    ref_vals, ref_idx = torch.sort(_ordered(x), dim=1, descending=desc, stable=True)
+    _, ref_idx = torch.sort(_ordered(x if order is None else order), dim=1, descending=desc, stable=True)
     ref_idx = ref_idx[:, offset:offset + count]
     if stable:
         ok = idx.to(torch.int64) == ref_idx

@@ -6,11 +6,11 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import elementwise, indexing, norms, pointwise, reductions, scans, shape
+from . import elementwise, indexing, norms, pointwise, reductions, scans, searching, shape, sort_radix, sorting
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 # Harnesses tried before the elementwise templates, each with parse(name) and check(function, device).
-HARNESSES = (reductions, scans, norms, shape, indexing, pointwise)
+HARNESSES = (reductions, scans, norms, shape, indexing, pointwise, sorting, sort_radix, searching)
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
 
 
@@ -23,6 +23,10 @@ def family(name: str) -> str:
     scan = scans.parse(name)
     if scan is not None:
         return f"{scan.op}_{scan.scheme}"
+    for harness in (sorting, sort_radix, searching):
+        sort = harness.family(name)
+        if sort is not None:
+            return sort
     for harness in (shape, indexing, pointwise):
         parsed = harness.parse(name)
         if parsed is not None:

@@ -37,6 +37,13 @@ def family(name: str) -> str:
     return re.sub(rf"(_{_TYPE_WORDS}|_\d+\w*)+$", "", re.split(rf"_{_TYPE_WORDS}(_|$)", name)[0])
 
 
+def _runs_on(harness, device: str) -> None:
+    """A harness that builds its tensors on the CPU would run a CUDA check on the CPU backend:
+    only those that declare DEVICES place them on another device."""
+    if device not in getattr(harness, "DEVICES", ("cpu",)):
+        raise elementwise.NoHarness(f"the {harness.__name__.rsplit('.', 1)[-1]} harness runs on the CPU only")
+
+
 class Context:
     """What a worker keeps across kernels: the library and tables read from its names."""
 
@@ -50,6 +57,7 @@ def check(context: Context, name: str) -> Tuple[str, str]:
     try:
         for harness in HARNESSES:
             if harness.parse(name):
+                _runs_on(harness, context.device)
                 return harness.check(function, context.device)
         return elementwise.check(function, context.results, context.device)
     except elementwise.NoHarness as reason:

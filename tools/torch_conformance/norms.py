@@ -17,6 +17,8 @@ from .compare import mismatch
 from .dtypes import METAL_DTYPES
 from .inputs import generator, values
 
+DEVICES = ("cpu", "cuda")  # its tensors are placed on the device checked
+
 _NAME = re.compile(r"^layer_norm_(single_row|looped)_(float|half|bfloat)$")
 _EPS = 1e-5
 

@@ -24,6 +24,8 @@ from .compare import mismatch
 from .dtypes import METAL_DTYPES, is_complex, is_integral, wide
 from .inputs import generator, values
 
+DEVICES = ("cpu", "cuda")  # its tensors are placed on the device checked
+
 _NAME = re.compile(r"^(sum|nansum|count_nonzero|max|min|any|all|argmax|argmin)_reduction"
                    r"(?:_(inner|outer|strided))?_([a-z0-9]+)_([a-z0-9]+)$")
 _GROUP = 256

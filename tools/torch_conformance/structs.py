@@ -26,9 +26,11 @@ def pack(argument, values: Dict[str, object]) -> bytes:
         value = values[field.name]
         inner = field
         if field.fields and field.type_name == "metal::array":
-            inner = field.fields[0]
-        count = inner.array_length or 1
-        elem = inner.size // count if inner.array_length else inner.size
+            inner = field.fields[0]  # ``__elems``: its size is one element's
+            count, elem = inner.array_length, inner.size
+        else:
+            count = field.array_length or 1
+            elem = field.size // count
         fmt = _format(inner.type_name, elem)
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         items = items + [0] * (count - len(items))

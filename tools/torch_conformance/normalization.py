@@ -106,8 +106,11 @@ def check(function, device: str) -> Tuple[str, str]:
         for name, storage, got, want in checks:
             if not untouched(storage, got):
                 return "wrong", f"{label} {name}: wrote outside its output"
-            # Sums of up to 10,000 terms in float, E[x^2] - mean^2: "special".
-            problem = mismatch(got.flatten(), want.flatten(), "special")
+            # Y and dX: within 16 ulps of their scale (an eps 10x off in the reference is
+            # caught). dgamma sums N * HxW products of size ~16 in float that cancel to ~3:
+            # errors of tens of ulps of the result (backward_affine_float_float_float_uint64_t,
+            # 1,300 terms: 3.455484 against 3.455512), so "special" there.
+            problem = mismatch(got.flatten(), want.flatten(), "special" if name == "dgamma" else "math")
             if problem:
                 return "wrong", f"{label} {name}: {problem}"
     return "correct", ""

@@ -43,7 +43,8 @@ def parse(name: str) -> Optional[Parsed]:
     for op in sorted(list(UNARY) + list(BINARY), key=len, reverse=True):
         if not (name.startswith(op + "_dense") or name.startswith(op + "_strided")):
             continue
-        words = name[len(op) + 1:].split("_")
+        # The struct type a parameterized template names (``..._ELUBackwardParams_float``).
+        words = [w for w in name[len(op) + 1:].split("_") if w != "ELUBackwardParams"]
         variant = []
         while words and words[0] in _VARIANT_WORDS:
             variant.append(words.pop(0))
@@ -239,7 +240,9 @@ class ElementwiseCall:
         output_name = "output" if "output" in self.buffers else "out"
         kwargs[output_name] = out
         self._sizes_and_types(kwargs, out, numel)
-        if ref.alpha is not None:
+        if ref.params is not None:
+            kwargs["alpha"] = ref.params(self.functor_type, self.buffers["alpha"].type_size)
+        elif ref.alpha is not None:
             if "alpha" not in self.buffers:
                 raise NoHarness("the reference takes a scalar but the kernel has no `alpha`")
             # A complex functor takes its scalar as a (real, imaginary) pair.

@@ -23,6 +23,19 @@ class Reference:
     alpha: Optional[float] = None   # the scalar the *_alpha and parameterized kernels take
     int_alpha: int = 2              # ... where the functor's type is an integer
     real_part_only: bool = False    # the kernel's imaginary part is not torch's (see its entry)
+    params: Optional[Callable] = None   # (functor dtype, struct size) -> the struct ``alpha`` binds
+
+
+def _elu_backward_params(dtype, size):
+    """``ELUBackwardParams<T>``: alpha, scale, input_scale as T, then bool is_result."""
+    raw = torch.tensor(_ELU_BACKWARD[:3], dtype=torch.float64).to(dtype).view(torch.uint8).numpy().tobytes()
+    raw += bytes([int(_ELU_BACKWARD[3])])
+    return raw + bytes(size - len(raw))
+
+
+# alpha, scale, input_scale, is_result. is_result False: the functor's exp branch
+# (``input_scale * alpha * scale * exp(self * input_scale)`` where self <= 0, ActivationKernel.metal).
+_ELU_BACKWARD = (1.5, 1.25, 0.75, False)
 
 
 def _gelu_tanh(x):
@@ -140,6 +153,8 @@ BINARY = {
     "hermite_polynomial_he": Reference(S.hermite_polynomial_he, 2, "special", "polynomial"),
     "make_complex": Reference(torch.complex, 2),
     "polar": Reference(torch.polar, 2, "math", "positive"),
+    "elu_backward": Reference(lambda g, x: torch.ops.aten.elu_backward(g, *_ELU_BACKWARD, x), 2, "math",
+                              params=_elu_backward_params),
     "gelu_backward": Reference(_grad(torch.nn.functional.gelu), 2, "math"),
     "gelu_tanh_backward": Reference(_grad(_gelu_tanh), 2, "math"),
     "silu_backward": Reference(_grad(torch.nn.functional.silu), 2, "math"),

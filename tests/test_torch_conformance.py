@@ -64,3 +64,14 @@ def test_64_bit_threadgroup_sums(torch_libraries):
     for name in ("sum_reduction_int_long", "sum_reduction_bool_long", "max_reduction_long_long",
                  "min_reduction_long_long"):
         assert reductions.check(library[name], "cpu") == ("correct", ""), name
+
+
+def test_bfloat_pointers_in_an_argument_buffer(torch_libraries):
+    """PyTorch's multi-tensor AMP unscale takes an argument buffer of 32 data pointers; Apple's
+    compiler marks the bfloat one's member `air.indirect_buffer`, the float and half ones'
+    `air.buffer`: all three are plain device pointers, bound alike."""
+    from tools.torch_conformance import amp
+    library = tm.load(torch_libraries["macos14"])
+    for dtype in ("float", "half", "bfloat"):
+        name = f"ampNonFiniteCheckAndUnscale_{dtype}"
+        assert amp.check(library[name], "cpu") == ("correct", ""), name

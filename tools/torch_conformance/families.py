@@ -6,12 +6,12 @@ from typing import Tuple
 
 import torch_metallib as tm
 
-from . import (attention, elementwise, embedding, index_reduce, indexing, matmul, normalization, norms, pointwise,
+from . import (amp, attention, elementwise, embedding, index_reduce, indexing, matmul, normalization, norms, pointwise,
                pooling, reductions, replication_pad, sampling, scans, searching, shape, sort_radix, sorting)
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 # Harnesses tried before the elementwise templates, each with parse(name) and check(function, device).
-HARNESSES = (attention, reductions, scans, norms, normalization, sampling, shape, indexing, index_reduce, matmul,
+HARNESSES = (amp, attention, reductions, scans, norms, normalization, sampling, shape, indexing, index_reduce, matmul,
              pointwise, replication_pad, pooling, embedding, sorting, sort_radix, searching)
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
 

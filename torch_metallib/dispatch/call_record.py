@@ -11,7 +11,7 @@ from ..cache.disk_cache import cache_directory, read_entry, write_entry
 
 __all__ = ["CALL_RECORD_VERSION", "call_record", "cached_call_record", "binding_problem"]
 
-CALL_RECORD_VERSION = 9  # bump when call_record's fields change
+CALL_RECORD_VERSION = 10  # bump when call_record's fields change
 
 
 def call_record(function) -> dict:
@@ -52,6 +52,8 @@ def argument_buffer_members(argument) -> list:
     for field in argument.struct_fields:
         indirect = field.indirect
         pointer = None if indirect is None else {"buffer": True, "indirect_constant": False}.get(indirect.kind)
+        if indirect is not None and indirect.kind == "indirect_buffer" and not indirect.struct_fields:
+            pointer = True  # Apple's compiler marks a bfloat* member so (PyTorch's AMP kernels): a plain pointer
         element = next((f for f in field.fields if f.indirect is not None), None)
         members.append({
             "name": field.name, "id": indirect.binding if indirect else -1, "pointer": pointer,

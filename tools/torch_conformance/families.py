@@ -7,12 +7,14 @@ from typing import Tuple
 import torch_metallib as tm
 
 from . import (amp, attention, elementwise, embedding, index_reduce, indexing, matmul, normalization, norms, pointwise,
-               pooling, reductions, replication_pad, sampling, scans, searching, shape, sort_radix, sorting)
+               pooling, prefill_attention, reductions, replication_pad, sampling, scans, searching, shape, sort_radix,
+               sorting, vector_norms)
 
 OUTCOMES = ("correct", "wrong", "refused", "crash", "hang", "not attempted", "harness error")
 # Harnesses tried before the elementwise templates, each with parse(name) and check(function, device).
-HARNESSES = (amp, attention, reductions, scans, norms, normalization, sampling, shape, indexing, index_reduce, matmul,
-             pointwise, replication_pad, pooling, embedding, sorting, sort_radix, searching)
+HARNESSES = (amp, attention, prefill_attention, vector_norms, reductions, scans, norms, normalization, sampling, shape,
+             indexing, index_reduce, matmul, pointwise, replication_pad, pooling, embedding, sorting, sort_radix,
+             searching)
 _TYPE_WORDS = r"(bool|uchar|char|short|int|long|ushort|uint|ulong|half|float|bfloat|half2|float2)"
 
 
@@ -29,7 +31,8 @@ def family(name: str) -> str:
         sort = harness.family(name)
         if sort is not None:
             return sort
-    for harness in (shape, indexing, index_reduce, matmul, replication_pad, pooling, embedding, pointwise):
+    for harness in (shape, indexing, index_reduce, matmul, replication_pad, pooling, embedding, pointwise,
+                    prefill_attention, vector_norms):
         parsed = harness.parse(name)
         if parsed is not None:
             return parsed[0]

@@ -10,6 +10,10 @@
 * strided (pass 1 of a full reduction): threadgroup g reduces the elements g*E .. g*E+E-1
   of the input in logical order (E = reduction_size) into ``output[g]``.
 
+``norm_l1_reduction_inner``/``norm_l2_reduction_inner`` (ReduceOps.metal's inner sum with
+``LOAD_ABS``, and ``LOAD_SQUARE`` with ``FINAL_SQRT``): the vector 1- and 2-norms of each row,
+against ``torch.linalg.vector_norm`` in float64.
+
 Sums accumulate in ``opmath_t<TO>`` (float for half/bfloat; uint for count_nonzero); a
 ``divisor`` > 0 divides the sum before the cast to TO. any/all write uchar.
 """
@@ -26,7 +30,7 @@ from .inputs import generator, values
 
 DEVICES = ("cpu", "cuda")  # its tensors are placed on the device checked
 
-_NAME = re.compile(r"^(sum|nansum|count_nonzero|max|min|any|all|argmax|argmin)_reduction"
+_NAME = re.compile(r"^(sum|nansum|count_nonzero|max|min|any|all|argmax|argmin|norm_l1|norm_l2)_reduction"
                    r"(?:_(inner|outer|strided))?_([a-z0-9]+)_([a-z0-9]+)$")
 _GROUP = 256
 
@@ -73,6 +77,8 @@ def _reference(op: str, x: torch.Tensor, dims, to: torch.dtype) -> torch.Tensor:
         return torch.amax(w, dim=dims) if op == "max" else torch.amin(w, dim=dims)
     if op in ("argmax", "argmin"):
         return getattr(torch, op)(w, dim=dims[0])
+    if op in ("norm_l1", "norm_l2"):
+        return torch.linalg.vector_norm(w, ord=int(op[-1]), dim=dims)
     if is_integral(to) and x.dtype.is_floating_point:
         w = w.to(torch.int64)
     return w.sum(dim=dims)

@@ -31,6 +31,12 @@ def pack(argument, values: Dict[str, object]) -> bytes:
         else:
             count = field.array_length or 1
             elem = field.size // count
+            # Some reflections give an array member's element size (``int Q_strides[3]``:
+            # size 4, array_length 3, next member 12 bytes on): a size the count does not
+            # divide into whole elements of the named type is one element's.
+            known = {"int": 4, "uint": 4, "float": 4, "half": 2, "short": 2, "ushort": 2, "long": 8, "ulong": 8}
+            if count > 1 and field.size == known.get(field.type_name):
+                elem = field.size
         fmt = _format(inner.type_name, elem)
         items = list(value) if isinstance(value, (list, tuple)) else [value]
         items = items + [0] * (count - len(items))

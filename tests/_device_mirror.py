@@ -72,11 +72,13 @@ def mirrored_calls(device: str):
     original = function_module.call
     names = []
 
-    def call(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked=None):
+    def call(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked=None,
+             storage_bounds=None):
         mirror = _Mirror(device)
         other_args, other_kwargs = mirror.value(args), mirror.value(kwargs)
-        original(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked)
-        original(function, other_args, other_kwargs, threads, group_size, constants, threadgroup_memory, checked)
+        original(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked, storage_bounds)
+        original(function, other_args, other_kwargs, threads, group_size, constants, threadgroup_memory, checked,
+                 storage_bounds)
         for cpu, other in zip(_tensors((args, kwargs)), _tensors((other_args, other_kwargs))):
             assert_same(function.name, cpu, other)
         names.append(function.name)

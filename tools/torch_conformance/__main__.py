@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=0, help="a seeded random sample of this many kernels")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per kernel before it counts as a hang")
+    parser.add_argument("--time-limit", type=float, default=0,
+                        help="start no kernel after this many seconds (the rest: not attempted)")
     parser.add_argument("--json", help="write every outcome here")
     parser.add_argument("--update", action="store_true",
                         help="with --json: replace only this run's kernels in that file's outcomes, "
@@ -63,7 +65,7 @@ def main(argv=None) -> int:
         if not args.quiet and outcome["outcome"] not in ("correct", "not attempted"):
             print(f"{outcome['outcome']:>13} {outcome['kernel']}: {outcome['detail'][:300]}", file=sys.stderr)
 
-    outcomes = run_kernels(path, names, args.device, args.workers, args.timeout, ROOT, progress)
+    outcomes = run_kernels(path, names, args.device, args.workers, args.timeout, ROOT, progress, args.time_limit)
     order = {name: i for i, name in enumerate(names)}
     outcomes.sort(key=lambda o: order[o["kernel"]])
     if args.update and args.json and os.path.exists(args.json):

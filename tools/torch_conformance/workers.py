@@ -45,12 +45,19 @@ class _Worker:
 
 
 def run_kernels(library: str, kernels: Iterable[str], device: str, workers: int,
-                timeout: float, root: str, progress=None) -> List[Dict]:
-    """One outcome per kernel: {"kernel", "outcome", "detail", "seconds"}."""
+                timeout: float, root: str, progress=None, time_limit: float = 0) -> List[Dict]:
+    """One outcome per kernel: {"kernel", "outcome", "detail", "seconds"}. Past `time_limit`
+    seconds (0: none) no kernel is started; those left are reported as not attempted."""
     pending = list(kernels)[::-1]
     outcomes: List[Dict] = []
     pool: List[_Worker] = []
+    started = time.monotonic()
     while pending or any(w.kernel for w in pool):
+        if time_limit and pending and time.monotonic() - started > time_limit:
+            outcomes += [{"kernel": name, "outcome": "not attempted", "seconds": 0,
+                          "detail": f"the run's time limit ({time_limit:.0f} s) ended before it"} for name in pending]
+            pending = []
+            continue
         while len(pool) < workers and pending:
             pool.append(_Worker(library, device, root))
         for worker in pool:

@@ -432,8 +432,8 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const py::
     if (numbers.empty() || numbers.size() % size_t(type.components)) {
       throw ArgumentError(where() + ": expected " + (type.components > 1 ? std::to_string(type.components) +
                           " numbers per " + type.name : std::string("a number or a sequence of numbers")) +
-                          ", got " + (is_sequence(value) ? std::to_string(numbers.size()) + " numbers, "
-                                                         : std::string("one number, ")) + short_repr(value));
+                          ", got " + short_repr(value) +
+                          (is_sequence(value) ? " (" + std::to_string(numbers.size()) + " numbers)" : " (one number)"));
     }
     // Each element takes the type's full size: a uint3 is 16 bytes, as Metal lays it out.
     size_t slot = size_t(std::max<int64_t>(argument.type_size, type.element_bytes * type.components));

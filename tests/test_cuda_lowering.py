@@ -43,7 +43,6 @@ from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from torch_metallib.dispatch.calls import dispatch_state
-from torch_metallib.reflection.bitcode import parse_bitcode
 from conftest import IN_CI
 from test_public_corpus import subset_files
 
@@ -177,16 +176,7 @@ def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
 
 def _nvvm(kernel) -> str:
     """The kernel's NVVM IR as lowered, before LLVM optimizes it."""
-    context = llvm.create_context()
-    try:
-        module = parse_bitcode(kernel.name, kernel.bitcode, context)
-        try:
-            air = str(module)
-        finally:
-            module.close()
-    finally:
-        context.close()
-    return lower(air, kernel.name, kernel.arguments, {}, "t", str(ptx_module._machine("sm_80").target_data))[0]
+    return lower(ptx_module.air_text(kernel), kernel.name, kernel.arguments, {}, "t", str(ptx_module._machine("sm_80").target_data))[0]
 
 
 def test_barriers_are_never_copied_into_divergent_branches(ptxas):

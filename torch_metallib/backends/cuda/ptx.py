@@ -30,7 +30,7 @@ from .private_registers import private_arrays_in_registers
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
 
-__all__ = ["kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
+__all__ = ["air_text", "kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
 DEFAULT_ARCH = "sm_80"
 _BRANCH = re.compile(r"^\s*(?:br|switch) ", re.M)
@@ -156,20 +156,24 @@ def _vector_accesses(module, entry: str):
     return edited
 
 
-def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH, grid_only: bool = False) -> str:
-    """PTX of `function` (a KernelFunction) with these function-constant values; where it is
-    `grid_only` (backend.py), its kernel may run several grid positions per thread (its
-    entry's name then says so: lowering.entry_name)."""
+def air_text(function) -> str:
+    """The printed AIR module of `function` (a KernelFunction)."""
     context = llvm.create_context()
     try:
         module = parse_bitcode(function.name, function.bitcode, context)
         try:
-            air = str(module)
+            return str(module)
         finally:
             module.close()
     finally:
         context.close()
-    text, coarse = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data),
+
+
+def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH, grid_only: bool = False) -> str:
+    """PTX of `function` (a KernelFunction) with these function-constant values; where it is
+    `grid_only` (backend.py), its kernel may run several grid positions per thread (its
+    entry's name then says so: lowering.entry_name)."""
+    text, coarse = lower(air_text(function), function.name, function.arguments, constants, symbol, str(_machine(arch).target_data),
                          grid_only)
     entry = entry_name(symbol)
     try:

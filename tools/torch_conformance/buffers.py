@@ -1,4 +1,5 @@
-"""Outputs inside sentinel-filled storage, and exact comparisons, for the shape and indexing harnesses.
+"""What the harnesses share: outputs inside sentinel-filled storage, exact comparisons, and
+the other kernels a multi-pass host sequence calls.
 
 An output is a view (any strides, gaps between its elements) of a storage whose every byte
 starts as 0xA5: after the call, every byte no element of the view covers must still be 0xA5.
@@ -10,6 +11,7 @@ from typing import Optional, Sequence
 import torch
 
 from .dtypes import is_complex
+from .elementwise import NoHarness
 
 SENTINEL = 0xA5
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -84,3 +86,14 @@ def exact(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
 
 def strides_bytes(t: torch.Tensor):
     return [s * t.element_size() for s in t.stride()]
+
+
+def sibling(function, name: str):
+    """The kernel called `name` in `function`'s library (`function` itself for its own name):
+    another pass of the host's sequence. NoHarness where the library lacks it (a subset)."""
+    if name == function.name:
+        return function
+    try:
+        return function.library[name]
+    except (KeyError, AttributeError) as missing:
+        raise NoHarness(f"the host pairs it with {name}, which this library lacks") from missing

@@ -44,6 +44,7 @@ from typing import List, Optional, Tuple
 
 import torch
 
+from .buffers import sibling
 from .compare import mismatch
 from .dtypes import METAL_DTYPES, is_complex, is_integral, wide
 from .elementwise import NoHarness
@@ -303,12 +304,6 @@ def _run_tiny(function, p: Parsed, case, gen) -> Optional[str]:
 
 # --- multi-pass schemes ----------------------------------------------------------------
 
-def _sibling(function, name: str):
-    try:
-        return function.library[name]
-    except (KeyError, AttributeError) as missing:
-        raise NoHarness(f"the host pairs it with {name}, which this library lacks") from missing
-
 
 def _combine(op: str, x: torch.Tensor, dim: int) -> torch.Tensor:
     w = x.to(wide(x.dtype))
@@ -333,8 +328,8 @@ def _run_block(function, p: Parsed, case, gen) -> Optional[str]:
     num_blocks = min(max(math.isqrt(axis) // 4, 2), min(max_blocks, 4096))
     block_size = _ceil(axis, num_blocks)
     num_blocks = _ceil(axis, block_size)
-    reduce = _sibling(function, f"{p.op}_block_reduce_{p.tag}")
-    carry = _sibling(function, f"{p.op}_block_carry_{p.tag}")
+    reduce = sibling(function, f"{p.op}_block_reduce_{p.tag}")
+    carry = sibling(function, f"{p.op}_block_carry_{p.tag}")
 
     x = _input(p, rows * axis, gen).reshape(rows, axis)
     sums = _Buffer(acc, rows * num_blocks)
@@ -370,9 +365,9 @@ def _run_strided(function, p: Parsed, case, gen) -> Optional[str]:
     bn, n_reads, acc = _strided_bn(p), _n_reads(p), _accum(p.to)
     tag = p.tag  # scan_block_sums_T runs between the passes of T's own scan
     out_type = {v: k for k, v in METAL_DTYPES.items()}[p.to]
-    reduce = _sibling(function, f"{p.op}_strided_block_reduce_{bn}_{tag}")
-    scan_sums = _sibling(function, f"{p.op}_scan_block_sums_{out_type}")
-    carry = _sibling(function, f"{p.op}_strided_block_carry_{bn}_{tag}")
+    reduce = sibling(function, f"{p.op}_strided_block_reduce_{bn}_{tag}")
+    scan_sums = sibling(function, f"{p.op}_scan_block_sums_{out_type}")
+    carry = sibling(function, f"{p.op}_strided_block_carry_{bn}_{tag}")
 
     stride_blocks = _ceil(n_irows, bn)
     outer_groups = orows * stride_blocks
@@ -415,8 +410,8 @@ def _run_vec(function, p: Parsed, case, gen) -> Optional[str]:
     num_blocks = max(min(num_blocks, max(1, axis // tile)), 1)
     block_size = _ceil(_ceil(axis, num_blocks), tile) * tile
     num_blocks = _ceil(axis, block_size)
-    reduce = _sibling(function, f"{p.op}_vec_block_reduce_{vec}_{p.tag}")
-    carry = _sibling(function, f"{p.op}_vec_block_carry_{vec}_{p.tag}")
+    reduce = sibling(function, f"{p.op}_vec_block_reduce_{vec}_{p.tag}")
+    carry = sibling(function, f"{p.op}_vec_block_carry_{vec}_{p.tag}")
     grid = (tg, orows * num_blocks, 1)
 
     x = _input(p, orows * axis * vec, gen).reshape(orows, axis, vec)

@@ -29,8 +29,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from .buffers import sibling
 from .dtypes import METAL_DTYPES
-from .elementwise import NoHarness
 from .inputs import generator
 from .sorting import Buffer, _inputs, check_sorted
 
@@ -105,14 +105,6 @@ def _ordered_input(x: torch.Tensor) -> torch.Tensor:
     return torch.where((w == 0) & torch.signbit(w), torch.tensor(-5e-324, dtype=torch.float64), w)
 
 
-def _sibling(function, name: str):
-    if name == function.name:
-        return function
-    try:
-        return function.library[name]
-    except (KeyError, AttributeError) as missing:
-        raise NoHarness(f"the host pairs it with {name}, which this library lacks") from missing
-
 
 def _histogram(keys: torch.Tensor, shift: int, rbits: int, elems: int, n_blocks: int) -> torch.Tensor:
     rows, size = keys.shape
@@ -144,11 +136,11 @@ def _run(function, p: Parsed, case, gen) -> Optional[str]:
     rsize = 1 << p.rbits
     passes = p.dtype.itemsize * 8 // p.rbits
     fused = "_fused" if scheme == "fused" else ""
-    count_k = _sibling(function, f"radix_count{'_scan' if scheme == 'count_scan' else ''}_{t}{tag}"
+    count_k = sibling(function, f"radix_count{'_scan' if scheme == 'count_scan' else ''}_{t}{tag}"
                        f"{'_mb4' if scheme == 'count_scan' else ''}")
-    scan_k = _sibling(function, "radix_scan") if scheme == "scan" else None
-    scatter_k = _sibling(function, f"radix_scatter{fused}_{t}{tag}{u}")
-    final_k = _sibling(function, f"radix_scatter{fused}_final{'_topk' if topk else ''}_{t}{tag}{u}")
+    scan_k = sibling(function, "radix_scan") if scheme == "scan" else None
+    scatter_k = sibling(function, f"radix_scatter{fused}_{t}{tag}{u}")
+    final_k = sibling(function, f"radix_scatter{fused}_final{'_topk' if topk else ''}_{t}{tag}{u}")
 
     x = _inputs(p.dtype, rows * size, gen).view(rows, size)
     idx_t = torch.uint16 if p.u16 else torch.int32

@@ -33,9 +33,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from .buffers import bits
+from .buffers import bits, sibling
 from .dtypes import METAL_DTYPES
-from .elementwise import NoHarness
 from .inputs import generator
 
 _PAD = 16
@@ -195,12 +194,6 @@ def _input_layout(x: torch.Tensor, transposed: bool):
     return x.contiguous(), (1, x.shape[1])
 
 
-def _sibling(function, name: str):
-    try:
-        return function.library[name]
-    except (KeyError, AttributeError) as missing:
-        raise NoHarness(f"the host pairs it with {name}, which this library lacks") from missing
-
 
 # --- single block ------------------------------------------------------------------------
 
@@ -225,18 +218,17 @@ def _pipeline(function, p: Parsed):
     """The kernels the host chains for `p`: (block sort, intermediate merge, final merge,
     whether stable, whether keyed)."""
     t, n, u = p.tname, p.tptg, "_u16" if p.u16 else ""
-    lib_get = lambda name: function if name == function.name else _sibling(function, name)  # noqa: E731
     fkey = p.kind.endswith("_fkey")
     topk = "topk" in p.kind
     if fkey:
-        block = lib_get(f"mb_sort_block_fkey_{t}_tptg{n}{u}")
-        merge = lib_get(f"mb_merge_{_KEY[t]}_tptg{n}{u}")
-        final = lib_get(f"mb_merge_final{'_topk' if topk else ''}_fkey_{t}_tptg{n}{u}")
+        block = sibling(function, f"mb_sort_block_fkey_{t}_tptg{n}{u}")
+        merge = sibling(function, f"mb_merge_{_KEY[t]}_tptg{n}{u}")
+        final = sibling(function, f"mb_merge_final{'_topk' if topk else ''}_fkey_{t}_tptg{n}{u}")
         return block, merge, final, False, True, topk
     stable = p.stable or p.kind != "mb_sort_block"  # merges are checked behind the stable block sort
-    block = lib_get(f"mb_sort_block_{t}_tptg{n}{u}{'_stable' if stable else ''}")
-    merge = lib_get(f"mb_merge_{t}_tptg{n}{u}")
-    final = lib_get(f"mb_merge_final{'_topk' if topk else ''}_{t}_tptg{n}{u}")
+    block = sibling(function, f"mb_sort_block_{t}_tptg{n}{u}{'_stable' if stable else ''}")
+    merge = sibling(function, f"mb_merge_{t}_tptg{n}{u}")
+    final = sibling(function, f"mb_merge_final{'_topk' if topk else ''}_{t}_tptg{n}{u}")
     return block, merge, final, stable and not topk, False, topk
 
 

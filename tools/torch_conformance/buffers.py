@@ -11,7 +11,6 @@ from typing import Optional, Sequence
 import torch
 
 from .dtypes import is_complex
-from .elementwise import NoHarness
 
 SENTINEL = 0xA5
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -37,6 +36,14 @@ def sentinel_view(shape: Sequence[int], dtype: torch.dtype, order: Optional[Sequ
     if initial is not None:
         view.copy_(initial)
     return storage, view
+
+
+def zeroed_between_sentinels(count: int, dtype: torch.dtype, device: str = "cpu", pad: int = 16):
+    """(storage, view): `count` zeros on `device` with `pad` sentinel elements each side;
+    `untouched(storage.cpu(), view)` checks the margins afterwards."""
+    storage, _ = sentinel_view((count,), dtype, pad=pad, initial=torch.zeros(count, dtype=dtype))
+    storage = storage.to(device)
+    return storage, storage[pad:pad + count]
 
 
 def _contiguous_strides(shape, step=1):
@@ -91,6 +98,7 @@ def strides_bytes(t: torch.Tensor):
 def sibling(function, name: str):
     """The kernel called `name` in `function`'s library (`function` itself for its own name):
     another pass of the host's sequence. NoHarness where the library lacks it (a subset)."""
+    from .elementwise import NoHarness  # here: elementwise imports this module
     if name == function.name:
         return function
     try:

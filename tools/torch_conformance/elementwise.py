@@ -19,6 +19,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
+from .buffers import bindable, untouched, zeroed_between_sentinels
 from .compare import mismatch
 from .dtypes import METAL_DTYPES, SCALAR_TYPE_CODES, is_complex, is_integral, wide
 from .inputs import generator, values
@@ -84,22 +85,6 @@ _CASTOUT = {
 
 class NoHarness(Exception):
     """The kernel's shape is not one this harness knows: reported as not attempted."""
-
-
-def _padded(numel: int, dtype: torch.dtype, pad: int = 64) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A zeroed view of `numel` elements inside a storage whose margins hold a sentinel."""
-    storage = torch.zeros(numel + 2 * pad, dtype=dtype)
-    raw = storage.view(torch.uint8)
-    size = storage.element_size()
-    raw[:pad * size] = 0xA5
-    raw[(pad + numel) * size:] = 0xA5
-    return storage, storage[pad:pad + numel]
-
-
-def _margins_intact(storage: torch.Tensor, numel: int, pad: int = 64) -> bool:
-    raw = storage.view(torch.uint8)
-    size = storage.element_size()
-    return bool((raw[:pad * size] == 0xA5).all() and (raw[(pad + numel) * size:] == 0xA5).all())
 
 
 def _strided_view(flat: torch.Tensor, order: Tuple[int, int, int]) -> torch.Tensor:
@@ -172,13 +157,6 @@ def _evaluate(ref: Reference, operands, alpha, result: torch.dtype, widen) -> Op
     return None  # torch has no kernel at this precision: the float64 reference alone
 
 
-def _bindable(value):
-    """Complex tensors bind as their (real, imaginary) pairs: Metal's float2 and half2."""
-    if isinstance(value, torch.Tensor) and is_complex(value.dtype):
-        return torch.view_as_real(value)
-    return value
-
-
 class ElementwiseCall:
     """Arguments, grid and reference for one elementwise kernel."""
 
@@ -232,9 +210,7 @@ class ElementwiseCall:
                 kwargs[name] = flat
                 repeat = numel // count
                 operands_wide.append(flat.cpu().repeat(repeat))
-        storage, out = _padded(numel, self.out_dtype)
-        storage = storage.to(self.device)
-        out = storage[64:64 + numel]
+        storage, out = zeroed_between_sentinels(numel, self.out_dtype, self.device, pad=64)
         if strided:
             out = _strided_view(out, orders[0])
         output_name = "output" if "output" in self.buffers else "out"
@@ -250,7 +226,7 @@ class ElementwiseCall:
                 ref.int_alpha if is_integral(self.functor_type) else ref.alpha
             kwargs["alpha"] = (alpha, 0) if is_complex(self.functor_type) else alpha
         threads = self._threads(numel)
-        self.function(threads=threads, **{k: _bindable(v) for k, v in kwargs.items()})
+        self.function(threads=threads, **{k: bindable(v) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
         alpha = () if ref.alpha is None else (kwargs["alpha"],) if not is_complex(self.functor_type) else (ref.alpha,)
         expected = _evaluate(ref, operands_wide, alpha, self.result_dtype, wide)
         # The functor computes in opmath_t (float for half and bfloat): torch's own op at
@@ -263,7 +239,7 @@ class ElementwiseCall:
                                             lambda t, p=precision: p if t.is_floating_point or is_complex(t)
                                             else wide(t)))
         actual = out.cpu().flatten()
-        return actual, [c for c in candidates if c is not None], _margins_intact(storage.cpu(), numel)
+        return actual, [c for c in candidates if c is not None], untouched(storage.cpu(), out)
 
     def _threads(self, numel: int):
         if "numel" in self.buffers or "size_outtype_numel" in self.buffers:

@@ -24,6 +24,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from .buffers import bindable, untouched, zeroed_between_sentinels
 from .compare import mismatch
 from .dtypes import METAL_DTYPES, is_complex, is_integral, wide
 from .inputs import generator, values
@@ -40,10 +41,6 @@ def parse(name: str) -> Optional[Tuple[str, str, torch.dtype, torch.dtype]]:
     if not match or match.group(3) not in METAL_DTYPES or match.group(4) not in METAL_DTYPES:
         return None
     return match.group(1), match.group(2) or "general", METAL_DTYPES[match.group(3)], METAL_DTYPES[match.group(4)]
-
-
-def _bindable(t: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(t) if is_complex(t.dtype) else t
 
 
 def _norm_params(p: float, reduction_size: int, in_sizes, in_strides, out_sizes, out_strides) -> bytes:
@@ -84,23 +81,6 @@ def _reference(op: str, x: torch.Tensor, dims, to: torch.dtype) -> torch.Tensor:
     return w.sum(dim=dims)
 
 
-def _outside_untouched(storage: torch.Tensor, pad: int, count: int) -> bool:
-    raw = storage.view(torch.uint8) if storage.dtype != torch.uint8 else storage
-    size = storage.element_size()
-    return bool((raw[:pad * size] == 0xA5).all() and (raw[(pad + count) * size:] == 0xA5).all())
-
-
-def _output(to: torch.dtype, count: int, device: str, pad: int = 16):
-    """(storage, output): `count` zeros on `device` between margins holding a sentinel."""
-    storage = torch.zeros(count + 2 * pad, dtype=to)
-    raw = storage.view(torch.uint8)
-    size = storage.element_size()
-    raw[:pad * size] = 0xA5
-    raw[(pad + count) * size:] = 0xA5
-    storage = storage.to(device)
-    return storage, storage[pad:pad + count]
-
-
 def check(function, device: str) -> Tuple[str, str]:
     op, shape, ti, to = parse(function.name)
     gen = generator(function.name)
@@ -117,18 +97,18 @@ def check(function, device: str) -> Tuple[str, str]:
             count *= s
         x = _input(op, ti, count, gen).reshape(sizes)
         expected = _reference(op, x, dims, to)
-        given = _bindable(x.to(device))
+        given = bindable(x.to(device))
         pad = 16
         if shape in ("inner", "outer"):
             m, n = sizes
             rows = m if shape == "inner" else n
-            storage, out = _output(to, rows, device, pad)
+            storage, out = zeroed_between_sentinels(rows, to, device, pad)
             extra = (0.0,) if takes_divisor else ()
             if shape == "inner":
                 threads = -(-m // (_GROUP // 32)) * _GROUP
-                function(given, _bindable(out), (m, n), *extra, threads=threads, group_size=_GROUP)
+                function(given, bindable(out), (m, n), *extra, threads=threads, group_size=_GROUP)
             else:
-                function(given, _bindable(out), (m, n, 1), *extra,
+                function(given, bindable(out), (m, n, 1), *extra,
                          threads=(-(-n // 32) * 32, 32), group_size=(32, 32))
         elif shape == "general":
             out_sizes = [1 if d in dims else s for d, s in enumerate(sizes)]
@@ -143,18 +123,18 @@ def check(function, device: str) -> Tuple[str, str]:
             for d in dims:
                 reduced *= sizes[d]
             params = _norm_params(0.0, reduced, sizes, list(x.stride()), out_sizes, out_strides)
-            storage, out = _output(to, out_count, device, pad)
-            function(given, _bindable(out), params, threads=out_count * _GROUP, group_size=_GROUP)
+            storage, out = zeroed_between_sentinels(out_count, to, device, pad)
+            function(given, bindable(out), params, threads=out_count * _GROUP, group_size=_GROUP)
             expected = expected.flatten()
         else:  # strided pass 1 over a transposed view, in chunks of E
             chunk = 100
             view = x.t()
             groups = count // chunk
             params = _norm_params(0.0, chunk, list(view.shape), list(view.stride()), [1, 1], [0, 0])
-            storage, out = _output(to, groups, device, pad)
-            function(given, _bindable(out), params, threads=groups * _GROUP, group_size=_GROUP)
+            storage, out = zeroed_between_sentinels(groups, to, device, pad)
+            function(given, bindable(out), params, threads=groups * _GROUP, group_size=_GROUP)
             expected = _reference(op, view.reshape(groups, chunk), (1,), to)
-        if not _outside_untouched(storage.cpu(), pad, out.numel()):
+        if not untouched(storage.cpu(), out):
             return "wrong", f"{list(sizes)} over {list(dims)}: wrote outside its output"
         tolerance = "exact" if is_integral(to) or op in ("max", "min") else "special"
         problem = mismatch(out.cpu().flatten(), expected.flatten(), tolerance)

@@ -26,7 +26,7 @@ import torch
 
 from .buffers import bindable, untouched, zeroed_between_sentinels
 from .compare import mismatch
-from .dtypes import METAL_DTYPES, is_complex, is_integral, wide
+from .dtypes import METAL_DTYPES, is_integral, wide
 from .inputs import generator, values
 
 DEVICES = ("cpu", "cuda")  # its tensors are placed on the device checked

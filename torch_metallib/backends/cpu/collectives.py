@@ -237,16 +237,28 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
     return lines, declarations[:1], acc
 
 
-def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str) -> Tuple[List[str], List[str], str]:
+def prefix_lanes(inclusive: bool, quad: bool) -> List[str]:
+    """Lines leaving %mask.before: the lanes of %mask at or before (`inclusive`) or before
+    %lane, within its quad where `quad`."""
+    top = "%lane.next = add i32 %lane, 1" if inclusive else "%lane.next = or i32 %lane, 0"
+    low = "%lane.first = and i32 %lane, -4" if quad else "%lane.first = and i32 %lane, 0"
+    return [top, "%lane.next.w = zext i32 %lane.next to i64", "%upto.w = shl i64 1, %lane.next.w",
+            "%upto.m = sub i64 %upto.w, 1", "%upto = trunc i64 %upto.m to i32", low,
+            "%below.s = shl i32 1, %lane.first", "%below = sub i32 %below.s, 1", "%from = xor i32 %below, -1",
+            "%range = and i32 %upto, %from", "%mask.before = and i32 %mask, %range"]
+
+
+def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str,
+                  mask: str = "%mask") -> Tuple[List[str], List[str], str]:
     """_fold without a branch or select per lane, for other targets' prefix and quad folds:
-    a lane that does not count gives the identity, chosen with integer masks (op(acc,
-    identity) is acc, so the result is the same). ptxas (sm_90) failed to allocate
-    predicate registers for 32 unrolled selects in divergent code."""
+    a lane that does not count (not in `mask`, or failing `condition`) gives the identity,
+    chosen with integer masks (op(acc, identity) is acc, so the result is the same). ptxas
+    (sm_90) failed to allocate predicate registers for 32 unrolled selects in divergent code."""
     bits = f"i{type_bytes(type_name) * 8}"
     widen = {"i8": "trunc", "i16": "trunc", "i32": None}.get(bits, "sext")  # the i32 all-ones mask to `bits`
     lines, declarations, acc = [], [], identity
     for j in range(SIMD_WIDTH):
-        lines += [f"%sh{j} = lshr i32 %mask, {j}", f"%bit{j} = and i32 %sh{j}, 1"]
+        lines += [f"%sh{j} = lshr i32 {mask}, {j}", f"%bit{j} = and i32 %sh{j}, 1"]
         bit = f"%bit{j}"
         extra = condition(j)
         if extra:
@@ -383,6 +395,15 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         _, kind, reduction = op.split("_")
         compare = "ule" if kind == "inclusive" else "ult"
         lines = _exchange([(value_type, "%a0")]) + quad_lines
+        if SPELLING.get() is not None:
+            # The lanes before this one (in its quad), as a mask: one test per lane, not 32
+            # compares held across the kernel (ptxas, sm_90, gave lanes of warps other than
+            # the first a wrong one after a branch that only the first warp took).
+            lines += prefix_lanes(kind == "inclusive", quad)
+            folded, declarations, result = _fold_blended(reduction, signed, value_type, lambda j: None,
+                                                         _identity(reduction, signed, value_type), "%mask.before")
+            lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
+            return _definition(ret, name, params, lines), declarations
         if quad:  # lane j counts if it is in this lane's quad and before it
             for j in range(SIMD_WIDTH):
                 lines += [f"%qs{j} = icmp eq i32 %quad, {j >> 2}", f"%qp{j} = icmp {compare} i32 {j}, %lane"]

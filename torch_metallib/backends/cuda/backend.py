@@ -39,7 +39,7 @@ from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 7  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
+CUDA_LOWERING_VERSION = 8  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 # (device, each bytes command's data) -> (their device copy, the stream it was made on)
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()
@@ -60,7 +60,7 @@ class CudaKernel:
         self.grid_only = grid_only  # it cannot tell its threadgroups apart: the block is ours to choose
         self.constants = constants
         self._ptx: Dict[str, str] = {}
-        self._loaded: Dict[int, Tuple[ctypes.c_void_p, int, int, int]] = {}  # device -> loaded()
+        self._loaded: Dict[Tuple[int, int], Tuple[ctypes.c_void_p, int, int, int]] = {}  # (device, threads) -> loaded()
         self._dynamic_allowed: Dict[int, int] = {}
         self._lock = threading.Lock()
         self.symbol = "k" + function.hash[:16]
@@ -86,19 +86,21 @@ class CudaKernel:
             text = self._ptx[arch] = payload.decode()
         return text
 
-    def loaded(self, device: int):
-        """(kernel, max threads per block, static shared bytes, grid positions per thread) on `device`."""
+    def loaded(self, device: int, threads: int = 0):
+        """(kernel, max threads per block, static shared bytes, grid positions per thread) on
+        `device`; where `threads` is given, compiled for blocks of that many threads."""
         with self._lock:
-            found = self._loaded.get(device)
+            found = self._loaded.get((device, threads))
             if found is None:
                 driver = cuda_driver.driver()
                 capability = driver.compute_capability(device)
                 ptx = self.ptx(f"sm_{min(capability, 90)}")
                 # The PTX's entry says whether the lowering coarsened the kernel (coarsening.py).
                 coarsening = COARSENING if f".entry {entry_name(self.symbol, COARSENING)}(" in ptx else 1
-                kernel = driver.load(ptx, entry_name(self.symbol, coarsening))
-                found = self._loaded[device] = (kernel, driver.attribute(kernel, cuda_driver.MAX_THREADS_PER_BLOCK),
-                                                driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES), coarsening)
+                kernel = driver.load(ptx, entry_name(self.symbol, coarsening), threads)
+                found = self._loaded[(device, threads)] = (
+                    kernel, driver.attribute(kernel, cuda_driver.MAX_THREADS_PER_BLOCK),
+                    driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES), coarsening)
             return found
 
     def launch(self, plan) -> None:
@@ -110,6 +112,10 @@ class CudaKernel:
         kernel, max_threads, static_shared, coarsening = self.loaded(index)
         name = self.function.name
         threads = group[0] * group[1] * group[2]
+        if threads > max_threads:
+            # Compiled for the registers of smaller blocks: again, for blocks this large (Metal
+            # runs the threadgroups its device allows; PyTorch's sorts use 1,024 threads).
+            kernel, max_threads, static_shared, coarsening = self.loaded(index, threads)
         if threads > max_threads:
             raise DispatchError(f"{name}: group_size {tuple(group)} is {threads} threads; this kernel allows at most "
                                 f"{max_threads} on this GPU (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK). "

@@ -75,13 +75,20 @@ class Driver:
         """The most shared memory one block may use (opting in past 48 KB)."""
         return self.device_attribute(index, _SHARED_PER_BLOCK_OPTIN)
 
-    def load(self, ptx: str, entry: str) -> ctypes.c_void_p:
-        """The kernel `entry` of a module loaded from `ptx` (in the current context)."""
+    def load(self, ptx: str, entry: str, threads_per_block: int = 0) -> ctypes.c_void_p:
+        """The kernel `entry` of a module loaded from `ptx` (in the current context); where
+        `threads_per_block` is given, compiled to run blocks of that many threads (fewer
+        registers per thread: CU_JIT_THREADS_PER_BLOCK)."""
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         log = ctypes.create_string_buffer(8192)
-        options = (ctypes.c_int * 2)(5, 6)  # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
-        values = (ctypes.c_void_p * 2)(ctypes.cast(log, ctypes.c_void_p), ctypes.c_void_p(len(log)))
-        status = self._cuda.cuModuleLoadDataEx(ctypes.byref(module), ctypes.c_char_p(ptx.encode()), 2, options, values)
+        # CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES[, CU_JIT_THREADS_PER_BLOCK]
+        keys = [5, 6] + ([1] if threads_per_block else [])
+        settings = [ctypes.cast(log, ctypes.c_void_p), ctypes.c_void_p(len(log))]
+        settings += [ctypes.c_void_p(threads_per_block)] if threads_per_block else []
+        options = (ctypes.c_int * len(keys))(*keys)
+        values = (ctypes.c_void_p * len(keys))(*settings)
+        status = self._cuda.cuModuleLoadDataEx(ctypes.byref(module), ctypes.c_char_p(ptx.encode()), len(keys), options,
+                                               values)
         if status != 0:
             self._check(status, f"cuModuleLoadDataEx ({log.value.decode(errors='replace').strip()[:500]})")
         self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()),

@@ -32,11 +32,12 @@ from ..cpu.collectives import SPELLING, define_collective
 from ..cpu.constant_globals import check_constant_globals
 from ..cpu.convergence import mark_convergent
 from ..cpu.integer_division import guard_integer_division
-from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic
+from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic, parse_declaration
 from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_intrinsics, internalize, retarget,
                             specialize_constants, take_constructors)
 from ..cpu.private_arrays import clamp_private_array_indices
 from ..cpu.simdgroup_matrix import define_matrix
+from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_level_collectives
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
 from .libdevice import use_libdevice
 from .matrix_products import define_matrix_product
@@ -78,6 +79,8 @@ def cuda_definition(ret: str, name: str, params: List[str]):
         # The CPU computes these in double (correctly rounded); libdevice's float functions
         # are within Metal's ulp bounds already, and double is slow on most GPUs.
         return define_intrinsic(ret, ".".join(["air", "fast_" + parts[1]] + parts[2:]), params, name)
+    if name.endswith(CONVERGED_SUFFIX):  # its last operand names the lanes (converged_masks.py)
+        return _converged_collective(ret, name, params)
     token = SPELLING.set(WarpSpelling())
     try:
         return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
@@ -85,6 +88,35 @@ def cuda_definition(ret: str, name: str, params: List[str]):
                 or define_matrix(ret, name, params))
     finally:
         SPELLING.reset(token)
+
+
+def _converged_collective(ret: str, name: str, params: List[str]):
+    """The definition of collective `name` (CONVERGED_SUFFIX) among the lanes its last
+    operand names."""
+    base = name[:-len(CONVERGED_SUFFIX)]
+    token = SPELLING.set(WarpSpelling(mask=MASK_PARAMETER))
+    try:
+        made = define_collective(ret, base, params[:-1])
+    finally:
+        SPELLING.reset(token)
+    if made is None:
+        return None
+    definition, declarations = made
+    header, rest = definition.split("\n", 1)
+    close = header.rindex(") alwaysinline")
+    opened = header[:close].endswith("(")
+    header = header[:close] + ("" if opened else ", ") + f"i32 {MASK_PARAMETER}" + header[close:]
+    return header.replace(f"@{base}(", f"@{name}(", 1) + "\n" + rest, declarations
+
+
+def _is_collective(ret: str, name: str, params: List[str]) -> bool:
+    """Whether `name` is a SIMD-group exchange the warp spelling defines."""
+    token = SPELLING.set(WarpSpelling())
+    try:
+        made = define_collective(ret, name, params)
+    finally:
+        SPELLING.reset(token)
+    return made is not None and "%mask = " in made[0]
 
 
 def _generic_constant_space(text: str) -> str:
@@ -175,6 +207,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text, constructors = take_constructors(text)
     check_constant_globals(text, kernel, constructors)
     text = _generic_constant_space(text)
+    declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
+    text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)

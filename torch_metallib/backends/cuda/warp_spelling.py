@@ -5,7 +5,8 @@ once; collectives.SPELLING selects this spelling).
 An Apple SIMD-group is 32 threads, like a warp, and thread l of a threadgroup is lane
 l % 32 of warp l / 32 on both. Where the CPU deposits each lane's value in memory and
 reads lane j's slot, a warp reads lane j's value with ``shfl.sync.idx``; the lanes that
-take part are the warp's active lanes (``activemask``). Values of any width travel as
+take part are the warp's active lanes (``activemask``), or where the warp may not have
+reconverged, the lanes a vote found (converged_masks.py). Values of any width travel as
 32-bit pieces. A lane that did not take part gives an undefined value, which the
 collectives never use (they test the mask first, as on the CPU).
 """
@@ -38,8 +39,9 @@ def value_bits(type_name: str) -> int:
 class WarpSpelling:
     """collectives.SPELLING for one intrinsic definition at a time."""
 
-    def __init__(self):
+    def __init__(self, mask: str = ""):
         self._deposited: Dict[int, Tuple[str, str]] = {}  # byte offset -> (type, operand)
+        self._mask = mask  # an operand naming the lanes that take part, else activemask()
 
     def exchange(self, values: List[Tuple[str, str]]) -> List[str]:
         """Lines leaving %mask (the active lanes) and %lane; remembers `values` for read."""
@@ -47,7 +49,8 @@ class WarpSpelling:
         for type_name, operand in values:
             self._deposited[offset] = (type_name, operand)
             offset += max(value_bits(type_name) // 8, 1)
-        return ["%mask = call i32 @llvm.nvvm.activemask()", "%lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()"]
+        mask = f"%mask = or i32 {self._mask}, 0" if self._mask else "%mask = call i32 @llvm.nvvm.activemask()"
+        return [mask, "%lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()"]
 
     def read(self, type_name: str, lane: str, name: str, offset: int) -> List[str]:
         """%`name` = lane `lane`'s value deposited at byte `offset`."""

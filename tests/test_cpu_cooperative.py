@@ -172,6 +172,33 @@ def test_layer_norm_looped_as_coroutines_and_without_weight_or_bias():
     check_layer_norm_looped(kernel, 2, 300, 128, affine=False)
 
 
+# --- PyTorch's radix_scan: a prefix sum after a loop whose trip count differs per lane -----------
+
+# n_entries: one thread's chunk or none (256), chunks of 3 where thread 853 has one element and
+# its SIMD-group's lanes after it none (2560), of 8 (8000), the largest PyTorch's sort uses.
+RADIX_SCAN_SIZES = [256, 2560, 8000, 4096 * 16]
+
+
+def radix_scan_kernel():
+    """tests/fixtures/scans/radix_scan.ll (PyTorch's radix_scan), loaded on its own."""
+    return tm.load(tm.pack([tm.FunctionSource("radix_scan", fixture_bitcode("scans/radix_scan"))])).radix_scan
+
+
+def check_radix_scan(kernel, rows: int, n_entries: int, device: str = "cpu") -> None:
+    """The kernel's in-place exclusive scan of `rows` rows of `n_entries` counts, one
+    threadgroup of 1,024 threads per row (as PyTorch launches it), against torch.cumsum."""
+    counts = torch.randint(0, 1000, (rows, n_entries), generator=_generator(n_entries + rows), dtype=torch.int32)
+    histograms = counts.clone().to(device)
+    kernel(histograms, n_entries, threads=(1024, rows, 1), group_size=(1024, 1, 1))
+    expected = torch.cumsum(counts.long(), 1) - counts.long()
+    assert torch.equal(histograms.cpu().long(), expected), f"{rows} x {n_entries}"
+
+
+@pytest.mark.parametrize("n_entries", RADIX_SCAN_SIZES)
+def test_radix_scan_prefix_sum_after_a_divergent_loop(n_entries):
+    check_radix_scan(radix_scan_kernel(), 2, n_entries)
+
+
 @pytest.mark.parametrize("lanes", [True, False])
 def test_waits_and_what_reaches_them_are_convergent(fixtures, lanes):
     """The barrier's and simd_sum's definitions, the thread entry and the runtime's waits

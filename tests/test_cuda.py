@@ -132,7 +132,7 @@ def test_layer_norm(mlx_lib, looped, on_cuda):
     cooperative.test_layer_norm(mlx_lib, looped)
 
 
-# PyTorch's layer_norm_looped on the device named by argv[1], in a process of its own.
+# PyTorch's layer_norm_looped and radix_scan on the device named by argv[1], in a process of their own.
 _LAYER_NORM_LOOPED = """
 import sys
 import test_cpu_cooperative as cooperative
@@ -142,21 +142,32 @@ for rows, size, group in [(3, 1000, 256), (2, 37, 64), (4, 4096, 1024), (1, 5, 3
 cooperative.check_layer_norm_looped(kernel, 2, 300, 128, affine=False, device=sys.argv[1])
 print("finished")
 """
+_RADIX_SCAN = """
+import sys
+import test_cpu_cooperative as cooperative
+kernel = cooperative.radix_scan_kernel()
+for n_entries in cooperative.RADIX_SCAN_SIZES:
+    cooperative.check_radix_scan(kernel, 3, n_entries, device=sys.argv[1])
+print("finished")
+"""
 
 
-def run_layer_norm_looped(device: str, timeout: float = 240) -> None:
-    """The kernel's check (test_cpu_cooperative.check_layer_norm_looped) at several shapes in
-    a child process: a kernel that never finishes fails the test when `timeout` has passed,
-    rather than hanging pytest."""
+def run_in_child(script: str, what: str, device: str, timeout: float = 240) -> None:
+    """A kernel's check (`script`, given `device` as argv[1]) in a child process: a kernel
+    that never finishes fails the test when `timeout` has passed, rather than hanging pytest."""
     tests = os.path.dirname(os.path.abspath(__file__))
     path = [tests, os.path.dirname(os.path.dirname(tm.__file__)), os.environ.get("PYTHONPATH", "")]
     try:
-        result = subprocess.run([sys.executable, "-c", _LAYER_NORM_LOOPED, device], cwd=tests, capture_output=True,
+        result = subprocess.run([sys.executable, "-c", script, device], cwd=tests, capture_output=True,
                                 text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
     except subprocess.TimeoutExpired:
-        pytest.fail(f"layer_norm_looped did not finish on {device} within {timeout} s (threads of a warp "
-                    f"waiting at different barriers?)")
+        pytest.fail(f"{what} did not finish on {device} within {timeout} s (threads of a warp waiting at "
+                    f"different barriers?)")
     assert result.returncode == 0 and "finished" in result.stdout, result.stderr[-4000:]
+
+
+def run_layer_norm_looped(device: str, timeout: float = 240) -> None:
+    run_in_child(_LAYER_NORM_LOOPED, "layer_norm_looped", device, timeout)
 
 
 def test_layer_norm_looped_finishes_and_matches_torch():
@@ -170,6 +181,14 @@ def _mlx_row_group(axis: int, n_reads: int) -> int:
     """The threadgroup MLX's host code gives a one-row kernel: whole SIMD-groups, just enough
     threads for the row at `n_reads` elements each."""
     return -(-axis // (n_reads * 32)) * 32
+
+
+def test_radix_scan_prefix_sum_after_a_divergent_loop():
+    """PyTorch's radix_scan runs simd_prefix_exclusive_sum right after a loop whose trip
+    count differs per lane. A warp need not have reconverged there, and with the lanes from
+    activemask() the prefix sums missed lanes; the lowering gives such a top-level call the
+    lanes still running (converged_masks.py)."""
+    run_in_child(_RADIX_SCAN, "radix_scan", "cuda")
 
 
 @pytest.mark.parametrize("size, x_offset, out_offset", [(1024, 0, 0), (1027, 0, 0), (1024, 1, 1), (1024, 0, 2),

@@ -34,6 +34,7 @@ import llvmlite.binding as llvm
 import pytest
 
 import _air_modules as air
+import test_cpu_collectives
 import test_cpu_cooperative
 import torch_metallib as tm
 import torch_metallib.backends.cuda.ptx as ptx_module
@@ -172,6 +173,36 @@ def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
     assert "lmem" not in result.stderr
 
 
+# --- which lanes take part in a SIMD-group function ------------------------------------------
+
+def test_top_level_collectives_take_the_lanes_still_running(ptxas):
+    """PyTorch's radix_scan: its first prefix sum and sum follow a loop whose trip count
+    differs per lane, where a warp need not have reconverged. They are top-level (every lane
+    that has not returned reaches them), so their lanes are a vote of the warp's lanes as the
+    kernel started, which waits for the lanes still looping; the prefix sum inside ``if
+    (simd_id == 0)`` keeps the lanes that run it together (activemask)."""
+    kernel = test_cpu_cooperative.radix_scan_kernel()
+    text = _nvvm(kernel)
+    body = re.search(r"^define [^\n]*@radix_scan\(.*?^\}$", text, re.M | re.S).group(0)
+    converged = re.findall(r"call i32 @(air\.simd_[\w.]+)\.tm_converged\([^\n]*, i32 %tm\.mask\.\d+\)", body)
+    assert converged == ["air.simd_prefix_exclusive_sum.u.i32", "air.simd_sum.u.i32"]
+    assert len(re.findall(r"call i32 @air\.simd_prefix_exclusive_sum\.u\.i32\(", body)) == 1
+    assert body.count("@llvm.nvvm.vote.ballot.sync(i32 %tm.entry.mask, i1 true)") == 2
+    ptx = _ptx(kernel)
+    # One activemask at the entry, one in the `if`; two votes.
+    assert ptx.count("vote.sync.ballot.b32") == 2 and ptx.count("activemask.b32") == 2
+    _assembled(ptx)
+
+
+def test_collectives_in_loops_and_branches_keep_the_active_lanes():
+    """simd_sum_loop_reconverge: the simd_sum inside the loop acts over the lanes still in
+    it (activemask); the one after the loop over every lane (a vote)."""
+    kernel = test_cpu_collectives._kernel("simd_sum_loop_reconverge")
+    body = re.search(r"^define [^\n]*@simd_sum_loop_reconverge\(.*?^\}$", _nvvm(kernel), re.M | re.S).group(0)
+    assert len(re.findall(r"@air\.simd_sum\.f32\.tm_converged\(", body)) == 1
+    assert len(re.findall(r"@air\.simd_sum\.f32\(", body)) == 1
+
+
 # --- barriers and SIMD-group functions stay where the kernel has them --------------------------
 
 def _nvvm(kernel) -> str:
@@ -186,11 +217,13 @@ def test_barriers_are_never_copied_into_divergent_branches(ptxas):
     warp then wait at two ``bar.sync`` (an aligned barrier: the kernel hangs). The
     definitions of the barrier and of simd_sum are convergent, as is every function that
     reaches them (the entry too, as clang's CUDA kernels): the PTX has the source's three
-    barriers and four reductions."""
+    barriers and four reductions (two top-level, with the lanes a vote finds; two inside
+    an ``if``, with the active lanes; converged_masks.py)."""
     kernel = test_cpu_cooperative.layer_norm_looped_kernel()
     ptx = _ptx(kernel)
     barriers = re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)
-    assert len(barriers) == 3 and ptx.count("activemask.b32") == 4, f"{len(barriers)} barriers"
+    assert len(barriers) == 3, f"{len(barriers)} barriers"
+    assert ptx.count("vote.sync.ballot") == 2 and ptx.count("activemask.b32") == 1 + 2
     _assembled(ptx)
     text = _nvvm(kernel)
     for name in ("air.wg.barrier", "air.simd_sum.f32", "__tm_cuda_t"):

@@ -8,6 +8,7 @@ import re
 import sys
 
 import pytest
+import torch
 
 import torch_metallib as tm
 
@@ -75,3 +76,21 @@ def test_bfloat_pointers_in_an_argument_buffer(torch_libraries):
     for dtype in ("float", "half", "bfloat"):
         name = f"ampNonFiniteCheckAndUnscale_{dtype}"
         assert amp.check(library[name], "cpu") == ("correct", ""), name
+
+
+# Kernels the CUDA backend once got wrong or refused: a prefix sum after a loop lanes leave at
+# different trips (radix_scan, radix_count_scan), a sort launched with 1,024 threads, products
+# accumulated by compare-and-swap (either sign of zero), half gradients added atomically.
+CUDA_REGRESSIONS = ["radix_scan", "radix_count_scan_float_8bit_mb4", "radix_count_scan_char_4bit_mb4",
+                    "radix_scatter_float_8bit", "sort_block_float_tptg1024", "sort_block_half_tptg1024_stable",
+                    "scatter_prod_dense_float_int", "index_reduce_prod_float_long",
+                    "grid_sampler_2d_backward_bicubic_input_border_i32_half"]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA backend needs an NVIDIA GPU")
+def test_torch_kernels_match_torch_on_cuda(torch_libraries):
+    path = torch_libraries["macos14"]
+    outcomes = run_kernels(path, CUDA_REGRESSIONS, "cuda", workers=2, timeout=300, root=ROOT)
+    bad = [f"{o['outcome']}: {o['kernel']}: {o['detail'][:300]}" for o in outcomes if o["outcome"] != "correct"]
+    assert len(outcomes) == len(CUDA_REGRESSIONS) and not bad, "\n".join(bad)

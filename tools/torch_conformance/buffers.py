@@ -63,17 +63,29 @@ def untouched(storage: torch.Tensor, view: torch.Tensor) -> bool:
     return bool((raw[outside] == SENTINEL).all())
 
 
+# Float products accumulated with a compare-and-swap loop (``atomic_compare_exchange`` on
+# ``atomic<float>``): Apple's compiler tests the exchange's success as ``fcmp ueq found,
+# expected``, which calls 0.0 and -0.0 equal. When another thread turns a zero's sign while
+# one multiplies, that one's factor is dropped (a bitwise exchange) or applied to the old
+# sign (a float one): the zero's magnitude is right, its sign depends on which thread came
+# first, on an Apple GPU as on CUDA. Their results are compared with zeros of either sign.
+ATOMIC_PRODUCT_ZEROS = "either sign of zero (atomic float products)"
+
+
 def bits(t: torch.Tensor) -> torch.Tensor:
     """`t`'s elements as integers of the same size: bit patterns, for exact comparisons."""
     t = t.contiguous()
     return t.view(_BITS[t.element_size()]).to(torch.int64).flatten()
 
 
-def exact(actual: torch.Tensor, expected: torch.Tensor) -> Optional[str]:
+def exact(actual: torch.Tensor, expected: torch.Tensor, zero_sign: bool = True) -> Optional[str]:
     """None when `actual` holds bit for bit `expected` converted to `actual`'s dtype; else why.
-    NaNs match any NaN: their sign and payload are not part of any op's meaning."""
+    NaNs match any NaN: their sign and payload are not part of any op's meaning. Where not
+    `zero_sign`, 0.0 and -0.0 match (ATOMIC_PRODUCT_ZEROS)."""
     a, e = bits(actual), bits(expected.to(actual.dtype))
     differ = a != e
+    if not zero_sign and actual.dtype.is_floating_point:
+        differ &= ~((actual.contiguous().flatten() == 0) & (expected.to(actual.dtype).contiguous().flatten() == 0))
     if actual.dtype.is_floating_point or is_complex(actual.dtype):
         nan = lambda t: (torch.view_as_real(t) if is_complex(t.dtype) else t).contiguous().flatten()  # noqa: E731
         both = nan(actual).isnan() & nan(expected.to(actual.dtype)).isnan()

@@ -74,14 +74,14 @@ def _error_name(function) -> str:
     return next(a.name for a in function.arguments if a.type_name == "c10::metal::ErrorMessages")
 
 
-def _verdict(storage, out, expected, what: str, errors=None, tolerance=None) -> Optional[str]:
-    """Why the call was wrong, or None."""
+def _verdict(storage, out, expected, what: str, errors=None, tolerance=None, zero_sign: bool = True) -> Optional[str]:
+    """Why the call was wrong, or None (`zero_sign`: exact's)."""
     if not untouched(storage, out):
         return f"{what}: wrote outside its output"
     if errors is not None and bool(errors.any()):
         message = bytes(errors[4 + 256:4 + 506].tolist()).split(b"\0")[0]
         return f"{what}: reported an error for valid indices ({message!r})"
-    problem = exact(out, expected) if tolerance is None else mismatch(out.contiguous(), expected, tolerance)
+    problem = exact(out, expected, zero_sign) if tolerance is None else mismatch(out.contiguous(), expected, tolerance)
     return f"{what}: {problem}" if problem else None
 
 
@@ -273,7 +273,8 @@ def check_scatter(function, op: str, variant: str, t: torch.dtype, it: torch.dty
             _flip_sign_bits(library, storage)
         expected = _scatter_reference(op, self_values, dim, index,
                                       src if not dense else src.reshape(index_shape))
-        problem = _verdict(storage, out, expected, f"scatter_{op} along {dim}", errors)
+        problem = _verdict(storage, out, expected, f"scatter_{op} along {dim}", errors,
+                           zero_sign=op != "prod")  # buffers.ATOMIC_PRODUCT_ZEROS
         if problem:
             return "wrong", problem
     return "correct", ""

@@ -18,6 +18,7 @@ import os
 import sys
 
 from setuptools import setup
+import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,6 +31,14 @@ def native_sources():
     if sys.platform == "darwin":
         sources += glob.glob(os.path.join(CSRC, "mps", "*.mm"))
     return sorted(sources)
+
+
+def torch_requirement() -> str:
+    """The torch release this build compiles against, to its minor version: the extension
+    links torch's C++ ABI, so what it builds works with that minor release only
+    (docs/install.md). Installing a wheel then brings (or keeps) a torch it works with."""
+    major, minor = torch.__version__.split(".")[:2]
+    return f"torch=={major}.{minor}.*"
 
 
 extra_compile_args = ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
@@ -45,6 +54,9 @@ if sys.platform == "darwin":
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]
 
 setup(
+    # The dependencies (dynamic in pyproject.toml): torch at this build's minor release, and
+    # llvmlite, the CPU backend's JIT.
+    install_requires=[torch_requirement(), "llvmlite>=0.50"],
     ext_modules=[] if os.environ.get("TORCH_METALLIB_PREBUILT") == "1" else [
         CppExtension(
             name="torch_metallib._C",

@@ -17,6 +17,7 @@ import argparse
 import importlib.metadata
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -61,11 +62,19 @@ def check_isolation(source_root: pathlib.Path) -> None:
     check("metadata from the venv", inside(str(distribution.locate_file("")), venv), distribution.locate_file(""))
     check("metadata version is __version__", distribution.version == tm.__version__,
           f"{distribution.version} == {tm.__version__}")
-    for requirement in distribution.requires or []:
-        if "extra ==" in requirement:
-            continue
-        name = requirement.split(";")[0].split(">")[0].split("=")[0].split("<")[0].strip()
-        check(f"dependency {name} installed", bool(importlib.metadata.version(name)), importlib.metadata.version(name))
+    requirements = [r for r in distribution.requires or [] if "extra ==" not in r]
+    for requirement in requirements:
+        name, operator, wanted = re.match(r"([A-Za-z0-9_.-]+)\s*(==|>=)\s*([0-9.*]+)$", requirement).groups()
+        installed = importlib.metadata.version(name)
+        numbers = [int(part) for part in re.findall(r"\d+", installed.split("+")[0])]
+        if operator == "==":  # torch==X.Y.*: the minor release the extension was built against
+            ok = wanted.endswith(".*") and installed.split("+")[0].startswith(wanted[:-1])
+        else:
+            ok = numbers >= [int(part) for part in wanted.split(".")]
+        check(f"dependency {requirement} installed", ok, installed)
+    torch_pin = [r for r in requirements if r.startswith("torch")]
+    check("torch pinned to the minor release the wheel was built against", torch_pin and
+          re.fullmatch(r"torch==\d+\.\d+\.\*", torch_pin[0].replace(" ", "")), torch_pin)
     check("LICENSE shipped", any(str(file).endswith("LICENSE") for file in distribution.files or []))
     native = [str(f) for f in distribution.files or [] if str(f).startswith("torch_metallib/_C")]
     sources = [str(f) for f in distribution.files or [] if "/csrc/" in str(f)]

@@ -1,18 +1,24 @@
-"""Build torch_metallib and its native module torch_metallib._C.
+"""Build torch_metallib's native module torch_metallib._C.
 
-Install into an environment that already has torch (the extension is built against it):
+The project's metadata (name, version, dependencies, entry points) is in pyproject.toml;
+the version is written once, in torch_metallib/_version.py. This file only declares the
+C++ extension, which pyproject.toml cannot express. Install into an environment that
+already has torch (the extension is built against it):
 
     pip install --no-build-isolation -e .
+    python -m build --wheel --no-isolation      # a wheel (docs/install.md)
 
 `.ci/setup` builds the extension with `python setup.py build_ext --inplace` instead (its
-ninja files stay in build/, so a rebuild compiles only what changed) and then registers
-the package with TORCH_METALLIB_PREBUILT=1, which leaves the extension out of pip's build.
+ninja files stay in build/, so a rebuild compiles only what changed, and a wheel built
+afterwards reuses the objects) and then registers the package with
+TORCH_METALLIB_PREBUILT=1, which leaves the extension out of pip's build.
 """
 import glob
 import os
 import sys
 
-from setuptools import find_packages, setup
+from setuptools import setup
+import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,6 +31,14 @@ def native_sources():
     if sys.platform == "darwin":
         sources += glob.glob(os.path.join(CSRC, "mps", "*.mm"))
     return sorted(sources)
+
+
+def torch_requirement() -> str:
+    """The torch release this build compiles against, to its minor version: the extension
+    links torch's C++ ABI, so what it builds works with that minor release only
+    (docs/install.md). Installing a wheel then brings (or keeps) a torch it works with."""
+    major, minor = torch.__version__.split(".")[:2]
+    return f"torch=={major}.{minor}.*"
 
 
 extra_compile_args = ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
@@ -40,16 +54,9 @@ if sys.platform == "darwin":
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]
 
 setup(
-    name="torch_metallib",
-    version="0.1.0",
-    description="Load precompiled Apple .metallib kernels and run them on PyTorch tensors",
-    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
-    long_description_content_type="text/markdown",
-    packages=find_packages(include=["torch_metallib", "torch_metallib.*"]),
-    python_requires=">=3.9",
-    install_requires=["torch>=2.4", "llvmlite>=0.50"],
-    extras_require={"test": ["pytest>=7", "numpy", "hypothesis==6.155.2", "matplotlib"],
-                    "plot": ["matplotlib"]},  # bench --plot
+    # The dependencies (dynamic in pyproject.toml): torch at this build's minor release, and
+    # llvmlite, the CPU backend's JIT.
+    install_requires=[torch_requirement(), "llvmlite>=0.50"],
     ext_modules=[] if os.environ.get("TORCH_METALLIB_PREBUILT") == "1" else [
         CppExtension(
             name="torch_metallib._C",
@@ -60,6 +67,5 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    entry_points={"console_scripts": ["torch-metallib=torch_metallib.__main__:main"]},
     zip_safe=False,
 )

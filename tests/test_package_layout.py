@@ -2,14 +2,20 @@
 a stage imports only the stages before it."""
 
 import ast
+import importlib.metadata
 import pathlib
+import re
+import sys
+
+import pytest
 
 import torch_metallib
 
 PACKAGE = pathlib.Path(torch_metallib.__file__).parent
 # ARCHITECTURE.md's order; a module may import its own stage and the ones before it.
 STAGES = ["errors", "container", "reflection", "cache", "dispatch", "backends", "library", "ops", "cli"]
-PUBLIC_TOP_LEVEL = {"__init__.py", "__main__.py", "errors.py"}
+PUBLIC_TOP_LEVEL = {"__init__.py", "__main__.py", "_version.py", "errors.py"}
+ROOT = PACKAGE.parent
 
 
 def imported_stages(path: pathlib.Path, source: str = None):
@@ -60,3 +66,33 @@ def test_the_checker_sees_backward_imports():
     source = ("from ..dispatch.calls import call\nimport torch_metallib.ops\n"
               "from .. import library\nfrom . import tables\n")
     assert list(imported_stages(probe, source)) == [(1, "dispatch"), (2, "ops"), (3, "library"), (4, "container")]
+
+
+def test_the_version_has_one_source():
+    """The version is written once, in torch_metallib/_version.py: pyproject.toml declares it
+    dynamic (setuptools reads that file), setup.py and __init__.py do not spell it."""
+    if not (ROOT / "setup.py").exists():
+        pytest.skip("an installed torch_metallib, not a checkout")
+    assert (ROOT / "pyproject.toml").exists(), "no pyproject.toml: the project's metadata has no home"
+    tomllib = pytest.importorskip("tomllib" if sys.version_info >= (3, 11) else "tomli")
+    version = torch_metallib.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", version), version
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "torch_metallib._version.__version__"}
+    assert (PACKAGE / "_version.py").read_text().count(f'"{version}"') == 1
+    for other in (ROOT / "setup.py", PACKAGE / "__init__.py"):
+        text = other.read_text()
+        assert version not in text, f"{other.name} spells the version {version}; only _version.py may"
+        assert not re.search(r"\bversion\s*=", text), f"{other.name} sets a version; only _version.py may"
+
+
+def test_the_installed_metadata_carries_that_version():
+    """The distribution's metadata (pip's view) agrees with ``torch_metallib.__version__``."""
+    try:
+        installed = importlib.metadata.version("torch_metallib")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("torch_metallib is imported from a checkout that is not installed")
+    assert installed == torch_metallib.__version__, (
+        f"installed metadata says {installed}, torch_metallib.__version__ {torch_metallib.__version__}: "
+        "reinstall (bash .ci/setup, or pip install --no-build-isolation -e .)")

@@ -8,6 +8,7 @@
 import torch  # noqa: F401  (loads libtorch, which the native module links against)
 
 from . import backends  # noqa: F401  (registers the backends with the dispatch seam)
+from ._version import __version__  # noqa: F401  (written once, in _version.py)
 from .backends.cpu.schedule import cpu_schedule
 from .container.function_constant import FunctionConstant
 from .dispatch.checked_mode import checked
@@ -53,4 +54,3 @@ __all__ = [
     "OpDefinitionError",
     "TorchMetallibError",
 ]
-__version__ = "0.1.0"

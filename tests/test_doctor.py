@@ -75,7 +75,7 @@ def test_self_test_computed_and_compared(cache_runs):
             for check, r in results.items()} == {
         "kernel": (True, doctor_selftest.ELEMENTS, 0, 0.0, ""),
         "cooperative": (True, doctor_selftest.GROUPS, 0, 0.0, ""),
-        "operator": (True, doctor_selftest.ELEMENTS, 0, 0.0, "")}
+        "operator": (True, 2 * doctor_selftest.ELEMENTS, 0, 0.0, "")}  # returned, and out=
     assert results["kernel"]["subject"] == "vector_add_float"
     assert results["cooperative"]["subject"] == "group_sum_int"
     assert results["cooperative"]["cpu_scheme"] in ("lanes", "coroutines")
@@ -118,6 +118,8 @@ def _broken(name, old, new):
 @pytest.mark.parametrize("kernel, old, new, failing", [
     ("vector_add_float", "fadd float", "fsub float", {"kernel", "operator"}),  # the operator runs the same kernel
     ("group_sum_int", "%added = add i32", "%added = sub i32", {"cooperative"}),
+    # writes nothing: the outputs' sentinels (NaN) catch it
+    ("vector_add_float", "  store float %sum, ptr addrspace(1) %po, align 4\n", "", {"kernel", "operator"}),
 ])
 def test_a_wrong_kernel_fails_the_self_test(monkeypatch, capsys, kernel, old, new, failing):
     monkeypatch.setitem(doctor_kernels.KERNELS, kernel, _broken(kernel, old, new))
@@ -128,8 +130,9 @@ def test_a_wrong_kernel_fails_the_self_test(monkeypatch, capsys, kernel, old, ne
     results = {r["check"]: r for r in report["self_test"] if r["backend"] == "cpu"}
     assert {check for check, r in results.items() if not r["passed"]} == failing
     for check in failing:
-        assert results[check]["mismatches"] > 0 and results[check]["max_abs_error"] > 0
-        assert results[check]["error"] == ""  # it ran, and computed something else
+        assert results[check]["mismatches"] > 0 and results[check]["error"] == ""  # it ran, and computed something else
+        # the largest difference; None where the output kept its NaN sentinel (JSON has no NaN)
+        assert results[check]["max_abs_error"] is None if "store" in old else results[check]["max_abs_error"] > 0
     status, out = in_process(capsys)
     assert status == 1
     assert out.splitlines()[-1].startswith(f"FAILED: {len(failing)} of 3 self-tests")

@@ -72,7 +72,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     found = report()
     if args.json:
-        print(json.dumps(found, indent=2))
+        print(json.dumps(found, indent=2, allow_nan=False))
     else:
         print(render(found))
     return 0 if found["passed"] else 1

@@ -3,8 +3,9 @@
 - ``kernel``: ``vector_add_float`` called directly, against ``torch.add``;
 - ``cooperative``: ``group_sum_int`` (a SIMD-group sum, threadgroup memory, a threadgroup
   barrier), against ``torch.sum`` per threadgroup;
-- ``operator``: ``vector_add_float`` registered with ``ops.define``, called through
-  ``torch.ops``, against ``torch.add``.
+- ``operator``: ``vector_add_float`` registered with ``ops.define`` as an operator that
+  returns a new tensor and as its ``.out`` overload, both called through ``torch.ops``,
+  against ``torch.add``.
 
 Inputs are made on the CPU from a fixed seed and moved to the device; outputs are filled
 with a sentinel first (NaN, -1), so a kernel that never wrote fails. Results must equal
@@ -17,7 +18,7 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -41,7 +42,7 @@ class SelfTestResult:
     passed: bool
     elements: int = 0      # elements compared
     mismatches: int = 0    # elements that differ from torch's
-    max_abs_error: Optional[float] = None
+    max_abs_error: Optional[float] = None  # None where a result is NaN or infinite (e.g. never written)
     seconds: float = 0.0
     cpu_scheme: Optional[str] = None  # how the CPU backend ran a cooperative kernel
     error: str = ""        # an exception raised instead of a result
@@ -50,19 +51,24 @@ class SelfTestResult:
         return asdict(self)
 
 
-_operators: Dict[str, object] = {}  # library digest -> the operator defined over it
+_operators: Dict[str, Tuple] = {}  # library digest -> the operators defined over it
 _operators_lock = threading.Lock()
 
 
-def _operator(library, digest: str):
-    """``torch_metallib_doctor::add_<digest>``, defined once per process and library."""
+def _operator(library, digest: str) -> Tuple:
+    """``torch_metallib_doctor::add_<digest>`` (returns a new tensor) and its ``.out``
+    overload (writes the caller's), defined once per process and library."""
     with _operators_lock:
-        op = _operators.get(digest)
-        if op is None:
-            op = _operators[digest] = ops.define(
-                f"{OPERATOR_NAMESPACE}::add_{digest}(Tensor a, Tensor b) -> Tensor", library,
-                {torch.float32: "vector_add_float"}, outputs={"out": ops.like("a")}, threads=ops.numel("a"))
-        return op
+        defined = _operators.get(digest)
+        if defined is None:
+            name = f"{OPERATOR_NAMESPACE}::add_{digest}"
+            kernel = {torch.float32: "vector_add_float"}
+            defined = _operators[digest] = (
+                ops.define(f"{name}(Tensor a, Tensor b) -> Tensor", library, kernel,
+                           outputs={"out": ops.like("a")}, threads=ops.numel("a")),
+                ops.define(f"{name}.out(Tensor a, Tensor b, *, Tensor(a!) out) -> ()", library, kernel,
+                           outputs={"out": ops.like("a")}, threads=ops.numel("a")))
+        return defined
 
 
 def _inputs():
@@ -89,9 +95,12 @@ def _cooperative(library, op, device):
 
 
 def _operator_check(library, op, device):
+    functional, overload = op
     a, b, _ = _inputs()
-    out = op(a.to(device), b.to(device))
-    return op.name, "torch.add", out, a + b
+    returned = functional(a.to(device), b.to(device))
+    written = torch.full((ELEMENTS,), float("nan"), device=device)  # a sentinel: the memory a new tensor
+    overload(a.to(device), b.to(device), out=written)                # gets may hold an earlier a + b
+    return functional.name, "torch.add (returned, and out=)", torch.cat([returned, written]), torch.cat([a + b, a + b])
 
 
 # check name -> function(library, operator, device) -> (subject, compared_with, result, expected on the CPU)
@@ -119,13 +128,14 @@ def _run(check: str, library, op, device: str) -> SelfTestResult:
     seconds = round(time.perf_counter() - start, 4)
     same_shape = got.shape == want.shape and got.dtype == want.dtype
     differs = (got != want) if same_shape else torch.ones(want.shape, dtype=torch.bool)
-    error = (got.double() - want.double()).abs().nan_to_num(float("inf")) if same_shape else None
+    error = (got.double() - want.double()).abs() if same_shape else None
+    largest = None if error is None or not bool(error.isfinite().all()) else float(error.max())  # JSON has no NaN
     scheme = None
     if device == "cpu" and check == "cooperative":
         scheme = library.group_sum_int.cpu_scheme
     return SelfTestResult(device, check, subject, compared_with, passed=same_shape and not bool(differs.any()),
                           elements=want.numel(), mismatches=int(differs.sum()),
-                          max_abs_error=None if error is None else float(error.max()), seconds=seconds,
+                          max_abs_error=largest, seconds=seconds,
                           cpu_scheme=scheme, error="" if same_shape else
                           f"expected {tuple(want.shape)} {want.dtype}, got {tuple(got.shape)} {got.dtype}")
 

@@ -168,7 +168,8 @@ class _Comparer:
                 apple = encodings.split(found)
                 check.apple, check.source = "".join(apple), "protocol table"
                 if [encodings.comparable(t) for t in ours] != [encodings.comparable(t) for t in apple]:
-                    check.problem = f"ours {check.ours}, Apple's {check.apple} (PyObjC's {decl.container} protocol table)"
+                    check.problem = (f"ours {check.ours}, Apple's {check.apple} "
+                                     f"(PyObjC's {decl.container} protocol table)")
                 return check
             if final:
                 check.source, check.problem = "protocol table", f"Apple's {decl.container} has no {decl.selector}"
@@ -190,7 +191,8 @@ class _Comparer:
         check.source = "unrecorded"
         if key not in UNRECORDED:
             check.problem = (f"not in PyObjC's {'protocol tables or ' if owner.kind == 'protocol' else ''}metadata: "
-                             f"renamed, or not Apple's? (if PyObjC only lacks it, list it in UNRECORDED with the reason)")
+                             f"renamed, or not Apple's? (if PyObjC only lacks it, list it in UNRECORDED with the "
+                             f"reason)")
         return check
 
 
@@ -214,7 +216,8 @@ def compare(uses, declarations, record, metal_header: str) -> Report:
         findings.append(f"UNRECORDED lists {key}, which csrc/mps no longer uses: remove it")
     classes = {_receiver(use.receiver)[1][0] for use in uses if use.what == "send" and
                _receiver(use.receiver)[0] == "class"}
-    classes |= {name for (kind, name), c in declarations.containers.items() if kind == "class" and c.file == metal_header}
+    classes |= {name for (kind, name), container in declarations.containers.items()
+                if kind == "class" and container.file == metal_header}
     for name in sorted(classes):
         if name not in record.classes and name not in UNRECORDED_CLASSES:
             findings.append(f"class {name} is not in PyObjC's metadata: renamed, or not Apple's? (if PyObjC only "

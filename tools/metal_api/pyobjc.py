@@ -40,7 +40,8 @@ _WHEELS = {
     },
     f"pyobjc-framework-Cocoa=={PYOBJC_VERSION}": {
         "Foundation/_metadata.py": "5904a5b560f99811fecd6cf12e5cd2e332c6122fa576532ee82e5616219c93a3",
-        "Foundation/_Foundation.cpython-311-darwin.so": "7239944e3cb7152d3a076fafb8a32a7c0826ddd5a27aff5acbdf54c8bb4aa14f",
+        "Foundation/_Foundation.cpython-311-darwin.so":
+            "7239944e3cb7152d3a076fafb8a32a7c0826ddd5a27aff5acbdf54c8bb4aa14f",
         f"pyobjc_framework_cocoa-{PYOBJC_VERSION}.dist-info/licenses/LICENSE.txt":
             "0ca04b07928d4872b9d9bb22187ca0426dd8bfab08f26eada0999a71dc81aaff",
     },

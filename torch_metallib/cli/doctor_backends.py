@@ -18,8 +18,9 @@ COMPUTING = ("cpu", "cuda", "mps")  # the backends a self-test can compare with 
 
 def _cuda(registered: bool, cuda: dict) -> dict:
     if not registered:
-        return {"available": False, "reason": f"torch {torch.__version__} is built without CUDA "
-                                              "(torch.backends.cuda.is_built() is False); install a CUDA build of torch"}
+        return {"available": False,
+                "reason": f"torch {torch.__version__} is built without CUDA (torch.backends.cuda.is_built() is False); "
+                          "install a CUDA build of torch"}
     if not cuda["available"]:
         driver = "no CUDA driver found (libcuda)" if cuda["driver"] is None else f"CUDA driver {cuda['driver']} found"
         return {"available": False, "reason": f"torch.cuda.is_available() is False: no usable NVIDIA GPU ({driver})"}

@@ -1,5 +1,5 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench,cuda-coverage,doctor} ...`` (also installed as the
-``torch-metallib`` console script)."""
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench,cuda-coverage,doctor} ...``
+(also installed as the ``torch-metallib`` console script)."""
 
 import argparse
 import os

@@ -136,7 +136,8 @@ def _method(node: _Node, container: str, container_kind: str) -> Method:
 def _container(node: _Node, declarations: Declarations) -> None:
     kind = "protocol" if node.kind == "ObjCProtocolDecl" else "class"
     name = node.rest.split()[-1]
-    declarations.classes.add(name) if kind == "class" else None
+    if kind == "class":
+        declarations.classes.add(name)
     if not node.children:  # a forward declaration (@protocol X; @class X)
         return
     container = declarations.containers.setdefault((kind, name), Container(kind, name, node.file))

@@ -1,5 +1,5 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench,cuda-coverage} ...`` (also installed as the
-``torch-metallib`` console script)."""
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,bench,cuda-coverage,doctor} ...``
+(also installed as the ``torch-metallib`` console script)."""
 
 import argparse
 import os
@@ -8,6 +8,7 @@ import sys
 from . import bench as _bench
 from . import census as _census
 from . import cuda_coverage as _cuda_coverage
+from . import doctor as _doctor
 from . import inspect as _inspect
 from . import program_name
 from ..errors import TorchMetallibError
@@ -46,6 +47,7 @@ def main(argv=None) -> int:
     _add_corpus_parser(subparsers)
     _bench.add_parser(subparsers)
     _cuda_coverage.add_parser(subparsers)
+    _doctor.add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

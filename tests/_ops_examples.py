@@ -1,5 +1,5 @@
 """The example operators the ops tests exercise, defined once per test session (an
-operator cannot be defined twice in a process). They are the README's examples, on the
+operator cannot be defined twice in a process). They are the examples of docs/guide/operators.md, on the
 Apple-built MLX kernels and the project's fixture kernels."""
 
 import torch

@@ -1,7 +1,7 @@
-"""Every script in benchmarks/ starts as README says (``python benchmarks/X.py``): its
+"""Every script in benchmarks/ starts as the docs say (``python benchmarks/X.py``, docs/performance.md): its
 imports work from that folder, which Python puts first on sys.path (a script named like a
 package torch imports, such as ``cuda.py``, broke every benchmark there), and it answers
-``--help``. The measurements themselves are run by hand (README, "Benchmarks")."""
+``--help``. The measurements themselves are run by hand (docs/performance.md)."""
 
 import pathlib
 import subprocess

@@ -6,7 +6,7 @@ compiled with clang and GCC's Objective-C runtime against fake Metal headers
 backend and must leave every bound buffer bit-identical to a direct CPU run
 (_metal_sim.SimulatedMetal). The conformance families run unchanged through it, then the
 recorded calls are checked exactly per argument kind, the pipeline cache under 8 threads,
-and the limit checks. What only a Mac can confirm: README, "Metal backend".
+and the limit checks. What only a Mac can confirm: docs/backends/metal.md.
 """
 
 import concurrent.futures

@@ -5,7 +5,7 @@
   fine once fixed).
 * Rules: the native evaluator (eager calls) and the Python one (meta / fake tensors,
   Rule.evaluate) agree, Python's floor division and modulo included; rule errors at call.
-* The README example operators (tests/_ops_examples.py) pass torch.library.opcheck, export
+* The documentation's example operators (tests/_ops_examples.py) pass torch.library.opcheck, export
   and compile with dynamic shapes.
 * Debug CPU schedules (cpu_schedule and TORCH_METALLIB_CPU_SCHEDULE) reach the operators.
 

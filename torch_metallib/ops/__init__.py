@@ -7,7 +7,8 @@
     ...                      outputs={"out": ops.like("x")}, threads=ops.numel("x"))
     >>> torch.ops.mylib.sigmoid(torch.randn(8))                                # doctest: +SKIP
 
-See README, "Kernels as operators".
+The documentation's "Kernels as operators" page (docs/guide/operators.md) has a complete
+example and every option.
 """
 
 from ._define import MetallibOp, define

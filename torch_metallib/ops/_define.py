@@ -304,8 +304,8 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
            bind: Optional[Mapping] = None, outputs: Optional[Mapping[str, Output]] = None, threads=None,
            group_size=None, constants: Optional[Mapping] = None, threadgroup_memory: Optional[Mapping] = None,
            backward: Optional[Callable] = None, setup_context: Optional[Callable] = None) -> MetallibOp:
-    """Registers kernels of `library` as the torch operator `schema`; see README
-    ("Kernels as operators") for a complete example.
+    """Registers kernels of `library` as the torch operator `schema`; the documentation's
+    "Kernels as operators" page (docs/guide/operators.md) has a complete example.
 
     Args:
         schema: a torch schema with namespace, e.g. ``"mylib::softmax(Tensor x) -> Tensor"``.

@@ -1,5 +1,5 @@
 """Checked execution: every device, constant and threadgroup memory access of a kernel
-goes through a bounds check (ARCHITECTURE.md, "Rules"; README, Reliability).
+goes through a bounds check (ARCHITECTURE.md, "Rules"; docs/reliability.md).
 
 A text pass over the AIR module puts a call before each ``load``, ``store``,
 ``atomicrmw``, ``cmpxchg`` and ``air.atomic.*`` call on an ``addrspace(1|2|3)`` pointer:

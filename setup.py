@@ -41,6 +41,22 @@ def torch_requirement() -> str:
     return f"torch=={major}.{minor}.*"
 
 
+def macos_openmp():
+    """(compile, link) flags for OpenMP on macOS, from torch's own runtime: torch's macOS
+    wheels ship ``include/omp.h`` and ``lib/libomp.dylib`` (Apple's clang has no OpenMP of
+    its own). Without them at::parallel_for runs the CPU backend's threadgroups on one
+    thread. The extension finds the libomp torch has already loaded: beside torch in an
+    installed wheel (``@loader_path/../torch/lib``), else the build's torch."""
+    torch_dir = os.path.dirname(torch.__file__)
+    if not (os.path.exists(os.path.join(torch_dir, "include", "omp.h"))
+            and os.path.exists(os.path.join(torch_dir, "lib", "libomp.dylib"))):
+        print("torch_metallib: this torch ships no libomp; the CPU backend will run on one thread", file=sys.stderr)
+        return [], []
+    lib = os.path.join(torch_dir, "lib")
+    return (["-Xpreprocessor", "-fopenmp"],
+            [f"-L{lib}", "-lomp", "-Wl,-rpath,@loader_path/../torch/lib", f"-Wl,-rpath,{lib}"])
+
+
 extra_compile_args = ["-std=c++20", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 extra_link_args = []
 if sys.platform.startswith("linux"):
@@ -52,6 +68,9 @@ if sys.platform == "darwin":
     # csrc/mps is manual reference counting (it also builds against GCC's Objective-C runtime).
     extra_compile_args.append("-fno-objc-arc")
     extra_link_args += ["-framework", "Metal", "-framework", "Foundation"]
+    openmp_compile, openmp_link = macos_openmp()
+    extra_compile_args += openmp_compile
+    extra_link_args += openmp_link
 
 setup(
     # The dependencies (dynamic in pyproject.toml): torch at this build's minor release, and

@@ -1,6 +1,9 @@
 """The backend seam: a call's backend comes from its tensors' device; devices without a
 backend are refused with UnsupportedDeviceError; meta tensors are validated, not run."""
 
+import ast
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -81,3 +84,49 @@ def test_cpu_tensors_run_on_the_cpu_backend(mlx_lib):
     a, b, c = torch.randn(100), torch.randn(100), torch.empty(100)
     mlx_lib.vv_Addfloat32(a, b, c)
     assert torch.equal(c, a + b)
+
+
+# --- the import seam between the backends (ARCHITECTURE.md, "Where new work goes") ----
+
+_PACKAGE = Path(tm.__file__).parent
+
+
+def _imports(path: Path):
+    """The absolute names of the modules `path` imports (top level or inside functions)."""
+    package = ".".join(("torch_metallib",) + path.relative_to(_PACKAGE).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield module
+            if not node.module:  # from . import x: x is a module of the package
+                yield from (f"{module}.{alias.name}" for alias in node.names)
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+@pytest.mark.parametrize("stage, forbidden", [
+    ("backends/cpu", ["torch_metallib.backends.cuda"]),
+    ("backends/cuda", ["torch_metallib.backends.cpu"]),
+    ("air", ["torch_metallib.backends"]),
+])
+def test_backends_share_air_semantics_not_each_other(stage, forbidden):
+    """The CPU and CUDA backends each import AIR's meaning from torch_metallib/air/ and
+    neither imports the other; air/ imports no backend."""
+    folder = _PACKAGE / stage
+    assert folder.is_dir(), f"{folder} is missing"
+    offending = sorted(f"{path.relative_to(_PACKAGE)} imports {module}"
+                       for path in folder.rglob("*.py") for module in _imports(path)
+                       if any(_within(module, name) for name in forbidden))
+    assert not offending, "\n".join(offending)
+
+
+def test_the_import_parser_resolves_relative_imports(tmp_path):
+    """The parser above sees `from ..cpu.x import y` in backends/cuda as backends.cpu.x."""
+    cuda = _PACKAGE / "backends" / "cuda" / "lowering.py"
+    assert "torch_metallib.errors" in set(_imports(cuda))
+    assert any(_within(module, "torch_metallib.backends.cuda") for module in _imports(cuda))

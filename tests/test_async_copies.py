@@ -1,4 +1,4 @@
-"""SIMD-group async copies on the CPU (backends/cpu/async_copies.py, csrc/cpu/async_copy.cpp).
+"""SIMD-group async copies on the CPU (air/async_copies.py, csrc/cpu/async_copy.cpp).
 The real kernels that use them (diffusion-rs's MFA GEMMs) are in test_public_corpus_kernels.py;
 here the copy itself, edge tiles and clamp modes, and the refusal of call sites whose offset
 or clamp mode is not known."""
@@ -10,7 +10,7 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib import _C
-from torch_metallib.backends.cpu.async_copies import check_async_copy_calls
+from torch_metallib.air.async_copies import check_async_copy_calls
 
 U64 = ctypes.c_uint64
 COPY = ctypes.CFUNCTYPE(None, U64, ctypes.c_void_p, U64, U64, U64, U64, ctypes.c_void_p, U64, U64, U64, U64,

@@ -173,8 +173,8 @@ def test_global_nothing_stores_is_refused(air):
 def test_unspecialized_placeholder_is_refused():
     """A placeholder specialization does not recognise (here a vector) keeps undef: a kernel
     reading it is refused, naming it."""
-    from torch_metallib.backends.cpu.constant_globals import check_constant_globals
-    from torch_metallib.backends.cpu.lowering import specialize_constants, take_constructors
+    from torch_metallib.air.constant_globals import check_constant_globals
+    from torch_metallib.air.function_constants import specialize_constants, take_constructors
     placeholder = "_Z5shape.MTL_FC_INIT_0_Dv4_j"
     text = (f'@{placeholder} = internal addrspace(2) externally_initialized constant <4 x i32> undef, '
             f'section "air.fc_initializer", align 16\n\n'

@@ -15,7 +15,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .collectives import _definition, _exchange
-from ...errors import UnsupportedKernelError
+from ..errors import UnsupportedKernelError
 
 __all__ = ["define_async_copy", "check_async_copy_calls"]
 

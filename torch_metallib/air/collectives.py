@@ -22,11 +22,18 @@ import re
 from contextvars import ContextVar
 from typing import List, Optional, Tuple
 
-from .coroutine import SITE_PLACEHOLDER, SUSPEND
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
-from .reconvergence import SITE_ORDER
 
-__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "NotLanes", "SPELLING"]
+__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "NotLanes", "SPELLING",
+           "SUSPEND", "SITE_PLACEHOLDER", "SITE_ORDER"]
+
+# The CPU's coroutine markers (backends/cpu/coroutine.py replaces them): wait here until the
+# runtime resumes this thread; the exchange's site id, set by split_at_suspends.
+SUSPEND = "call void @tm.suspend()"
+SITE_PLACEHOLDER = "i32 0"
+# The parameter every exchanging intrinsic definition takes last where call sites are
+# ordered (backends/cpu/reconvergence.py passes each call its site's order).
+SITE_ORDER = "i32 %site.order"
 
 
 class NotLanes(Exception):

@@ -11,7 +11,7 @@ whatever the host memory holds, so the kernel is refused instead, naming the glo
 import re
 from typing import Dict, List, Set
 
-from ...errors import UnsupportedKernelError
+from ..errors import UnsupportedKernelError
 
 __all__ = ["check_constant_globals"]
 

@@ -23,9 +23,12 @@ from typing import List, Optional, Tuple
 
 from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _exchange, _staged_exchange
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type
-from .matrix_batches import BATCH_PREFIX
 
-__all__ = ["define_matrix", "define_product_batch"]
+__all__ = ["define_matrix", "define_product_batch", "BATCH_PREFIX"]
+
+# Products that backends/cpu/matrix_batches.py gathers into one exchange, as one call of
+# ``<BATCH_PREFIX>.<sources>.<overload>`` (define_product_batch).
+BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
 
 _PREFIX = "air.simdgroup_matrix_8x8_"
 

@@ -34,7 +34,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _staged_exchange, simd_position
-from ...errors import UnsupportedKernelError
+from ..errors import UnsupportedKernelError
 
 __all__ = ["define_tensor_op", "check_tensor_op_calls", "TENSOR_OP_PREFIX"]
 

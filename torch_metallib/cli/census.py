@@ -74,8 +74,9 @@ def census(paths: List[str], progress=None) -> dict:
     """{"variants": [Variant], "libraries": n, "kernels": n, "skipped": {kind: n}, "errors": [...]}."""
     import llvmlite.binding as llvm
 
-    from ..backends.cpu.intrinsics import parse_declaration
-    from ..backends.cpu.lowering import EXTERNALLY_DEFINED, cpu_implements
+    from ..air.intrinsics import parse_declaration
+    from ..air.module import EXTERNALLY_DEFINED
+    from ..backends.cpu.lowering import cpu_implements
     from ..library.library import load
     from ..reflection.bitcode import parse_bitcode
 

@@ -24,13 +24,12 @@ It happens in two steps, because a suspension point must be in the coroutine its
 import re
 from typing import Dict, List
 
+from ...air.collectives import SITE_PLACEHOLDER, SUSPEND
+from ...air.ir_functions import LABEL, retarget_phis
 from ...errors import UnsupportedKernelError
-from .ir_functions import LABEL, retarget_phis
 
 __all__ = ["SUSPEND", "SITE_PLACEHOLDER", "thread_entry", "split_at_suspends"]
 
-SUSPEND = "call void @tm.suspend()"  # "wait here until the runtime resumes this thread"
-SITE_PLACEHOLDER = "i32 0"  # the exchange's site id, set by split_at_suspends
 
 _DECLARATIONS = """
 declare token @llvm.coro.id(i32, ptr, ptr, ptr)

@@ -20,13 +20,12 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ... import _C
+from ...air import LOWERING_VERSION  # in the cache key; bump it there when the IR changes
 from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
-
-LOWERING_VERSION = 38  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from .ir_functions import LABEL, edit_function_bodies
+from ...air.ir_functions import LABEL, edit_function_bodies
+from ...air.simdgroup_matrix import BATCH_PREFIX
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
 
-BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
 MAX_BATCH = 32  # products per exchange: staged in 768 bytes each, per SIMD-group and phase
 
 _PRODUCT = re.compile(r"^\s*(%[-\w$.]+) = (?:tail )?call (<64 x \w+>) "

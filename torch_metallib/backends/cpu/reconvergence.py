@@ -19,12 +19,10 @@ import re
 import sys
 from typing import Dict, List, Set
 
-from .ir_functions import blocks, edit_function_bodies, successors
+from ...air.collectives import SITE_ORDER
+from ...air.ir_functions import blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
-
-# The parameter every exchanging intrinsic definition takes last (see _cpu_collectives).
-SITE_ORDER = "i32 %site.order"
 
 _EXCHANGING = re.compile(r"^define internal [^\n]*?@([-\w$.]+)\([^\n]*" + re.escape(SITE_ORDER) + r"\)", re.M)
 _CALLEE = re.compile(r"@([-\w$.]+)\(")

@@ -44,10 +44,10 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
-from .collectives import MASK_OFFSET, SLOT_BYTES, NotLanes
-from .intrinsics import SIMD_WIDTH, type_bytes
-from . import ir_functions
-from .ir_functions import LABEL, retarget_phis
+from ...air import ir_functions
+from ...air.collectives import MASK_OFFSET, SLOT_BYTES, NotLanes
+from ...air.intrinsics import SIMD_WIDTH, type_bytes
+from ...air.ir_functions import LABEL, retarget_phis
 from .reconvergence import weak_topological_order
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]

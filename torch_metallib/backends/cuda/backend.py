@@ -31,7 +31,7 @@ import torch
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
 from ...errors import DispatchError
-from ..cpu.jit import LOWERING_VERSION
+from ...air import LOWERING_VERSION
 from . import driver as cuda_driver
 from .coarsening import COARSENING
 from .lowering import entry_name
@@ -39,7 +39,7 @@ from .ptx import kernel_ptx
 
 __all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
 
-CUDA_LOWERING_VERSION = 8  # bump when this folder changes what it emits (the CPU's AIR meaning: LOWERING_VERSION)
+CUDA_LOWERING_VERSION = 8  # bump when this folder changes what it emits (air/'s AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 # (device, each bytes command's data) -> (their device copy, the stream it was made on)
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()

@@ -19,8 +19,8 @@ keeps ``activemask()`` (the lanes inside an ``if`` are the ones running it toget
 import re
 from typing import Dict, List, Set
 
-from ..cpu.intrinsics import parse_declaration
-from ..cpu.ir_functions import LABEL, blocks, successors
+from ...air.intrinsics import parse_declaration
+from ...air.ir_functions import LABEL, blocks, successors
 
 __all__ = ["converge_top_level_collectives", "CONVERGED_SUFFIX", "MASK_PARAMETER"]
 

@@ -26,17 +26,18 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...errors import UnsupportedKernelError
-from ..cpu.atomics import define_atomic
-from ..cpu.bfloat_rounding import round_bfloat_exactly
-from ..cpu.collectives import SPELLING, define_collective
-from ..cpu.constant_globals import check_constant_globals
-from ..cpu.convergence import mark_convergent
-from ..cpu.integer_division import guard_integer_division
-from ..cpu.intrinsics import VIA_DOUBLE, define_intrinsic, parse_declaration
-from ..cpu.lowering import (DISPATCH_LINES, LANE_LINES, builtin_operand, define_intrinsics, internalize, retarget,
-                            specialize_constants, take_constructors)
-from ..cpu.private_arrays import clamp_private_array_indices
-from ..cpu.simdgroup_matrix import define_matrix
+from ...air.atomics import define_atomic
+from ...air.bfloat_rounding import round_bfloat_exactly
+from ...air.builtins import DISPATCH_LINES, LANE_LINES, builtin_operand
+from ...air.collectives import SPELLING, define_collective
+from ...air.constant_globals import check_constant_globals
+from ...air.convergence import mark_convergent
+from ...air.function_constants import specialize_constants, take_constructors
+from ...air.integer_division import guard_integer_division
+from ...air.intrinsics import VIA_DOUBLE, define_intrinsic, parse_declaration
+from ...air.module import define_intrinsics, internalize, retarget
+from ...air.private_arrays import clamp_private_array_indices
+from ...air.simdgroup_matrix import define_matrix
 from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_level_collectives
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
 from .libdevice import use_libdevice

@@ -11,9 +11,9 @@ lanes) with 24 shuffles and does 16 FMAs, bit for bit what the CPU computes.
 
 from typing import List, Optional, Tuple
 
-from ..cpu.collectives import _definition
-from ..cpu.intrinsics import element_type
-from ..cpu.simdgroup_matrix import _lane_position, _to_float
+from ...air.collectives import _definition
+from ...air.intrinsics import element_type
+from ...air.simdgroup_matrix import _lane_position, _to_float
 from .warp_spelling import shuffle
 
 __all__ = ["define_matrix_product"]

@@ -15,6 +15,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .collectives import _definition, _exchange
+from .target import Target
 from ..errors import UnsupportedKernelError
 
 __all__ = ["define_async_copy", "check_async_copy_calls"]
@@ -31,7 +32,7 @@ def _copy(args: List[str]) -> List[str]:
                                                                          "%r = inttoptr i64 1 to ptr"]
 
 
-def define_async_copy(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+def define_async_copy(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
     if name == "air.wait_simdgroup_events" and params == ["i32", "ptr"]:
         return "define internal void @air.wait_simdgroup_events(i32 %n, ptr %events) alwaysinline {\n  ret void\n}", []
     if ret != "ptr":
@@ -40,7 +41,7 @@ def define_async_copy(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         call = ["%dst = addrspacecast " + params[2] + " %a2 to ptr", "%src = addrspacecast " + params[3] + " %a3 to ptr",
                 "call void @tm_rt_async_copy_2d(i64 %a0, ptr %dst, i64 0, i64 1, i64 %a4, i64 1, "
                 "ptr %src, i64 0, i64 1, i64 %a4, i64 1, i32 0)"]
-        return _definition(ret, name, params, _exchange([]) + _copy(call)), [_COPY_2D]
+        return _definition(ret, name, params, _exchange([], target) + _copy(call)), [_COPY_2D]
     if name.startswith("air.simdgroup_async_copy_2d.") and len(params) == len(_PARAMS_2D) and all(
             want is None or want == got for want, got in zip(_PARAMS_2D, params)):
         call = ["%dst = addrspacecast " + params[2] + " %a2 to ptr", "%src = addrspacecast " + params[6] + " %a6 to ptr",
@@ -48,7 +49,7 @@ def define_async_copy(ret: str, name: str, params: List[str]) -> Optional[Tuple[
                 "%sw = extractelement <2 x i64> %a9, i32 0", "%sh = extractelement <2 x i64> %a9, i32 1",
                 "call void @tm_rt_async_copy_2d(i64 %a0, ptr %dst, i64 %a3, i64 %a4, i64 %dw, i64 %dh, "
                 "ptr %src, i64 %a7, i64 %a8, i64 %sw, i64 %sh, i32 %a11)"]
-        return _definition(ret, name, params, _exchange([]) + _copy(call)), [_COPY_2D]
+        return _definition(ret, name, params, _exchange([], target) + _copy(call)), [_COPY_2D]
     return None
 
 

@@ -1,16 +1,18 @@
-"""Host definitions of AIR's cooperative intrinsics: threadgroup and SIMD-group barriers
-and the SIMD-group functions (docs/formats.md, AIR; ARCHITECTURE.md, "Rules").
+"""AIR's cooperative intrinsics: threadgroup and SIMD-group barriers and the SIMD-group
+and quad-group functions (docs/formats.md, AIR; ARCHITECTURE.md, "Rules"), for every target.
 
-Each collective deposits the lane's value with the C++ runtime (``tm_rt_simd_exchange``,
-csrc/cpu/cooperative.cpp) and waits (suspends, _cpu_coroutine) until the active lanes of
-the SIMD-group have arrived at the same call site; the runtime then returns every lane's
-value in 32 slots of 64 bytes and the mask of lanes that took part, and the lane computes
-its result from the slots here, in IR. Shuffles whose source lane is outside the
-SIMD-group or did not take part return the lane's own value (``simd_shuffle_up``/``down``
-do not wrap); ``simd_shuffle_and_fill_*`` from a lane that did not take part return zero,
-as Apple GPUs do in practice. A result that is the same for every lane (a SIMD-group reduction) is
-computed once, by the first lane to read the exchange (``%leads``), into the slots' unused
-bytes (RESULT_OFFSET), where the others read it.
+Each collective deposits the lane's value in an exchange and waits until the active lanes
+of the SIMD-group have arrived at the same call site; it then knows the mask of lanes that
+took part and reads any lane's value, and computes its result from them here, in IR. How a
+target deposits, waits and reads is its Target's (target.py): the CPU's runtime returns
+every lane's value in 32 slots of 64 bytes, or its lane loops read them from the
+SIMD-group's memory (backends/cpu/target.py); a warp shuffles (backends/cuda/warp_spelling.py).
+Shuffles whose source lane is outside the SIMD-group or did not take part return the lane's
+own value (``simd_shuffle_up``/``down`` do not wrap); ``simd_shuffle_and_fill_*`` from a
+lane that did not take part return zero, as Apple GPUs do in practice. A result that is the
+same for every lane (a SIMD-group reduction) is computed once, by the first lane to read
+the exchange (``%leads``), into the slots' unused bytes (RESULT_OFFSET), where the others
+read it, unless the target has every lane compute it.
 
 ``simdgroup_barrier(mem_flags::mem_none)`` (MLX's GEMM loops call it between loads and
 multiplies) orders no memory, so no lane can observe it: it is a no-op here, and only
@@ -18,48 +20,16 @@ barriers with memory flags make the SIMD-group meet.
 """
 
 import functools
-import re
-from contextvars import ContextVar
 from typing import List, Optional, Tuple
 
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
+from .target import MASK_OFFSET, RESULT_OFFSET, SITE_ORDER, SLOT_BYTES, WAIT_ALLOCA, Target
 
-__all__ = ["define_collective", "simd_position", "RUNTIME_DECLARATIONS", "LANES", "LANES_MARKERS", "NotLanes", "SPELLING",
-           "SUSPEND", "SITE_PLACEHOLDER", "SITE_ORDER"]
+__all__ = ["define_collective", "simd_position", "THREAD_IN_GROUP", "MASK_OFFSET", "SLOT_BYTES", "WAIT_ALLOCA"]
 
-# The CPU's coroutine markers (backends/cpu/coroutine.py replaces them): wait here until the
-# runtime resumes this thread; the exchange's site id, set by split_at_suspends.
-SUSPEND = "call void @tm.suspend()"
-SITE_PLACEHOLDER = "i32 0"
-# The parameter every exchanging intrinsic definition takes last where call sites are
-# ordered (backends/cpu/reconvergence.py passes each call its site's order).
-SITE_ORDER = "i32 %site.order"
-
-
-class NotLanes(Exception):
-    """The kernel waits in a way lane loops do not take: compile it as coroutines."""
-
-
-# Whether definitions are made for lane loops (regions.py) rather than coroutines: a wait
-# is then a marker where the kernel is cut into regions, and the runtime plays no part.
-LANES: ContextVar[bool] = ContextVar("lanes", default=False)
-LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
-                 "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()"]
-
-# Another target's spelling of the exchange every collective is built on (what the lanes'
-# values are and who took part), or None for the CPU's: the CUDA backend's warp shuffles
-# (backends/cuda/warp_spelling.py). The collectives' meaning stays defined here, once.
-SPELLING: ContextVar[Optional[object]] = ContextVar("spelling", default=None)
-
-RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", "declare i32 @tm_rt_thread_in_group()", "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
-                        "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
-# An exchange's result (ExchangePhase in csrc/cpu/cooperative.cpp): lane l's value at
-# l * SLOT_BYTES, then the mask of lanes that took part, and 0 until a lane has read it.
-SLOT_BYTES = 64
-MASK_OFFSET = SIMD_WIDTH * SLOT_BYTES
-CLAIMED_OFFSET = MASK_OFFSET + 4
-RESULT_OFFSET = 32  # in lane 0's slot: a shared result, for values of at most 32 bytes
-WAIT_ALLOCA = "%wait = alloca { ptr, i32 }, align 8"  # ExchangeWait; in the entry block, not in a loop
+# The running thread's index in its threadgroup: a function every target's runtime answers
+# (the CPU's in csrc/cpu/cooperative.cpp; the CUDA backend defines it from %tid and %ntid).
+THREAD_IN_GROUP = "declare i32 @tm_rt_thread_in_group()"
 
 
 def simd_position(op: str, value: str) -> List[str]:
@@ -68,86 +38,28 @@ def simd_position(op: str, value: str) -> List[str]:
     return ["%thread = call i32 @tm_rt_thread_in_group()", f"{value} = {op} i32 %thread, {SIMD_WIDTH}"]
 
 
-def _wait_for_exchange(value: str, bytes_: int) -> List[str]:
-    """Leaves %slots, given %wait (WAIT_ALLOCA: {slots, lane}): deposits `value` with the
-    runtime and, unless that completed the exchange, suspends until it has (or asks again:
-    a lane that had to step back or wait for another collective finds no slots). For lane
-    loops: the deposit ends a region and the next one starts with the exchange's slots."""
-    spelling = SPELLING.get()
-    if spelling is not None:
-        return spelling.meet()
-    if LANES.get():
-        return [f"call void @tm.lanes.deposit(ptr {value}, i32 {bytes_})", "%slots = call ptr @tm.lanes.exchanged()"]
-    return ["br label %xpoll", "xpoll:",
-            f"%now = call ptr @tm_rt_simd_exchange(ptr {value}, i32 {bytes_}, ptr %wait, {SITE_ORDER}, "
-            f"{SITE_PLACEHOLDER})",
-            "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
-            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
-            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %xpoll",
-            "xgot:", "%slots = phi ptr [ %now, %xpoll ], [ %later, %xwait ]"]
+def _exchange(values: List[Tuple[str, str]], target: Target) -> List[str]:
+    """Deposits `values` ((type, operand)...) one after another; leaves %slots (where the
+    target reads from memory), %mask, %lane and %leads (this lane is the first to read the
+    result). A definition whose lines take the call site's order (SITE_ORDER) takes it as
+    its last parameter."""
+    return target.exchange(values) + target.claim()
 
 
-def _exchange(values: List[Tuple[str, str]]) -> List[str]:
-    """Deposits `values` ((type, operand)...) one after another; leaves %slots, %mask, %lane
-    and %leads (this lane is the first to read the result). The definition takes the call
-    site's order (SITE_ORDER) as its last parameter."""
-    spelling = SPELLING.get()
-    if spelling is not None:
-        return spelling.exchange(values) + _claim()
-    lines = ["%buf = alloca [64 x i8], align 16", WAIT_ALLOCA]
-    offset = 0
-    for i, (type_name, operand) in enumerate(values):
-        lines += [f"%at{i} = getelementptr i8, ptr %buf, i32 {offset}", f"store {type_name} {operand}, ptr %at{i}"]
-        offset += type_bytes(type_name)
-    lane = simd_position("urem", "%lane") if LANES.get() else [
-        "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"]
-    lines += _wait_for_exchange("%buf", offset) + [
-              f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp"] + lane + _claim()
-    return lines
-
-
-def _staged_exchange(bytes_: str, fill: List[str]) -> List[str]:
+def _staged_exchange(bytes_: str, fill: List[str], target: Target) -> List[str]:
     """Given %wait (WAIT_ALLOCA): takes `bytes_` (an i64 operand) of the SIMD-group's staging
-    memory as %staged (tm_rt_simd_stage; suspends until it is handed out), runs `fill`
-    (straight-line lines that may use %lane) to write this lane's part, then waits until
-    every lane has staged; leaves %staged, %lane, %slots and %leads. A lane that had to
-    step back stages again. For lane loops: the SIMD-group's staging memory of the exchange's
-    phase (@tm.lanes.stage, filled through %staged.fill), then a deposit of no bytes; the
-    region after it finds the same memory as %staged (@tm.lanes.staged)."""
-    if LANES.get():
-        if not bytes_.isdigit():
-            raise NotLanes("it stages an exchange of a run-time size (tensor operations)")
-        fill = [re.sub(r"%staged(?![-\w$.])", "%staged.fill", line) for line in fill]
-        return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + simd_position("urem", "%lane") + fill
-                + ["call void @tm.lanes.deposit(ptr null, i32 0)", "%slots = call ptr @tm.lanes.exchanged()",
-                   "%staged = call ptr @tm.lanes.staged()", f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}",
-                   "%mask = load i32, ptr %maskp"] + _claim())
-    return ["br label %stage", "stage:",
-            f"%staged = call ptr @tm_rt_simd_stage(i64 {bytes_}, ptr %wait, {SITE_ORDER}, {SITE_PLACEHOLDER})",
-            "%admitted = icmp ne ptr %staged, null", "br i1 %admitted, label %fill, label %enter.wait",
-            "enter.wait:", SUSPEND, "br label %stage",
-            "fill:", "%lanep = getelementptr i8, ptr %wait, i32 8", "%lane = load i32, ptr %lanep"] + fill + [
-            # Arrived when staged: the slots are there already if this lane completed the exchange.
-            "%now = load ptr, ptr %wait", "%xdone = icmp ne ptr %now, null", "br i1 %xdone, label %xgot, label %xwait",
-            "xwait:", SUSPEND, "%later = load ptr, ptr %wait",
-            "%xback = icmp ne ptr %later, null", "br i1 %xback, label %xgot, label %stage",
-            "xgot:", "%slots = phi ptr [ %now, %fill ], [ %later, %xwait ]"] + _claim(staged=True)
+    memory as %staged, runs `fill` (straight-line lines that may use %lane) to write this
+    lane's part, then waits until every lane has staged; leaves %staged, %lane, %slots and
+    %leads (Target.staged_exchange)."""
+    return target.staged_exchange(bytes_, fill)
 
 
-def _claim(staged: bool = False) -> List[str]:
-    """%leads, given %slots: this lane is the first to read the exchange's result (in lane
-    loops, where lanes read in order, the first that took part, given %mask)."""
-    if LANES.get() or (_every_lane_computes() and not staged):
-        return ["%lead.lane = call i32 @llvm.cttz.i32(i32 %mask, i1 true)", "%leads = icmp eq i32 %lane, %lead.lane"]
-    return [f"%claimp = getelementptr i8, ptr %slots, i32 {CLAIMED_OFFSET}", "%claimed = load i32, ptr %claimp",
-            "%leads = icmp eq i32 %claimed, 0", "store i32 1, ptr %claimp"]
-
-
-def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]:
+def _computed_once(type_name: str, compute: List[str], result: str, target: Target) -> List[str]:
     """%r = `result` of the `compute` lines, which only the leading lane runs: the others
-    read what it stored in the slots. In lane loops every lane computes it: a lane reading
-    what another stored in the same loop would keep LLVM from vectorizing it."""
-    if _every_lane_computes():
+    read what it stored in the slots. Where the target has every lane compute it (lane
+    loops: a lane reading what another stored in the same loop would keep LLVM from
+    vectorizing it; warps), each lane does."""
+    if target.every_lane_computes:
         return compute + [f"%r = bitcast {type_name} {result} to {type_name}"]
     return (["%shared = getelementptr i8, ptr %slots, i32 " + str(RESULT_OFFSET),
              "br i1 %leads, label %compute, label %read", "compute:"] + compute
@@ -155,30 +67,14 @@ def _computed_once(type_name: str, compute: List[str], result: str) -> List[str]
                "read:", f"%r = load {type_name}, ptr %shared"])
 
 
-def _every_lane_computes() -> bool:
-    """Lane loops and other targets' spellings: no lane reads what another computed."""
-    return LANES.get() or SPELLING.get() is not None
-
-
-def _load_lane(type_name: str, lane: str, name: str, offset: int = 0) -> List[str]:
-    """%`name` = the value lane `lane` exchanged at byte `offset` of its deposit."""
-    spelling = SPELLING.get()
-    if spelling is not None:
-        return spelling.read(type_name, lane, name, offset)
-    return [f"%{name}.off = mul i32 {lane}, {SLOT_BYTES}",
-            f"%{name}.off2 = add i32 %{name}.off, {offset}",
-            f"%{name}.p = getelementptr i8, ptr %slots, i32 %{name}.off2",
-            f"%{name} = load {type_name}, ptr %{name}.p"]
-
-
-def _from_lane(type_name: str, source: str, own: str, offset: int = 0) -> List[str]:
+def _from_lane(type_name: str, source: str, own: str, target: Target, offset: int = 0) -> List[str]:
     """%r = the value at `source` lane if it is in range and took part, else `own`."""
     return [f"%src.in = icmp ult i32 {source}, {SIMD_WIDTH}",
             f"%src.safe = select i1 %src.in, i32 {source}, i32 0",
             "%src.bit = shl i32 1, %src.safe",
             "%src.set = and i32 %mask, %src.bit",
             "%src.took = icmp ne i32 %src.set, 0",
-            "%src.ok = and i1 %src.in, %src.took"] + _load_lane(type_name, "%src.safe", "v", offset) + [
+            "%src.ok = and i1 %src.in, %src.took"] + target.read(type_name, "%src.safe", "v", offset) + [
             f"%r = select i1 %src.ok, {type_name} %v, {type_name} {own}"]
 
 
@@ -216,18 +112,19 @@ def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
     return str(value) if not type_name.startswith("<") else f"splat (i{bits} {value})"
 
 
-def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], List[str], str]:
+def _fold(op: str, signed: bool, type_name: str, condition, target: Target) -> Tuple[List[str], List[str], str]:
     """(lines, declarations, result): `op` over the lanes j that took part and for which
     `condition(j)` (an IR i1 instruction, or None) holds, in lane order."""
     identity = _identity(op, signed, type_name)
     lines, declarations, acc = [], [], identity
-    spelling = SPELLING.get()
-    if spelling is not None and condition(0) is None and hasattr(spelling, "reduce"):  # over every active lane
+    if target.blended_folds and condition(0) is None:  # over every active lane
         combine = functools.partial(_combine, op, signed, type_name)
-        lines, result = spelling.reduce(lambda a, b, out: combine(a, b, out)[0], identity, type_name)
-        return lines, combine("%a", "%b", "%r")[1][:1], result  # the step's declarations
-    if spelling is not None:
-        return _fold_blended(op, signed, type_name, condition, identity)
+        reduced = target.reduce(lambda a, b, out: combine(a, b, out)[0], identity, type_name)
+        if reduced is not None:
+            lines, result = reduced
+            return lines, combine("%a", "%b", "%r")[1][:1], result  # the step's declarations
+    if target.blended_folds:
+        return _fold_blended(op, signed, type_name, condition, identity, target)
     for j in range(SIMD_WIDTH):
         lines += [f"%b{j} = and i32 %mask, {1 << j}", f"%in{j} = icmp ne i32 %b{j}, 0"]
         keep = f"%in{j}"
@@ -235,7 +132,7 @@ def _fold(op: str, signed: bool, type_name: str, condition) -> Tuple[List[str], 
         if extra:
             lines += [f"%c{j} = {extra}", f"%k{j} = and i1 %in{j}, %c{j}"]
             keep = f"%k{j}"
-        lines += _load_lane(type_name, str(j), f"x{j}")
+        lines += target.read(type_name, str(j), f"x{j}", 0)
         combined, needs = _combine(op, signed, type_name, acc, f"%x{j}", f"%y{j}")
         lines += combined
         declarations += needs
@@ -255,7 +152,7 @@ def prefix_lanes(inclusive: bool, quad: bool) -> List[str]:
             "%range = and i32 %upto, %from", "%mask.before = and i32 %mask, %range"]
 
 
-def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str,
+def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: str, target: Target,
                   mask: str = "%mask") -> Tuple[List[str], List[str], str]:
     """_fold without a branch or select per lane, for other targets' prefix and quad folds:
     a lane that does not count (not in `mask`, or failing `condition`) gives the identity,
@@ -271,7 +168,7 @@ def _fold_blended(op: str, signed: bool, type_name: str, condition, identity: st
         if extra:
             lines += [f"%c{j} = {extra}", f"%cz{j} = zext i1 %c{j} to i32", f"%k{j} = and i32 %bit{j}, %cz{j}"]
             bit = f"%k{j}"
-        lines += _load_lane(type_name, str(j), f"x{j}")
+        lines += target.read(type_name, str(j), f"x{j}", 0)
         lines += [f"%all{j} = sub i32 0, {bit}",
                   f"%sel{j} = {widen} i32 %all{j} to {bits}" if widen else f"%sel{j} = or i32 %all{j}, 0",
                   f"%xb{j} = bitcast {type_name} %x{j} to {bits}", f"%ib{j} = bitcast {type_name} {identity} to {bits}",
@@ -300,19 +197,19 @@ def _quad_source(op: str, lines: List[str]) -> str:
     return "%q.src"
 
 
-def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
+def _vote(op: str, ret: str, quad: bool, target: Target) -> Optional[List[str]]:
     """ballot / active_threads_mask / is_first: lines leaving %r."""
     if op == "ballot":
-        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + ["%acc.init = and i32 %mask, 0"]
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")], target) + ["%acc.init = and i32 %mask, 0"]
         acc = "%acc.init"
         for j in range(SIMD_WIDTH):
-            lines += _load_lane("i8", str(j), f"x{j}") + [
+            lines += target.read("i8", str(j), f"x{j}", 0) + [
                 f"%t{j} = icmp ne i8 %x{j}, 0", f"%bit{j} = and i32 %mask, {1 << j}",
                 f"%on{j} = select i1 %t{j}, i32 %bit{j}, i32 0", f"%acc{j} = or i32 {acc}, %on{j}"]
             acc = f"%acc{j}"
         lines.append(f"%votes = or i32 {acc}, 0")
     elif op in ("active_threads_mask", "is_first"):
-        lines = _exchange([]) + ["%votes = or i32 %mask, 0"]
+        lines = _exchange([], target) + ["%votes = or i32 %mask, 0"]
     else:
         return None
     if quad:  # the quad's 4 bits, from bit 0 [ASSUMED layout of quad_vote]
@@ -329,19 +226,15 @@ def _vote(op: str, ret: str, quad: bool) -> Optional[List[str]]:
     return lines
 
 
-def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
-    """(definition, declarations) of a cooperative intrinsic, None if not one we implement."""
+def define_collective(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of a cooperative intrinsic as `target` spells its waits,
+    None if not one we implement."""
     # (memory flags, scope), and in newer AIR a third i32 operand, which changes neither.
     if name == "air.wg.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
-        # The barrier's site (SITE_PLACEHOLDER, numbered by split_at_suspends): checked
-        # execution reports threads waiting at different barriers.
-        spelling = SPELLING.get()
-        wait = (spelling.barrier() if spelling is not None else ["call void @tm.lanes.barrier()"] if LANES.get()
-                else [f"call void @tm_rt_barrier({SITE_PLACEHOLDER})", SUSPEND])
-        return _definition("void", name, params, wait), []
+        return _definition("void", name, params, target.barrier()), []
     if name == "air.simdgroup.barrier" and params in (["i32", "i32"], ["i32", "i32", "i32"]):
         lines = ([WAIT_ALLOCA, "%no.memory = icmp eq i32 %a0, 0", "br i1 %no.memory, label %done, label %meet", "meet:"]
-                 + _wait_for_exchange("null", 0) + ["br label %done", "done:"])
+                 + target.meet("null", 0) + ["br label %done", "done:"])
         return _definition("void", name, params, lines), []
     parts = name.split(".")
     if len(parts) < 2 or parts[0] != "air":
@@ -358,10 +251,10 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         # True when every active lane holds the same value (floats: equal as numbers).
         value_type = params[0]
         compare = "fcmp une" if is_float_type(value_type) else "icmp ne"
-        lines = _exchange([(value_type, "%a0")]) + ["%diff.init = icmp ne i32 %mask, %mask"]
+        lines = _exchange([(value_type, "%a0")], target) + ["%diff.init = icmp ne i32 %mask, %mask"]
         differs = "%diff.init"
         for j in range(SIMD_WIDTH):
-            lines += _load_lane(value_type, str(j), f"x{j}") + [
+            lines += target.read(value_type, str(j), f"x{j}", 0) + [
                 f"%ne{j} = {compare} {value_type} %x{j}, %a0", f"%b{j} = and i32 %mask, {1 << j}",
                 f"%in{j} = icmp ne i32 %b{j}, 0", f"%d{j} = and i1 %ne{j}, %in{j}", f"%any{j} = or i1 {differs}, %d{j}"]
             differs = f"%any{j}"
@@ -370,7 +263,7 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     if parts[1] in ("simd_vote_all", "simd_vote_any") and ret == "i1" and params in (["i64"], ["i32"]):
         # simd_vote::all() / any() of a ballot: over the lanes active here.
         widen = f"zext i32 %mask to {params[0]}" if params[0] == "i64" else "or i32 %mask, 0"
-        lines = _exchange([]) + [f"%active = {widen}", f"%on = and {params[0]} %a0, %active"]
+        lines = _exchange([], target) + [f"%active = {widen}", f"%on = and {params[0]} %a0, %active"]
         lines.append(f"%r = icmp eq {params[0]} %on, %active" if parts[1] == "simd_vote_all"
                      else f"%r = icmp ne {params[0]} %on, 0")
         return _definition(ret, name, params, lines), []
@@ -383,7 +276,7 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
     quad_lines = ["%quad = lshr i32 %lane, 2", "%quadlane = and i32 %lane, 3"] if quad else []
     in_quad = (lambda j: f"icmp eq i32 %quad, {j >> 2}") if quad else (lambda j: None)
     if op in ("ballot", "active_threads_mask", "is_first"):
-        lines = _vote(op, ret, quad)
+        lines = _vote(op, ret, quad, target)
         declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"] if op == "is_first" else []
         if lines is None or (op == "ballot" and params != ["i1"]) or (op != "ballot" and params):
             return None
@@ -392,23 +285,23 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
         return None
     value_type = params[0]
     if op in ("sum", "product", "min", "max", "and", "or", "xor") and len(params) == 1:
-        lines = _exchange([(value_type, "%a0")]) + quad_lines
-        folded, declarations, result = _fold(op, signed, value_type, in_quad)
+        lines = _exchange([(value_type, "%a0")], target) + quad_lines
+        folded, declarations, result = _fold(op, signed, value_type, in_quad, target)
         if quad or type_bytes(value_type) > SLOT_BYTES - RESULT_OFFSET:  # a result per quad
             lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
         else:
-            lines += _computed_once(value_type, folded, result)
+            lines += _computed_once(value_type, folded, result, target)
     elif op.startswith("prefix_") and len(params) == 1:
         _, kind, reduction = op.split("_")
         compare = "ule" if kind == "inclusive" else "ult"
-        lines = _exchange([(value_type, "%a0")]) + quad_lines
-        if SPELLING.get() is not None:
+        lines = _exchange([(value_type, "%a0")], target) + quad_lines
+        if target.blended_folds:
             # The lanes before this one (in its quad), as a mask: one test per lane, not 32
             # compares held across the kernel (ptxas, sm_90, gave lanes of warps other than
             # the first a wrong one after a branch that only the first warp took).
             lines += prefix_lanes(kind == "inclusive", quad)
             folded, declarations, result = _fold_blended(reduction, signed, value_type, lambda j: None,
-                                                         _identity(reduction, signed, value_type), "%mask.before")
+                                                         _identity(reduction, signed, value_type), target, "%mask.before")
             lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
             return _definition(ret, name, params, lines), declarations
         if quad:  # lane j counts if it is in this lane's quad and before it
@@ -417,10 +310,10 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
             before = lambda j: f"and i1 %qs{j}, %qp{j}"  # noqa: E731
         else:
             before = lambda j: f"icmp {compare} i32 {j}, %lane"  # noqa: E731
-        folded, declarations, result = _fold(reduction, signed, value_type, before)
+        folded, declarations, result = _fold(reduction, signed, value_type, before, target)
         lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
     elif op in ("shuffle", "broadcast", "shuffle_xor", "shuffle_up", "shuffle_down") and len(params) == 2:
-        lines = _exchange([(value_type, "%a0")]) + quad_lines + [f"%d = zext {params[1]} %a1 to i32"]
+        lines = _exchange([(value_type, "%a0")], target) + quad_lines + [f"%d = zext {params[1]} %a1 to i32"]
         if quad:
             source = _quad_source(op, lines)
         else:
@@ -434,11 +327,11 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
             elif op == "shuffle_down":
                 lines.append("%s.x = add i32 %lane, %d")
                 source = "%s.x"
-        lines += _from_lane(value_type, source, "%a0")
+        lines += _from_lane(value_type, source, "%a0", target)
     elif op in ("shuffle_and_fill_up", "shuffle_and_fill_down") and len(params) in (3, 4):
         size = type_bytes(value_type)
         width = "%a3" if len(params) == 4 else str(4 if quad else SIMD_WIDTH)  # modulo: the group by default
-        lines = _exchange([(value_type, "%a0"), (value_type, "%a1")]) + [
+        lines = _exchange([(value_type, "%a0"), (value_type, "%a1")], target) + [
             f"%d = zext {params[2]} %a2 to i32",
             f"%m = zext {params[3]} %a3 to i32" if len(params) == 4 else f"%m = add i32 0, {width}",
             "%i = urem i32 %lane, %m", "%base = sub i32 %lane, %i"]
@@ -449,7 +342,7 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
             lines += ["%id = add i32 %i, %d", "%fromdata = icmp ult i32 %id, %m", "%s.d = add i32 %lane, %d",
                       "%s.f0 = add i32 %base, %id", "%s.f = sub i32 %s.f0, %m"]
         lines += ["%src = select i1 %fromdata, i32 %s.d, i32 %s.f"]
-        lines += _load_lane(value_type, "%src", "vd") + _load_lane(value_type, "%src", "vf", size)
+        lines += target.read(value_type, "%src", "vd", 0) + target.read(value_type, "%src", "vf", size)
         # A source lane that did not take part gives zero: what Apple GPUs return in
         # practice (the result is undefined; PyTorch's 64-bit simd_sum relies on it when
         # fewer lanes than a SIMD-group reduce), never another call's leftover value.
@@ -459,18 +352,18 @@ def define_collective(ret: str, name: str, params: List[str]) -> Optional[Tuple[
                   f"%picked = select i1 %fromdata, {value_type} %vd, {value_type} %vf",
                   f"%r = select i1 %src.ok, {value_type} %picked, {value_type} zeroinitializer"]
     elif op == "broadcast_first" and len(params) == 1:
-        lines = _exchange([(value_type, "%a0")]) + quad_lines
+        lines = _exchange([(value_type, "%a0")], target) + quad_lines
         own = "%mask"
         if quad:
             lines += ["%q.shift = and i32 %lane, -4", "%q.bits = lshr i32 %mask, %q.shift", "%q.own = and i32 %q.bits, 15"]
             own = "%q.own"
         lines += [f"%first0 = call i32 @llvm.cttz.i32(i32 {own}, i1 true)"]
         lines += ["%first = add i32 %first0, %q.shift"] if quad else ["%first = or i32 %first0, 0"]
-        lines += _load_lane(value_type, "%first", "r0") + [f"%r = bitcast {value_type} %r0 to {value_type}"]
+        lines += target.read(value_type, "%first", "r0", 0) + [f"%r = bitcast {value_type} %r0 to {value_type}"]
         declarations = ["declare i32 @llvm.cttz.i32(i32, i1)"]
     elif op in ("all", "any") and params == ["i1"] and ret == "i1":
-        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")]) + quad_lines
-        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", in_quad)
+        lines = ["%z = zext i1 %a0 to i8"] + _exchange([("i8", "%z")], target) + quad_lines
+        folded, declarations, result = _fold("and" if op == "all" else "or", False, "i8", in_quad, target)
         lines += folded + [f"%r = icmp ne i8 {result}, 0"]
     else:
         return None

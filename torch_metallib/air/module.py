@@ -7,8 +7,8 @@ IR-editing API).
 import re
 from typing import Callable, List, Optional, Tuple
 
-from .collectives import LANES_MARKERS, RUNTIME_DECLARATIONS
 from .intrinsics import parse_declaration
+from .target import Target
 from .tensor_ops import TENSOR_OP_PREFIX
 from ..errors import UnsupportedKernelError
 
@@ -43,9 +43,10 @@ def internalize(text: str, kernel: str, cooperative: bool) -> str:
 EXTERNALLY_DEFINED = 'section "air.externally_defined"'
 
 
-def define_intrinsics(text: str, kernel: str, define: Define, backend: str) -> str:
+def define_intrinsics(text: str, kernel: str, define: Define, backend: str, target: Target) -> str:
     """`text` with each ``air.*`` declaration replaced by `define`'s definition (a backend's:
-    cpu_definition, cuda_definition); UnsupportedKernelError naming what `backend` cannot run."""
+    cpu_definition, cuda_definition), and what they call that `target` supplies declared;
+    UnsupportedKernelError naming what `backend` cannot run."""
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     extra, unsupported, external = [], [], []
     def replace(match):
@@ -66,10 +67,7 @@ def define_intrinsics(text: str, kernel: str, define: Define, backend: str) -> s
                 extra.append(line)
         return definition
     text = re.sub(r"^declare [^\n]*$", replace, text, flags=re.M)
-    if "@tm_rt_" in text:
-        extra += RUNTIME_DECLARATIONS
-    if "@tm.lanes." in text:
-        extra += LANES_MARKERS + ([] if "llvm.cttz.i32" in declared else ["declare i32 @llvm.cttz.i32(i32, i1)"])
+    extra += target.declarations(text, declared)
     if unsupported or external:
         missing = [f"{backend} has no implementation of {', '.join(sorted(set(unsupported)))}"] if unsupported else []
         if external:  # Metal 4's MetalPerformancePrimitives tensor operations (matmul2d...)

@@ -22,6 +22,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _exchange, _staged_exchange
+from .target import Target
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type
 
 __all__ = ["define_matrix", "define_product_batch", "BATCH_PREFIX"]
@@ -57,7 +58,7 @@ def _memory_element_lines(params: List[str], k: int) -> List[str]:
             f"%p{k} = getelementptr {element}, {params[0]} %a0, i64 %at{k}.i"]
 
 
-def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+def define_matrix(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a simdgroup_matrix_8x8 intrinsic, or None."""
     if not name.startswith(_PREFIX):
         return None
@@ -71,7 +72,7 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         # are at (row, col) and (row, col + 1).
         element = params[0]
         zero = "0.0" if is_float_type(element) else "0"
-        lines = _exchange([]) + _lane_position() + [
+        lines = _exchange([], target) + _lane_position() + [
             "%on0 = icmp eq i32 %row, %col", "%col1 = add i32 %col, 1", "%on1 = icmp eq i32 %row, %col1",
             f"%e0 = select i1 %on0, {element} %a0, {element} {zero}", f"%e1 = select i1 %on1, {element} %a0, {element} {zero}",
             f"%one = insertelement {ret} poison, {element} %e0, i32 0",
@@ -83,11 +84,11 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         if not matrix.startswith("<64 x ") or len(memory) != 4 or not memory[0].startswith("ptr"):
             return None
         if memory[1:] == ["<2 x i64>"] * 3:
-            return _define_strided(op, ret, name, params, matrix, memory[0]), []
+            return _define_strided(op, ret, name, params, matrix, memory[0], target), []
         if memory[1:] != ["i64", "<2 x i64>", "i1"]:
             return None
         element = element_type(matrix)
-        lines = _exchange([]) + _lane_position() + [
+        lines = _exchange([], target) + _lane_position() + [
             "%ox = extractelement <2 x i64> %a2, i32 0", "%oy = extractelement <2 x i64> %a2, i32 1"]
         for k in (0, 1):
             lines += [line.replace("%elem", element) for line in _memory_element_lines(memory, k)]
@@ -101,11 +102,11 @@ def define_matrix(ret: str, name: str, params: List[str]) -> Optional[Tuple[str,
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
         return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
-        return _definition(ret, name, params, _products(params, [ret], [None])), [_multiply_batch(), _FMA]
+        return _definition(ret, name, params, _products(params, [ret], [None], target)), [_multiply_batch(), _FMA]
     return None
 
 
-def _define_strided(op: str, ret: str, name: str, params: List[str], matrix: str, pointer: str) -> str:
+def _define_strided(op: str, ret: str, name: str, params: List[str], matrix: str, pointer: str, target: Target) -> str:
     """The form Xcode 26's compiler emits for ``simdgroup_load`` / ``simdgroup_store``:
     (pointer, extents, strides, origin), each ``<2 x i64>`` over the memory's two dimensions.
     Element (row r, column c) of the matrix is dimension 0's index origin[0] + c and
@@ -116,7 +117,7 @@ def _define_strided(op: str, ret: str, name: str, params: List[str], matrix: str
     hand-written AIR reaches this]."""
     element = element_type(matrix)
     zero = "0.0" if is_float_type(element) else "0"
-    lines = _exchange([]) + _lane_position() + ["%row.w = zext i32 %row to i64"]
+    lines = _exchange([], target) + _lane_position() + ["%row.w = zext i32 %row to i64"]
     for operand, label in ((1, "e"), (2, "s"), (3, "o")):
         lines += [f"%{label}{d} = extractelement <2 x i64> %a{operand}, i32 {d}" for d in (0, 1)]
     lines += ["%i1 = add i64 %o1, %row.w", "%row.in = icmp ult i64 %i1, %e1", "%row.at = mul i64 %i1, %s1"]
@@ -141,7 +142,7 @@ def _define_strided(op: str, ret: str, name: str, params: List[str], matrix: str
     return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"])
 
 
-def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+def define_product_batch(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.
     <sources>.<overload>`` (_cpu_matrix_batches): N products at once, returned as a struct;
     `sources` says, per product, ``c`` (its C operand) or which earlier product's D is its
@@ -155,10 +156,10 @@ def define_product_batch(ret: str, name: str, params: List[str]) -> Optional[Tup
             or any(j is not None and j >= m for m, j in enumerate(sources)) \
             or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
         return None
-    return _definition(ret, name, params, _products(params, results, sources)), [_multiply_batch(), _FMA]
+    return _definition(ret, name, params, _products(params, results, sources, target)), [_multiply_batch(), _FMA]
 
 
-def _products(params: List[str], results: List[str], sources: List[Optional[int]]) -> List[str]:
+def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target) -> List[str]:
     """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
     them if more than one), C being product j's D where sources[m] = j. Each lane writes its
     element pairs, as float, into the SIMD-group's staging memory (tm_rt_simd_stage): per
@@ -180,7 +181,7 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
     lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4"]
-    lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill)
+    lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
     lines += ["br i1 %leads, label %compute, label %read", "compute:"]
     for m, j in enumerate(sources):  # the product whose matrices hold product m's C
         lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",

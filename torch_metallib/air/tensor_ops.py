@@ -34,6 +34,7 @@ import re
 from typing import List, Optional, Tuple
 
 from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _staged_exchange, simd_position
+from .target import Target
 from ..errors import UnsupportedKernelError
 
 __all__ = ["define_tensor_op", "check_tensor_op_calls", "TENSOR_OP_PREFIX"]
@@ -96,7 +97,7 @@ def _descriptor_struct() -> List[str]:
 _LANE = simd_position("urem", "%lane")
 
 
-def define_tensor_op(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
+def define_tensor_op(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
     """(definition, declarations) of a matmul2d tensor operation, or None."""
     if not name.startswith(TENSOR_OP_PREFIX):
         return None
@@ -147,12 +148,13 @@ def define_tensor_op(ret: str, name: str, params: List[str]) -> Optional[Tuple[s
             right_at = 2 + left_tensor
             destination_at = right_at + 1 + right_tensor
             return _definition(ret, name, params, _run(element_types, left_tensor, right_tensor, right_at,
-                                                       destination_at)), \
+                                                       destination_at, target)), \
                 [_DECLARATIONS[k] for k in ("resolve", "stage", "multiply", "read")]
     return None
 
 
-def _run(types: List[int], left_tensor: bool, right_tensor: bool, right_at: int, destination_at: int) -> List[str]:
+def _run(types: List[int], left_tensor: bool, right_tensor: bool, right_at: int, destination_at: int,
+         target: Target) -> List[str]:
     """The product as one exchange, staged like simdgroup_matrix's (simdgroup_matrix.py).
     Parameters: %a0 the descriptor, then the left operand at %a1, the right at
     %a<right_at> and the destination at %a<destination_at>; a tensor operand is followed
@@ -172,7 +174,7 @@ def _run(types: List[int], left_tensor: bool, right_tensor: bool, right_at: int,
             "%values0 = add i64 %mk, %kn", "%values = add i64 %values0, %mn", "%staged.bytes = mul i64 %values, 8",
             ] + _staged_exchange("%staged.bytes", [
                 f"call void @tm_rt_matmul2d_stage(ptr %resolved, i32 %lane, {', '.join(cooperative)}, "
-                f"ptr %a{destination_at}, i32 {left}, i32 {right}, i32 {destination}, ptr %staged)"]) + [
+                f"ptr %a{destination_at}, i32 {left}, i32 {right}, i32 {destination}, ptr %staged)"], target) + [
             "br i1 %leads, label %compute, label %read", "compute:",
             f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
             f"call void @tm_rt_matmul2d_multiply(ptr %resolved, ptr %staged, i32 %mask, {', '.join(tensors)}, "

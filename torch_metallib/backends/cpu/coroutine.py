@@ -10,9 +10,9 @@ the splitting.
 
 It happens in two steps, because a suspension point must be in the coroutine itself:
 
-1. The intrinsic definitions (_cpu_collectives) call the runtime, which returns whether
-   the thread must wait; where it must they call the marker ``@tm.suspend()``. Everything
-   is inlined into the thread entry (``thread_entry``) by LLVM's always-inliner.
+1. The intrinsic definitions (air/collectives.py, their waits spelled by
+   target.Coroutines) call the runtime, which returns whether the thread must wait; where
+   it must they call the marker ``@tm.suspend()``. Everything is inlined into the thread entry (``thread_entry``) by LLVM's always-inliner.
 2. ``split_at_suspends`` replaces each marker by an ``llvm.coro.suspend`` and numbers the
    exchange call sites, which are now distinct calls. It also moves thread memory that
    inlining left outside the entry block (a callee's allocation whose size was a call's
@@ -24,11 +24,13 @@ It happens in two steps, because a suspension point must be in the coroutine its
 import re
 from typing import Dict, List
 
-from ...air.collectives import SITE_PLACEHOLDER, SUSPEND
 from ...air.ir_functions import LABEL, retarget_phis
 from ...errors import UnsupportedKernelError
 
 __all__ = ["SUSPEND", "SITE_PLACEHOLDER", "thread_entry", "split_at_suspends"]
+
+SUSPEND = "call void @tm.suspend()"  # "wait here until the runtime resumes this thread"
+SITE_PLACEHOLDER = "i32 0"  # the exchange's site id, set by split_at_suspends
 
 
 _DECLARATIONS = """

@@ -10,12 +10,13 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, docs/f
   gets its value, and the ``air.static_init`` constructors that copy them are called by
   an exported ``__tm_init_<symbol>``, run once when the object is loaded;
 * a variable index into a thread's private array is clamped to one spare element
-  (_cpu_private_arrays);
+  (air/private_arrays.py);
 * in a cooperative kernel, loops around simdgroup-matrix products are unrolled and
   independent products become one exchange (_cpu_matrix_batches);
-* ``air.*`` declarations get host definitions (_cpu_intrinsics); calls of SIMD-group
-  collectives pass their call site's order (_cpu_reconvergence); what reaches a barrier or
-  SIMD-group function is convergent (convergence.py);
+* ``air.*`` declarations get host definitions (air/: intrinsics.py, collectives.py...,
+  their waits spelled by target.py); calls of SIMD-group collectives pass their call
+  site's order (_cpu_reconvergence); what reaches a barrier or SIMD-group function is
+  convergent (air/convergence.py);
 * a launcher ``__tm_launch_<symbol>(ptr args, ptr dims, i64 first, i64 end)`` runs
   threadgroups [first, end): every thread of each, with the builtins the kernel declares,
   threadgroups at the grid edge cut short as ``dispatchThreads`` does; for a kernel whose
@@ -23,6 +24,7 @@ The printed AIR module is edited as text (llvmlite has no IR-editing API, docs/f
   with every function inlined into it (_cpu_coroutine).
 """
 
+import functools
 import re
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -30,7 +32,7 @@ from ...air.async_copies import check_async_copy_calls, define_async_copy
 from ...air.atomics import define_atomic
 from ...air.bfloat_rounding import round_bfloat_exactly
 from ...air.builtins import DISPATCH_LINES, LANE_LINES, builtin_operand
-from ...air.collectives import LANES, define_collective
+from ...air.collectives import define_collective
 from ...air.constant_globals import check_constant_globals
 from ...air.convergence import mark_convergent
 from ...air.function_constants import specialize_constants, take_constructors
@@ -40,11 +42,13 @@ from ...air.module import define_intrinsics, internalize, retarget
 from ...air.private_arrays import clamp_private_array_indices
 from ...air.private_tensors import define_private_tensor
 from ...air.simdgroup_matrix import define_matrix, define_product_batch
+from ...air.target import Target
 from ...air.tensor_ops import check_tensor_op_calls, define_tensor_op
 from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
 from .coroutine import thread_entry
 from .matrix_batches import batch_matrix_products
 from .reconvergence import number_exchange_sites
+from .target import COROUTINES, LaneLoops
 
 __all__ = ["lower", "cpu_definition", "cpu_implements"]
 
@@ -53,17 +57,19 @@ __all__ = ["lower", "cpu_definition", "cpu_implements"]
 _UNREACHABLE = {"air.get_function_pointer_visible_function_table"}
 
 
-def cpu_definition(ret: str, name: str, params: List[str]) -> Optional[Tuple[str, List[str]]]:
-    """(the host definition of the declared intrinsic `name`, declarations it needs), or
-    None where the CPU backend has none (also what the intrinsic census asks)."""
+def cpu_definition(ret: str, name: str, params: List[str],
+                   target: Target = COROUTINES) -> Optional[Tuple[str, List[str]]]:
+    """(the host definition of the declared intrinsic `name`, its waits as `target` spells
+    them (target.py), declarations it needs), or None where the CPU backend has none (also
+    what the intrinsic census asks)."""
     if name in _UNREACHABLE:
         signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
         return (f"define internal {ret} @{name}({signature}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
                 ["declare void @llvm.trap()"])
-    return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params) or define_matrix(ret, name, params)
-            or define_product_batch(ret, name, params) or define_collective(ret, name, params)
-            or define_async_copy(ret, name, params) or define_tensor_op(ret, name, params)
-            or define_private_tensor(ret, name, params))
+    return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
+            or define_matrix(ret, name, params, target) or define_product_batch(ret, name, params, target)
+            or define_collective(ret, name, params, target) or define_async_copy(ret, name, params, target)
+            or define_tensor_op(ret, name, params, target) or define_private_tensor(ret, name, params))
 
 
 def cpu_implements(ret: str, name: str, params: List[str]) -> bool:
@@ -200,7 +206,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     thread). `unroll` optimizes a module with simdgroup-matrix products (names every
     value) before they are batched. `checked`: every access in address spaces 1-3 is
     bounds-checked (bounds_checks.py). `lanes`: a cooperative kernel's waits are markers
-    for regions.py instead (collectives.LANES)."""
+    for regions.py instead (target.LaneLoops)."""
     text = retarget(text, triple, datalayout)
     statics = static_ranges_init(text) if checked else []
     helpers_checked = False
@@ -215,12 +221,9 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     check_constant_globals(text, kernel, constructors)
     if cooperative:
         text = batch_matrix_products(text, unroll)
-    scheme = LANES.set(lanes)
-    try:
-        text = define_intrinsics(text, kernel, cpu_definition, "the CPU backend")
-        text = round_bfloat_exactly(number_exchange_sites(text))
-    finally:
-        LANES.reset(scheme)
+    target = LaneLoops() if lanes else COROUTINES
+    text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target)
+    text = round_bfloat_exactly(number_exchange_sites(text))
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"

@@ -19,7 +19,7 @@ import re
 import sys
 from typing import Dict, List, Set
 
-from ...air.collectives import SITE_ORDER
+from ...air.target import SITE_ORDER
 from ...air.ir_functions import blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]

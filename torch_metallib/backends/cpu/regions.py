@@ -1,7 +1,7 @@
 """A cooperative kernel's threads as lane loops (#22): the kernel cut into regions at its
 waits, each region a loop over threads that LLVM can vectorize.
 
-Lowered with collectives.LANES, a wait is a marker: ``@tm.lanes.barrier()`` or
+Lowered for the LaneLoops target (target.py), a wait is a marker: ``@tm.lanes.barrier()`` or
 ``@tm.lanes.deposit(value, bytes)`` (a SIMD-group exchange; the region after it starts by
 taking the exchange's slots, ``@tm.lanes.exchanged()``). After inlining everything into
 ``__tm_lanes_<symbol>``:
@@ -37,7 +37,7 @@ when a SIMD-group's lanes have all stopped, releases barriers when every thread 
 runs the region after. Lanes stopped at different markers go on from the lowest in a weak
 topological order first (the reconvergence rule of reconvergence.py). A kernel with a wait
 this scheme does not take (tensor operations, which stage through the runtime) raises
-NotLanes (collectives.py) and is compiled as coroutines.
+NotLanes (target.py) and is compiled as coroutines.
 """
 
 import re
@@ -45,10 +45,11 @@ from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
 from ...air import ir_functions
-from ...air.collectives import MASK_OFFSET, SLOT_BYTES, NotLanes
 from ...air.intrinsics import SIMD_WIDTH, type_bytes
 from ...air.ir_functions import LABEL, retarget_phis
+from ...air.target import MASK_OFFSET, SLOT_BYTES
 from .reconvergence import weak_topological_order
+from .target import NotLanes
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]
 

@@ -1,9 +1,9 @@
 """AIR module -> NVVM IR: a Metal kernel as a CUDA kernel (#24).
 
-The AIR meaning is the CPU backend's (backends/cpu): its function-constant specialization,
-per-lane intrinsics (intrinsics.py), atomics (atomics.py) and collectives (collectives.py,
-spelled as warp shuffles by warp_spelling.py) are reused as they are; this module only
-spells them for NVPTX:
+The AIR meaning is air/'s, as on the CPU: its function-constant specialization
+(function_constants.py), per-lane intrinsics (intrinsics.py), atomics (atomics.py) and
+collectives (collectives.py, their target warp_spelling.py's warp shuffles) are used as
+they are; this module only spells them for NVPTX:
 
 * triple and datalayout become NVPTX's; Metal's ``device`` (1) and ``threadgroup`` (3)
   address spaces are CUDA's global and shared; ``constant`` (2) becomes generic (0), so a
@@ -29,7 +29,7 @@ from ...errors import UnsupportedKernelError
 from ...air.atomics import define_atomic
 from ...air.bfloat_rounding import round_bfloat_exactly
 from ...air.builtins import DISPATCH_LINES, LANE_LINES, builtin_operand
-from ...air.collectives import SPELLING, define_collective
+from ...air.collectives import define_collective
 from ...air.constant_globals import check_constant_globals
 from ...air.convergence import mark_convergent
 from ...air.function_constants import specialize_constants, take_constructors
@@ -74,7 +74,7 @@ def entry_name(symbol: str, coarsening: int = 1) -> str:
 
 def cuda_definition(ret: str, name: str, params: List[str]):
     """(the NVVM definition of the declared intrinsic `name`, declarations), or None where
-    the CUDA backend has none: the CPU's meaning, collectives as warp shuffles."""
+    the CUDA backend has none: air/'s meaning, collectives as warp shuffles."""
     parts = name.split(".")
     if len(parts) >= 3 and parts[0] == "air" and parts[1] in VIA_DOUBLE:
         # The CPU computes these in double (correctly rounded); libdevice's float functions
@@ -82,24 +82,17 @@ def cuda_definition(ret: str, name: str, params: List[str]):
         return define_intrinsic(ret, ".".join(["air", "fast_" + parts[1]] + parts[2:]), params, name)
     if name.endswith(CONVERGED_SUFFIX):  # its last operand names the lanes (converged_masks.py)
         return _converged_collective(ret, name, params)
-    token = SPELLING.set(WarpSpelling())
-    try:
-        return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
-                or define_collective(ret, name, params) or define_matrix_product(ret, name, params)
-                or define_matrix(ret, name, params))
-    finally:
-        SPELLING.reset(token)
+    warp = WarpSpelling()
+    return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
+            or define_collective(ret, name, params, warp) or define_matrix_product(ret, name, params)
+            or define_matrix(ret, name, params, warp))
 
 
 def _converged_collective(ret: str, name: str, params: List[str]):
     """The definition of collective `name` (CONVERGED_SUFFIX) among the lanes its last
     operand names."""
     base = name[:-len(CONVERGED_SUFFIX)]
-    token = SPELLING.set(WarpSpelling(mask=MASK_PARAMETER))
-    try:
-        made = define_collective(ret, base, params[:-1])
-    finally:
-        SPELLING.reset(token)
+    made = define_collective(ret, base, params[:-1], WarpSpelling(mask=MASK_PARAMETER))
     if made is None:
         return None
     definition, declarations = made
@@ -112,11 +105,7 @@ def _converged_collective(ret: str, name: str, params: List[str]):
 
 def _is_collective(ret: str, name: str, params: List[str]) -> bool:
     """Whether `name` is a SIMD-group exchange the warp spelling defines."""
-    token = SPELLING.set(WarpSpelling())
-    try:
-        made = define_collective(ret, name, params)
-    finally:
-        SPELLING.reset(token)
+    made = define_collective(ret, name, params, WarpSpelling())
     return made is not None and "%mask = " in made[0]
 
 
@@ -210,7 +199,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = _generic_constant_space(text)
     declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
     text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
-    text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend"))
+    text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend", WarpSpelling()))
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
     called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))

@@ -1,6 +1,6 @@
-"""The SIMD-group exchange as warp shuffles: how the CUDA backend spells the collectives
-that backends/cpu/collectives.py defines (their meaning, lane order included, lives there
-once; collectives.SPELLING selects this spelling).
+"""The SIMD-group exchange as warp shuffles: the CUDA backend's Target (air/target.py), how
+it spells the collectives that air/collectives.py defines (their meaning, lane order
+included, lives there once).
 
 An Apple SIMD-group is 32 threads, like a warp, and thread l of a threadgroup is lane
 l % 32 of warp l / 32 on both. Where the CPU deposits each lane's value in memory and
@@ -12,7 +12,10 @@ collectives never use (they test the mask first, as on the CPU).
 """
 
 import re
-from typing import Dict, List, Tuple
+from typing import Dict, List, Set, Tuple
+
+from ...air.collectives import THREAD_IN_GROUP
+from ...air.target import Target
 
 __all__ = ["WarpSpelling", "DECLARATIONS", "value_bits"]
 
@@ -36,8 +39,11 @@ def value_bits(type_name: str) -> int:
     raise ValueError(f"no warp shuffle for values of type {type_name}")
 
 
-class WarpSpelling:
-    """collectives.SPELLING for one intrinsic definition at a time."""
+class WarpSpelling(Target):
+    """The target of one intrinsic definition at a time (it remembers what was exchanged)."""
+
+    every_lane_computes = True  # no lane reads what another computed
+    blended_folds = True  # ptxas: no branch or select per lane (collectives._fold_blended)
 
     def __init__(self, mask: str = ""):
         self._deposited: Dict[int, Tuple[str, str]] = {}  # byte offset -> (type, operand)
@@ -83,14 +89,18 @@ class WarpSpelling:
                   f"%folded = phi {type_name} [ {acc}, %tree ], [ %acc.next, %each ]"]
         return lines, "%folded"
 
-    def meet(self) -> List[str]:
-        """A SIMD-group barrier with memory flags: the active lanes meet."""
+    def meet(self, value: str, bytes_: int) -> List[str]:
+        """A SIMD-group barrier with memory flags: the active lanes meet (deposits of no bytes)."""
         return ["%meet.mask = call i32 @llvm.nvvm.activemask()", "call void @llvm.nvvm.bar.warp.sync(i32 %meet.mask)"]
 
     def barrier(self) -> List[str]:
         """A threadgroup barrier: ``bar.sync 0``, which also orders shared and global memory
         among the block's threads (what Metal's mem_threadgroup and mem_device ask)."""
         return ["call void @llvm.nvvm.barrier0()"]
+
+    def declarations(self, text: str, declared: Set[str]) -> List[str]:
+        """The running thread's index in its threadgroup, which lowering.py defines."""
+        return [THREAD_IN_GROUP] if "@tm_rt_" in text else []
 
 
 def shuffle(type_name: str, operand: str, lane: str, name: str, kind: str = "idx", mask: str = "%mask") -> List[str]:

@@ -203,7 +203,7 @@ def test_radix_scan_prefix_sum_after_a_divergent_loop(n_entries):
 def test_waits_and_what_reaches_them_are_convergent(fixtures, lanes):
     """The barrier's and simd_sum's definitions, the thread entry and the runtime's waits
     (or the lane loops' markers) are convergent in the host IR, so LLVM copies none of
-    them into branches (backends/cpu/convergence.py); a kernel that never waits keeps a
+    them into branches (air/convergence.py); a kernel that never waits keeps a
     plain launcher."""
     text = lowered_ir(layer_norm_looped_kernel(), {}, "t", True, lanes=lanes)
     entry = "__tm_lanes_t" if lanes else "__tm_thread_t"

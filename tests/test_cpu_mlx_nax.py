@@ -1,5 +1,5 @@
 """MLX's NAX GEMM kernels (macOS 26 build of MLX 0.32.4) on the CPU against torch: Metal 4's
-matmul2d (backends/cpu/tensor_ops.py) on one SIMD-group, left and right transposed or not,
+matmul2d (air/tensor_ops.py) on one SIMD-group, left and right transposed or not,
 half, bfloat and float operands accumulated in float.
 
 ``steel_gemm_fused_nax_*`` multiply 16x32x16 cooperative tensors.

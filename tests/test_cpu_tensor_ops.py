@@ -1,4 +1,4 @@
-"""Metal 4's matmul2d on cooperative tensors in hand-written AIR (backends/cpu/tensor_ops.py):
+"""Metal 4's matmul2d on cooperative tensors in hand-written AIR (air/tensor_ops.py):
 the descriptor's mode, the element types and the descriptors the CPU backend refuses.
 MLX's NAX GEMMs (tests/test_cpu_mlx_nax.py) check the lane layout on real kernels.
 
@@ -84,7 +84,7 @@ def test_a_descriptor_off_the_16_grid_is_refused():
         _run("f32", 1, 1.0, 1.0, 0.0, m=8)
 
 
-# === operands in device memory: Metal 4 tensors (backends/cpu/private_tensors.py) ==========
+# === operands in device memory: Metal 4 tensors (air/private_tensors.py) ==========
 
 I8, I32 = 0x20000008, 0x20000020
 TENSOR_DECLARATIONS = [

@@ -1,6 +1,6 @@
 """Integer division by zero (and INT_MIN / -1) on user data does not kill the process:
 Metal leaves the result undefined and Apple GPUs do not trap, x86-64 raises SIGFPE.
-backends/cpu/integer_division.py makes x / 0 = x, x % 0 = 0, INT_MIN / -1 = INT_MIN and
+air/integer_division.py makes x / 0 = x, x % 0 = 0, INT_MIN / -1 = INT_MIN and
 INT_MIN % -1 = 0. Run in a child process, so a regression is a failed test, not a dead run."""
 
 import json

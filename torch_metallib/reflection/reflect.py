@@ -26,7 +26,7 @@ _BARRIERS = ("air.wg.barrier", "air.simdgroup.barrier")
 _SIMDGROUP_PREFIXES = ("air.simd_", "air.simdgroup", "air.quad_", "air.is_uniform", "air.get_thread_index_in_simdgroup",
                        "air.get_simdgroup_index_in_threadgroup")
 # matmul2d's run on cooperative tensors is a SIMD-group collective, and a lane's share of
-# a cooperative tensor depends on its index in the SIMD-group (backends/cpu/tensor_ops.py).
+# a cooperative tensor depends on its index in the SIMD-group (air/tensor_ops.py).
 _SIMDGROUP_DRIVER_PREFIX = tuple("__tensorops_impl_matmul2d_op_" + op for op in (
     "run_cooperative", "cooperative_tensor_load_", "cooperative_tensor_store_", "cooperative_tensor_get_coordinate"))
 _MAX_THREADS_KEY = "air.max_work_group_size"

@@ -8,7 +8,7 @@ rolled; once LLVM unrolls it (``unroll``, given by the caller, runs only on modu
 these products) a k-block is one block holding its TM x TN products per k-step. This
 pass gathers such a run into one call of
 ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.<sources>.<overload>``
-(_cpu_simdgroup_matrix), so the lanes meet once per k-block instead of once per product.
+(air/simdgroup_matrix.py), so the lanes meet once per k-block instead of once per product.
 A product may take an earlier product of the run as its accumulator C (the next k-step
 does), directly or through a shuffle that keeps the lane's elements 0 and 1 (Apple's
 ``thread_elements()``): `sources` lists, per product, ``c`` (its own C) or that product's

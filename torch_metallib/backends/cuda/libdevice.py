@@ -1,7 +1,7 @@
 """Math on NVIDIA GPUs: libdevice, NVIDIA's bitcode math library (what CUDA's own math
 functions and torch's CUDA kernels use).
 
-The CPU's definitions of AIR's math (backends/cpu/intrinsics.py) call LLVM's math
+AIR's math as air/intrinsics.py defines it (for every backend) calls LLVM's math
 intrinsics and the C library's functions, which the NVPTX backend cannot select; here each
 becomes the libdevice function of the same meaning (``llvm.exp.f32`` -> ``__nv_expf``,
 ``erff`` -> ``__nv_erff``), and ptx.py links libdevice into the module. The precise AIR

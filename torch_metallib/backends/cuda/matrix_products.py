@@ -1,6 +1,6 @@
 """``simdgroup_matrix_8x8_multiply_accumulate`` on a warp: D = A*B + C with warp shuffles.
 
-The meaning is the CPU backend's (backends/cpu/simdgroup_matrix.py, whose load, store and
+The meaning is air/simdgroup_matrix.py's (the CPU backend's too; its load, store and
 init definitions the CUDA backend reuses): lane l holds M[r][c] and M[r][c+1] of each 8x8
 matrix, r = ((l>>4)<<2)|((l>>1)&3), c = ((l>>3)&1)*4 + (l&1)*2; each element of D is C plus
 the eight products of a row of A and a column of B, in k order, each step one fused

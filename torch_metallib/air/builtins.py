@@ -67,9 +67,9 @@ DISPATCH_LINES = [
     f"%dsimds.n = add i32 %dgroup.all, {SIMD_WIDTH - 1}", f"%dsimds = udiv i32 %dsimds.n, {SIMD_WIDTH}",
     "%dquads.n = add i32 %dgroup.all, 3", "%dquads = udiv i32 %dquads.n, 4",
 ]
+
 # Per thread, from its linear index in the threadgroup %linear.
 LANE_LINES = [
     f"%lane = urem i32 %linear, {SIMD_WIDTH}", f"%simd = udiv i32 %linear, {SIMD_WIDTH}",
     "%quadlane = urem i32 %linear, 4", "%quad = udiv i32 %linear, 4",
 ]
-

@@ -41,7 +41,6 @@ def constant_literal(ir_type: str, value) -> str:
     raise UnsupportedKernelError(f"function constant of LLVM type {ir_type} is not supported on the CPU")
 
 
-
 def specialize_constants(text: str, values: Dict[int, object]) -> str:
     """Gives each constant's placeholder its value (an optional constant that was not set
     reads as 0) and defines air.is_function_constant_defined: the placeholders of the
@@ -66,7 +65,6 @@ def specialize_constants(text: str, values: Dict[int, object]) -> str:
     return _IS_DEFINED.sub(lambda _: definition, text)
 
 
-
 def take_constructors(text: str):
     """Empties llvm.global_ctors; returns (text, constructor names)."""
     match = _CTORS.search(text)
@@ -75,4 +73,3 @@ def take_constructors(text: str):
     names = re.findall(r"ptr @([-\w$.]+)", match.group(1))
     return text[:match.start()] + "@llvm.global_ctors = appending global [0 x { i32, ptr, ptr }] zeroinitializer" \
         + text[match.end():], names
-

@@ -22,7 +22,6 @@ def retarget(text: str, triple: str, datalayout: str) -> str:
     return re.sub(r"^target triple = .*$", f'target triple = "{triple}"', text, count=1, flags=re.M)
 
 
-
 def internalize(text: str, kernel: str, cooperative: bool) -> str:
     text = re.sub(r"^define (?:(?:weak_odr|linkonce_odr|weak|linkonce|external|dso_local|available_externally) )*"
                   r"(?!internal |private )", "define internal ", text, flags=re.M)
@@ -35,7 +34,6 @@ def internalize(text: str, kernel: str, cooperative: bool) -> str:
     name = r"[-\w$.]+" if cooperative else re.escape(kernel)
     return re.sub(rf"^(define internal [^\n]*@{name}\([^\n]*?)( #\d+)?( section \"[^\"]*\")? \{{$",
                   r"\1 alwaysinline\2\3 {", text, count=0 if cooperative else 1, flags=re.M)
-
 
 
 # The section of a declaration whose body Metal's driver links in (MetalPerformancePrimitives'

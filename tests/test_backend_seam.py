@@ -91,10 +91,11 @@ def test_cpu_tensors_run_on_the_cpu_backend(mlx_lib):
 _PACKAGE = Path(tm.__file__).parent
 
 
-def _imports(path: Path):
-    """The absolute names of the modules `path` imports (top level or inside functions)."""
+def _imports(path: Path, source: str = None):
+    """The absolute names of the modules `path` imports (top level or inside functions; its
+    text, unless `source` is given)."""
     package = ".".join(("torch_metallib",) + path.relative_to(_PACKAGE).with_suffix("").parts[:-1])
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -125,8 +126,13 @@ def test_backends_share_air_semantics_not_each_other(stage, forbidden):
     assert not offending, "\n".join(offending)
 
 
-def test_the_import_parser_resolves_relative_imports(tmp_path):
-    """The parser above sees `from ..cpu.x import y` in backends/cuda as backends.cpu.x."""
-    cuda = _PACKAGE / "backends" / "cuda" / "lowering.py"
-    assert "torch_metallib.errors" in set(_imports(cuda))
-    assert any(_within(module, "torch_metallib.backends.cuda") for module in _imports(cuda))
+def test_the_import_parser_sees_every_way_to_reach_the_other_backend():
+    """The rule above can fail: relative, package-relative, absolute and function-level
+    imports of backends/cpu from backends/cuda are all seen."""
+    probe = _PACKAGE / "backends" / "cuda" / "probe.py"
+    source = ("from ..cpu.jit import LOWERING_VERSION\nfrom .. import cpu\nfrom ...air import target\n"
+              "def f():\n    import torch_metallib.backends.cpu.lowering\n")
+    found = set(_imports(probe, source))
+    assert {"torch_metallib.backends.cpu.jit", "torch_metallib.backends.cpu", "torch_metallib.air",
+            "torch_metallib.backends.cpu.lowering"} <= found
+    assert sum(_within(module, "torch_metallib.backends.cpu") for module in found) == 3

@@ -22,6 +22,8 @@ import struct
 import warnings
 from typing import Optional
 
+from .. import config
+
 __all__ = ["user_cache_root", "cache_directory", "read_entry", "write_entry"]
 
 _MAGIC = b"TMCACHE2"
@@ -30,15 +32,15 @@ _warned = set()
 
 def user_cache_root() -> str:
     """``$XDG_CACHE_HOME/torch_metallib``, else ``~/.cache/torch_metallib``."""
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    return os.path.join(config.XDG_CACHE_HOME.get() or os.path.join(os.path.expanduser("~"), ".cache"),
                         "torch_metallib")
 
 
 def cache_directory(kind: str) -> Optional[str]:
     """The directory for `kind` ("jit", "calls"), or None when the disk cache is off."""
-    if os.environ.get("TORCH_METALLIB_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not config.CACHE.get():
         return None
-    return os.path.join(os.environ.get("TORCH_METALLIB_CACHE_DIR") or user_cache_root(), kind)
+    return os.path.join(config.CACHE_DIR.get() or user_cache_root(), kind)
 
 
 def _warn_once(path: str, what: str, error: OSError) -> None:

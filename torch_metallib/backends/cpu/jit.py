@@ -20,6 +20,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ... import _C
+from torch_metallib import config
 from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...reflection.bitcode import parse_bitcode
@@ -227,7 +228,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
-    lanes = lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0"
+    lanes = lanes and cooperative and not checked and config.CPU_LANES.get()
     key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
                           + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()

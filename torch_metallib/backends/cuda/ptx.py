@@ -21,6 +21,7 @@ from typing import Dict, FrozenSet
 
 import llvmlite.binding as llvm
 
+from torch_metallib import config
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING
@@ -198,7 +199,7 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH,
 
 def ptxas_path():
     """CUDA's ptxas ($PTXAS, then PATH, then a toolkit or package: toolkit.py), or None."""
-    explicit = os.environ.get("PTXAS")
+    explicit = config.PTXAS.get()
     if explicit:
         return explicit
     candidates = [shutil.which("ptxas") or ""] + toolkit_files("bin/ptxas")

@@ -3,7 +3,7 @@
 Each compiled object gets its own MCJIT engine (one shared engine resolved a second
 object's references into the first one's data). A compiled kernel is keyed by
 content (ARCHITECTURE.md, "Rules"): the function's SHA-256 ``HASH``, its function-constant values,
-the host target and the toolchain. Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
+the host target, the toolchain and the package's code (cache/fingerprint.py). Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
 concurrent processes at worst compile the same kernel twice and rename identical files
 over each other.
 """
@@ -23,12 +23,10 @@ from ... import _C
 from torch_metallib import config
 from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
+from ...cache.fingerprint import code_fingerprint
 from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
-
-LOWERING_VERSION = 38  # bump when _cpu_lowering or _cpu_intrinsics change what they emit
-
 
 @dataclass(frozen=True)
 class CompiledKernel:
@@ -63,7 +61,7 @@ class _Host:
         for name, address in _C.runtime_symbols().items():  # what cooperative kernels call
             llvm.add_symbol(name, address)
         self.toolchain = (f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
-                          f"{self.triple} {self.cpu} {features} lowering {LOWERING_VERSION}")
+                          f"{self.triple} {self.cpu} {features}")
 
 
 _host: Optional[_Host] = None
@@ -83,7 +81,7 @@ def host() -> _Host:
 
 def _cache_key(function_hash: str, constants: tuple) -> str:
     """The full key of a compiled kernel (content, constants, host, toolchain)."""
-    return f"{function_hash}|{constants!r}|{host().toolchain}"
+    return f"{function_hash}|{constants!r}|{host().toolchain}|code {code_fingerprint()}"
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,

@@ -19,10 +19,12 @@ import hashlib
 import os
 import stat
 import struct
+import time
 import warnings
 from typing import Optional
 
 from .. import config
+from ..diagnostics import get_logger
 
 __all__ = ["user_cache_root", "cache_directory", "read_entry", "write_entry"]
 
@@ -74,6 +76,14 @@ def _decode(data: bytes, key: bytes) -> Optional[bytes]:
 def read_entry(path: str, key: str) -> Optional[bytes]:
     """The payload stored at `path` for `key`; None if there is none (anything else found
     there is removed where possible)."""
+    started = time.perf_counter()
+    payload = _read_entry(path, key)
+    get_logger().debug("disk cache %s: %s (%.1f ms)", "miss" if payload is None else "hit", path,
+                       1000 * (time.perf_counter() - started))
+    return payload
+
+
+def _read_entry(path: str, key: str) -> Optional[bytes]:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))

@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import struct
 import threading
+import time
 from typing import Dict, List, Tuple
 
 import llvmlite
@@ -32,6 +33,7 @@ from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
 from ...errors import DispatchError
 from ...cache.fingerprint import code_fingerprint
+from torch_metallib import diagnostics
 from . import driver as cuda_driver
 from .coarsening import COARSENING
 from .lowering import entry_name
@@ -77,11 +79,17 @@ class CudaKernel:
                   f"{self.function.hash} {sorted(self.constants)!r} grid-only {self.grid_only}"
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
-            payload = read_entry(path, key) if path else None
+            started = time.perf_counter()
+            payload = read_entry(path, key) if path and not diagnostics.dumps() else None
+            from_disk = payload is not None
             if payload is None:
-                payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
+                with diagnostics.dumping(self.function.name, hashlib.sha256(key.encode()).hexdigest()):
+                    payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
                 if path:
                     write_entry(path, key, payload)
+            diagnostics.get_logger().info("cuda: %s: %s (%s) in %.3f s", self.function.name,
+                                          "loaded from the disk cache" if from_disk else "compiled", arch,
+                                          time.perf_counter() - started)
             text = self._ptx[arch] = payload.decode()
         return text
 

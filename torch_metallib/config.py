@@ -149,7 +149,3 @@ def markdown_table() -> str:
         kind = knob.kind if not isinstance(knob, ChoiceKnob) else " \\| ".join(f"`{c}`" for c in knob.choices)
         lines.append(f"| `{knob.name}` | {kind} | {knob.shown_default} | {knob.doc} |")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

@@ -233,3 +233,15 @@ def test_dump_writes_each_stage_of_a_cuda_kernel(fresh, fixture_metallib, monkey
         _parses(folder / stage)
     assert (folder / "kernel.ptx").read_text() == ptx and ".entry " in ptx
     assert "nvptx64" in (folder / "lowered.ll").read_text()
+
+
+def test_a_dump_keeps_only_the_compile_that_was_kept(fresh, fixture_metallib, monkeypatch):
+    """Stages of an earlier compile (or of lane loops the backend gave up) do not stay."""
+    root = fresh / "dump"
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(root))
+    add(fixture_metallib)
+    folder = _dumped(root, "vector_add_float")
+    (folder / "lanes.ll").write_text("stale")
+    cpu_jit._compiled.clear()
+    add(fixture_metallib)
+    assert sorted(p.name for p in folder.iterdir()) == ["air.ll", "lowered.ll", "optimized.ll"]

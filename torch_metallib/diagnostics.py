@@ -38,6 +38,8 @@ def get_logger() -> logging.Logger:
     level = config.LOG.get()
     if level != _applied:
         with _lock:
+            if level == _applied:  # another thread applied it meanwhile
+                return logger
             if _handler is not None:
                 logger.removeHandler(_handler)
                 logger.setLevel(logging.NOTSET)
@@ -58,10 +60,18 @@ _dump_warned = set()
 @contextlib.contextmanager
 def dumping(kernel: str, key: str):
     """While the block compiles `kernel` (`key`: its cache key's hex digest), dump_stage
-    writes under ``$TORCH_METALLIB_DUMP_IR/<kernel>-<key[:16]>``; without the variable it
-    writes nothing."""
+    writes under ``$TORCH_METALLIB_DUMP_IR/<kernel>-<key[:16]>``, emptied first (the stages
+    of an earlier compile, or of an attempt the backend gave up, do not stay); without the
+    variable it writes nothing."""
     root = config.DUMP_IR.get()
     folder = os.path.join(root, f"{re.sub(r'[^A-Za-z0-9_.-]', '_', kernel)}-{key[:16]}") if root else None
+    if folder is not None and os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if name.endswith((".ll", ".ptx")):
+                try:
+                    os.remove(os.path.join(folder, name))
+                except OSError:
+                    pass
     token = _folder.set(folder)
     try:
         yield

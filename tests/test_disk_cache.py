@@ -16,7 +16,7 @@ import torch
 import torch_metallib as tm
 from torch_metallib.backends.cpu import jit as cpu_jit
 from torch_metallib.cache import disk_cache
-from torch_metallib.dispatch.call_record import CALL_RECORD_VERSION
+from torch_metallib.dispatch.call_record import record_file_name, record_key
 
 
 @pytest.fixture
@@ -46,11 +46,7 @@ def run_exp(lib_source):
 
 
 def record_path(cache, function):
-    return cache / "calls" / f"{function.hash}-kernel-v{CALL_RECORD_VERSION}.json"
-
-
-def record_key(function):
-    return f"call record v{CALL_RECORD_VERSION} kernel {function.hash}"
+    return cache / "calls" / record_file_name(function)
 
 
 def objects(cache):
@@ -153,3 +149,29 @@ def test_an_unusable_cache_directory_costs_one_warning(tmp_path, monkeypatch, ml
     messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
     assert len(messages) == 2, messages  # one per cache kind (calls, jit), not one per call
     assert all("running without it" in m and "TORCH_METALLIB_CACHE_DIR" in m for m in messages)
+
+
+def test_cache_keys_follow_the_package_code(monkeypatch):
+    """Compiled kernels, PTX and call records are keyed by a hash of the package's code: a
+    change to a lowering module gives new keys, with no version to bump."""
+    from types import SimpleNamespace
+
+    from torch_metallib.cache import fingerprint
+
+    sources = fingerprint._sources()
+    paths = [path for path, _ in sources]
+    assert any(path.endswith("/jit.py") for path in paths) and "config.py" in paths
+    assert not any(path.startswith("cli/") for path in paths)
+    function = SimpleNamespace(type="kernel", hash="ab" * 32)
+    before = (fingerprint.code_fingerprint(), cpu_jit._cache_key("ab" * 32, ()), record_key(function),
+              record_file_name(function))
+    lowering = next(path for path in paths if path.endswith("/lowering.py"))
+    edited = [(path, data + b"\n# edited\n" if path == lowering else data) for path, data in sources]
+    monkeypatch.setattr(fingerprint, "_sources", lambda: edited)
+    fingerprint.code_fingerprint.cache_clear()
+    try:
+        after = (fingerprint.code_fingerprint(), cpu_jit._cache_key("ab" * 32, ()), record_key(function),
+                 record_file_name(function))
+    finally:
+        fingerprint.code_fingerprint.cache_clear()  # the real code's, once monkeypatch restores _sources
+    assert all(old != new for old, new in zip(before, after))

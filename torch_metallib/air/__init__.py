@@ -16,8 +16,3 @@ coroutines, the runtime in ``csrc/cpu/``), ``backends/cuda/`` for NVPTX (warp sh
 libdevice). This package imports neither backend, and neither backend imports the other
 (tests/test_backend_seam.py).
 """
-
-# Bump when what air/ or the CPU backend's lowering emits changes: it keys the CPU's
-# compiled kernels (backends/cpu/jit.py) and, with CUDA_LOWERING_VERSION, the CUDA
-# backend's PTX (backends/cuda/backend.py).
-LOWERING_VERSION = 38

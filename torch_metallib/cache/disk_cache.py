@@ -19,8 +19,12 @@ import hashlib
 import os
 import stat
 import struct
+import time
 import warnings
 from typing import Optional
+
+from .. import config
+from ..diagnostics import get_logger
 
 __all__ = ["user_cache_root", "cache_directory", "read_entry", "write_entry"]
 
@@ -30,15 +34,15 @@ _warned = set()
 
 def user_cache_root() -> str:
     """``$XDG_CACHE_HOME/torch_metallib``, else ``~/.cache/torch_metallib``."""
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+    return os.path.join(config.XDG_CACHE_HOME.get() or os.path.join(os.path.expanduser("~"), ".cache"),
                         "torch_metallib")
 
 
 def cache_directory(kind: str) -> Optional[str]:
     """The directory for `kind` ("jit", "calls"), or None when the disk cache is off."""
-    if os.environ.get("TORCH_METALLIB_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not config.CACHE.get():
         return None
-    return os.path.join(os.environ.get("TORCH_METALLIB_CACHE_DIR") or user_cache_root(), kind)
+    return os.path.join(config.CACHE_DIR.get() or user_cache_root(), kind)
 
 
 def _warn_once(path: str, what: str, error: OSError) -> None:
@@ -72,6 +76,14 @@ def _decode(data: bytes, key: bytes) -> Optional[bytes]:
 def read_entry(path: str, key: str) -> Optional[bytes]:
     """The payload stored at `path` for `key`; None if there is none (anything else found
     there is removed where possible)."""
+    started = time.perf_counter()
+    payload = _read_entry(path, key)
+    get_logger().debug("disk cache %s: %s (%.1f ms)", "miss" if payload is None else "hit", path,
+                       1000 * (time.perf_counter() - started))
+    return payload
+
+
+def _read_entry(path: str, key: str) -> Optional[bytes]:
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))

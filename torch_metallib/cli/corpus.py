@@ -11,6 +11,7 @@ import sys
 import tempfile
 import zipfile
 
+from .. import config
 from ..cache.disk_cache import user_cache_root
 
 __all__ = ["MLX_METAL_VERSION", "mlx_metallib_path", "corpus_dir", "download_macos_wheel"]
@@ -23,7 +24,7 @@ _SHA256 = "d70ab213d4cfa9f2673e4db2c2a4474c86ad9cc7674564bec4dd4ac9409da675"
 
 def corpus_dir() -> str:
     """``$TORCH_METALLIB_CORPUS_DIR``, else ``<user cache>/torch_metallib/corpus``."""
-    explicit = os.environ.get("TORCH_METALLIB_CORPUS_DIR")
+    explicit = config.CORPUS_DIR.get()
     if explicit:
         return explicit
     return os.path.join(user_cache_root(), "corpus")

@@ -6,12 +6,13 @@ corpus tests/corpora/fetch_public.sh fetches). Sizes are of what is there now.""
 import os
 from typing import Optional
 
+from .. import config
 from ..cache.disk_cache import cache_directory
 from .corpus import corpus_dir
 
 __all__ = ["caches", "folder_size"]
 
-_ENVIRONMENT = ("TORCH_METALLIB_CACHE", "TORCH_METALLIB_CACHE_DIR", "TORCH_METALLIB_CORPUS_DIR", "TM_PUBLIC_CORPUS")
+_ENVIRONMENT = (config.CACHE, config.CACHE_DIR, config.CORPUS_DIR, config.PUBLIC_CORPUS)
 
 
 def folder_size(path: Optional[str]) -> dict:
@@ -34,7 +35,7 @@ def caches() -> dict:
     kinds = {kind: folder_size(cache_directory(kind)) for kind in ("jit", "cuda", "calls")} if enabled else {}
     corpus = corpus_dir()
     entries = sorted(os.listdir(corpus)) if os.path.isdir(corpus) else []
-    public = os.environ.get("TM_PUBLIC_CORPUS") or os.path.join(os.path.expanduser("~"), ".cache", "torch_metallib",
+    public = config.PUBLIC_CORPUS.get() or os.path.join(os.path.expanduser("~"), ".cache", "torch_metallib",
                                                                 "public-corpus")
     return {
         "disk_cache": {"enabled": enabled, "root": os.path.dirname(cache_directory("jit")) if enabled else None,
@@ -42,5 +43,5 @@ def caches() -> dict:
         "corpus": dict(folder_size(corpus), entries={name: folder_size(os.path.join(corpus, name)) for name in entries
                                                      if os.path.isdir(os.path.join(corpus, name))}),
         "public_corpus": folder_size(public),
-        "environment": {name: os.environ[name] for name in _ENVIRONMENT if name in os.environ},
+        "environment": {knob.name: knob.raw() for knob in _ENVIRONMENT if knob.raw() is not None},
     }

@@ -1,17 +1,16 @@
 """What calling a kernel needs from its reflection, as plain data cached on disk.
 
-The record is keyed by the function's HASH (``<cache>/calls``), so a warm start builds a
-binding plan without parsing the bitcode.
+The record is keyed by the function's HASH and the package's code (cache/fingerprint.py)
+(``<cache>/calls``), so a warm start builds a binding plan without parsing the bitcode.
 """
 
 import json
 import os
 
 from ..cache.disk_cache import cache_directory, read_entry, write_entry
+from ..cache.fingerprint import code_fingerprint
 
-__all__ = ["CALL_RECORD_VERSION", "call_record", "cached_call_record", "binding_problem"]
-
-CALL_RECORD_VERSION = 10  # bump when call_record's fields change
+__all__ = ["call_record", "cached_call_record", "record_key", "record_file_name", "binding_problem"]
 
 
 def call_record(function) -> dict:
@@ -69,9 +68,8 @@ def argument_buffer_members(argument) -> list:
 def cached_call_record(function) -> dict:
     """call_record, from the disk cache when this function (by HASH) was seen before."""
     directory = cache_directory("calls")
-    key = f"call record v{CALL_RECORD_VERSION} {function.type} {function.hash}"
-    path = os.path.join(directory, f"{function.hash}-{function.type}-v{CALL_RECORD_VERSION}.json") \
-        if directory else None
+    key = record_key(function)
+    path = os.path.join(directory, record_file_name(function)) if directory else None
     payload = read_entry(path, key) if path else None
     if payload is not None:
         record = _decoded_record(payload)
@@ -81,6 +79,16 @@ def cached_call_record(function) -> dict:
     if path:
         write_entry(path, key, json.dumps(record).encode())
     return record
+
+
+def record_key(function) -> str:
+    """The disk cache's key of `function`'s call record."""
+    return f"call record {code_fingerprint()} {function.type} {function.hash}"
+
+
+def record_file_name(function) -> str:
+    """The file name of `function`'s call record in ``<cache>/calls``."""
+    return f"{function.hash}-{function.type}-{code_fingerprint()[:16]}.json"
 
 
 # The fields of a call record and their types: a stored record must have exactly these.

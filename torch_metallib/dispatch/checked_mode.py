@@ -12,14 +12,14 @@ and that argument is bounded by its storage instead."""
 
 import contextlib
 import contextvars
-import os
 from typing import FrozenSet, Optional
 
+from .. import config
 from ..errors import KernelArgumentError
 
 __all__ = ["checked", "checked_requested", "storage_bounds_requested", "block_storage_bounds", "ENVIRONMENT_VARIABLE"]
 
-ENVIRONMENT_VARIABLE = "TORCH_METALLIB_CHECKED"
+ENVIRONMENT_VARIABLE = config.CHECKED.name
 _context = contextvars.ContextVar("torch_metallib_checked", default=None)
 _storage_bounds = contextvars.ContextVar("torch_metallib_storage_bounds", default=frozenset())
 
@@ -78,4 +78,4 @@ def checked_requested(explicit: Optional[bool]) -> bool:
     value = _context.get()
     if value is not None:
         return value
-    return os.environ.get(ENVIRONMENT_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+    return config.CHECKED.get()

@@ -3,7 +3,7 @@
 Each compiled object gets its own MCJIT engine (one shared engine resolved a second
 object's references into the first one's data). A compiled kernel is keyed by
 content (ARCHITECTURE.md, "Rules"): the function's SHA-256 ``HASH``, its function-constant values,
-the host target and the toolchain. Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
+the host target, the toolchain and the package's code (cache/fingerprint.py). Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
 concurrent processes at worst compile the same kernel twice and rename identical files
 over each other.
 """
@@ -12,6 +12,7 @@ import ctypes
 import hashlib
 import os
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
@@ -20,13 +21,13 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from ... import _C
-from ...air import LOWERING_VERSION  # in the cache key; bump it there when the IR changes
+from torch_metallib import config, diagnostics
 from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
+from ...cache.fingerprint import code_fingerprint
 from ...reflection.bitcode import parse_bitcode
 
 __all__ = ["CompiledKernel", "compile_kernel"]
-
 
 @dataclass(frozen=True)
 class CompiledKernel:
@@ -61,7 +62,7 @@ class _Host:
         for name, address in _C.runtime_symbols().items():  # what cooperative kernels call
             llvm.add_symbol(name, address)
         self.toolchain = (f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
-                          f"{self.triple} {self.cpu} {features} lowering {LOWERING_VERSION}")
+                          f"{self.triple} {self.cpu} {features}")
 
 
 _host: Optional[_Host] = None
@@ -81,7 +82,7 @@ def host() -> _Host:
 
 def _cache_key(function_hash: str, constants: tuple) -> str:
     """The full key of a compiled kernel (content, constants, host, toolchain)."""
-    return f"{function_hash}|{constants!r}|{host().toolchain}"
+    return f"{function_hash}|{constants!r}|{host().toolchain}|code {code_fingerprint()}"
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,
@@ -97,9 +98,12 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
     modules = []
     try:
         modules.append(parse_bitcode(function.name, function.bitcode, context))
-        return lower(str(modules[0]), function.name, function.arguments, constants, symbol,
+        diagnostics.dump_stage("air", lambda: str(modules[0]))
+        text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
                      unroll=lambda text: _unroll_loops(text, context, modules), checked=checked, lanes=lanes)
+        diagnostics.dump_stage("lowered", text)
+        return text
     finally:
         for module in modules:
             module.close()
@@ -118,6 +122,7 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
             _inline_everything(modules[-1])
             _fold_constants(modules[-1].get_function(f"__tm_thread_{symbol}"))
             text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
+            diagnostics.dump_stage("coroutines", text)
             modules.append(llvm.parse_assembly(text, context=context))
         return _optimized_object(modules[-1])
     finally:
@@ -145,6 +150,7 @@ def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
         demote.add_instruction_namer_pass()
         demote.run(modules[-1].get_function(entry), _builder())
         modules.append(llvm.parse_assembly(build_regions(str(modules[-1]), entry, symbol), context=context))
+        diagnostics.dump_stage("lanes", lambda: str(modules[-1]))
         return _optimized_object(modules[-1])
     finally:
         for module in modules:
@@ -168,6 +174,7 @@ def _optimized_object(module) -> bytes:
     module.verify()
     builder = _builder(speed_level=3)
     builder.getModulePassManager().run(module, builder)
+    diagnostics.dump_stage("optimized", lambda: str(module))
     return host().machine.emit_object(module)
 
 
@@ -226,7 +233,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
     threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
-    lanes = lanes and cooperative and not checked and os.environ.get("TORCH_METALLIB_CPU_LANES", "1") != "0"
+    lanes = lanes and cooperative and not checked and config.CPU_LANES.get()
     key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
                           + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
@@ -239,9 +246,10 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
             return compiled  # another thread compiled it while this one waited
         symbol = key[:24]
         if compiled is None:
+            started = time.perf_counter()
             directory = cache_directory("jit")
             path = os.path.join(directory, f"{key}.o") if directory else None
-            payload = read_entry(path, key_text) if path else None
+            payload = read_entry(path, key_text) if path and not diagnostics.dumps() else None
             launchers, is_lanes = (), False
             if payload is not None:
                 try:
@@ -254,14 +262,16 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                 if lanes:
                     from .regions import NotLanes
                     try:
-                        payload = _build_lanes_object(function, dict(constants), symbol)
+                        with diagnostics.dumping(function.name, key):
+                            payload = _build_lanes_object(function, dict(constants), symbol)
                     except (NotLanes, TorchMetallibError):  # coroutines, or the same refusal from there
                         pass
                     except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
                         warnings.warn(f"{function.name}: lane loops failed ({str(error)[:300]}); running it as "
                                       f"coroutines. Please report the kernel", RuntimeWarning, stacklevel=2)
                 if payload is None:
-                    payload = _build_object(function, dict(constants), symbol, cooperative, checked)
+                    with diagnostics.dumping(function.name, key):
+                        payload = _build_object(function, dict(constants), symbol, cooperative, checked)
                 if path:
                     write_entry(path, key_text, payload)
         else:
@@ -269,6 +279,10 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
         while len(launchers) < copies:
             entry, is_lanes = _load_copy(payload, symbol, cooperative)
             launchers += (entry,)
+        if compiled is None:
+            diagnostics.get_logger().info("cpu: %s: %s (as %s) in %.3f s", function.name,
+                                          "loaded from the disk cache" if from_disk else "compiled", "lanes" if is_lanes else "coroutines" if cooperative
+                                          else "threads", time.perf_counter() - started)
         if serial:
             _payloads[key] = payload
         compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)

@@ -16,13 +16,14 @@ The environment variable ``TORCH_METALLIB_CPU_SCHEDULE`` (``parallel``, ``sequen
 
 import contextlib
 import contextvars
-import os
 from typing import NamedTuple
+
+from torch_metallib import config
 
 __all__ = ["Schedule", "cpu_schedule", "current_schedule", "register_environment_schedule", "MODES"]
 
 MODES = ("parallel", "sequential", "permuted")
-ENVIRONMENT_VARIABLE = "TORCH_METALLIB_CPU_SCHEDULE"
+ENVIRONMENT_VARIABLE = config.CPU_SCHEDULE.name
 
 
 class Schedule(NamedTuple):
@@ -39,9 +40,7 @@ def _checked(mode, seed, source: str) -> Schedule:
 
 
 def _from_environment() -> Schedule:
-    text = os.environ.get(ENVIRONMENT_VARIABLE, "").strip()
-    if not text:
-        return Schedule("parallel", 0)
+    text = config.CPU_SCHEDULE.get()
     mode, _, seed = text.partition(":")
     source = f"{ENVIRONMENT_VARIABLE}={text!r}"
     if seed and not seed.isdigit():

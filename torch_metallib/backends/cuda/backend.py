@@ -12,8 +12,8 @@ and only grid builtins) runs in blocks of GRID_ONLY_BLOCK threads whatever group
 names: MLX sizes its groups for Apple GPUs (1,024 threads), which is slower here; where
 its code allows, each CUDA thread runs 4 consecutive grid positions (coarsening.py).
 
-PTX is made once per (function HASH, constant values, GPU architecture) and kept in the
-disk cache; the driver loads it once per device and process.
+PTX is made once per (function HASH, constant values, GPU architecture, the package's code:
+cache/fingerprint.py) and kept in the disk cache; the driver loads it once per device and process.
 """
 
 import collections
@@ -23,6 +23,7 @@ import hashlib
 import itertools
 import struct
 import threading
+import time
 from typing import Dict, List, Tuple
 
 import llvmlite
@@ -31,15 +32,15 @@ import torch
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
 from ...errors import DispatchError
-from ...air import LOWERING_VERSION
+from ...cache.fingerprint import code_fingerprint
+from torch_metallib import diagnostics
 from . import driver as cuda_driver
 from .coarsening import COARSENING
 from .lowering import entry_name
 from .ptx import kernel_ptx
 
-__all__ = ["CudaBackend", "CUDA_LOWERING_VERSION"]
+__all__ = ["CudaBackend"]
 
-CUDA_LOWERING_VERSION = 8  # bump when this folder changes what it emits (air/'s AIR meaning: LOWERING_VERSION)
 _BYTE_COPIES = 1024  # the bytes of this many recent calls stay on the device
 # (device, each bytes command's data) -> (their device copy, the stream it was made on)
 _byte_copies: "collections.OrderedDict" = collections.OrderedDict()
@@ -74,15 +75,21 @@ class CudaKernel:
     def ptx(self, arch: str) -> str:
         text = self._ptx.get(arch)
         if text is None:
-            key = f"cuda-ptx {CUDA_LOWERING_VERSION} air {LOWERING_VERSION} llvmlite {llvmlite.__version__} {arch} " \
+            key = f"cuda-ptx code {code_fingerprint()} llvmlite {llvmlite.__version__} {arch} " \
                   f"{self.function.hash} {sorted(self.constants)!r} grid-only {self.grid_only}"
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
-            payload = read_entry(path, key) if path else None
+            started = time.perf_counter()
+            payload = read_entry(path, key) if path and not diagnostics.dumps() else None
+            from_disk = payload is not None
             if payload is None:
-                payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
+                with diagnostics.dumping(self.function.name, hashlib.sha256(key.encode()).hexdigest()):
+                    payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
                 if path:
                     write_entry(path, key, payload)
+            diagnostics.get_logger().info("cuda: %s: %s (%s) in %.3f s", self.function.name,
+                                          "loaded from the disk cache" if from_disk else "compiled", arch,
+                                          time.perf_counter() - started)
             text = self._ptx[arch] = payload.decode()
         return text
 

@@ -16,6 +16,7 @@ import os
 import re
 from typing import Optional
 
+from torch_metallib import config
 from ...errors import UnsupportedKernelError
 from .toolkit import toolkit_files
 
@@ -57,7 +58,7 @@ def libdevice_path() -> str:
 
 
 def _find() -> Optional[str]:
-    explicit = os.environ.get("TORCH_METALLIB_LIBDEVICE")
+    explicit = config.LIBDEVICE.get()
     if explicit:
         return explicit if os.path.exists(explicit) else None
     return next(iter(toolkit_files("nvvm/libdevice/libdevice*.bc")), None)

@@ -21,6 +21,7 @@ from typing import Dict, FrozenSet
 
 import llvmlite.binding as llvm
 
+from torch_metallib import config, diagnostics
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING
@@ -106,6 +107,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             _context = llvm.create_context()
         module = None
         try:
+            diagnostics.dump_stage("lowered", text)
             module = llvm.parse_assembly(text, context=_context)
             if needs_libdevice(text):
                 module.link_in(_libdevice_module(text, module.triple, module.data_layout))
@@ -125,6 +127,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             if needs_runs and versioned is module:
                 raise _NoRuns()
             module = versioned
+            diagnostics.dump_stage("optimized", lambda: str(module))
             return machine.emit_assembly(module)
         except RuntimeError as error:
             raise UnsupportedKernelError(f"{entry}: LLVM's NVPTX backend refused the lowered kernel: "
@@ -173,7 +176,9 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH,
     """PTX of `function` (a KernelFunction) with these function-constant values; where it is
     `grid_only` (backend.py), its kernel may run several grid positions per thread (its
     entry's name then says so: lowering.entry_name)."""
-    text, coarse = lower(air_text(function), function.name, function.arguments, constants, symbol, str(_machine(arch).target_data),
+    air = air_text(function)
+    diagnostics.dump_stage("air", air)
+    text, coarse = lower(air, function.name, function.arguments, constants, symbol, str(_machine(arch).target_data),
                          grid_only)
     entry = entry_name(symbol)
     try:
@@ -193,12 +198,13 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH,
         registers = private_arrays_in_registers(text)
         if registers != text:
             ptx = compile_ptx(registers, entry, arch)
+    diagnostics.dump_stage("kernel", ptx, suffix=".ptx")
     return ptx
 
 
 def ptxas_path():
     """CUDA's ptxas ($PTXAS, then PATH, then a toolkit or package: toolkit.py), or None."""
-    explicit = os.environ.get("PTXAS")
+    explicit = config.PTXAS.get()
     if explicit:
         return explicit
     candidates = [shutil.which("ptxas") or ""] + toolkit_files("bin/ptxas")

@@ -6,6 +6,8 @@ import glob
 import os
 from typing import List
 
+from torch_metallib import config
+
 __all__ = ["toolkit_files"]
 
 
@@ -23,7 +25,7 @@ def _package_roots() -> List[str]:
 def toolkit_files(relative: str) -> List[str]:
     """Existing files matching `relative` (a glob, e.g. "bin/ptxas") under each toolkit root,
     then anywhere inside the packages, in that order of preference."""
-    roots = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", "")] + sorted(glob.glob("/usr/local/cuda*"))
+    roots = [config.CUDA_HOME.get() or "", config.CUDA_PATH.get() or ""] + sorted(glob.glob("/usr/local/cuda*"))
     found = [path for root in roots if root for path in sorted(glob.glob(os.path.join(root, relative)))]
     for root in _package_roots():
         found += sorted(glob.glob(os.path.join(root, "**", os.path.basename(relative)), recursive=True))

@@ -106,8 +106,3 @@ def fixture_ops(fixture_metallib) -> dict:
     """The example operators on the project's fixture kernels, defined once."""
     from _ops_examples import define_fixture_examples
     return define_fixture_examples(tm.load(fixture_metallib))
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "metal_sim: the Metal backend run against the simulated Metal (tests/metal_sim)")
-    config.addinivalue_line("markers", "cuda: the CUDA backend on an NVIDIA GPU (tests/test_cuda.py)")

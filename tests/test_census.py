@@ -13,7 +13,7 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib.cli.census import census
-from test_public_corpus import subset_files
+from _public_corpus import subset_files
 from tests import _air_modules as air
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"

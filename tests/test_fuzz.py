@@ -12,7 +12,7 @@ import sys
 
 
 import torch_metallib as tm
-from test_public_corpus import subset_files
+from _public_corpus import subset_files
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FUZZ_CASES = int(os.environ.get("TORCH_METALLIB_FUZZ_CASES", "20000"))

@@ -17,7 +17,7 @@ import time
 import torch
 
 import torch_metallib as tm
-from test_cpu_mlx_matmul import _run_steel_gemm
+from _mlx_matmul import _run_steel_gemm
 
 SECONDS = float(os.environ.get("TORCH_METALLIB_STRESS_SECONDS", "10"))
 THREADS = 8

@@ -45,6 +45,7 @@ from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, fam
 from torch_metallib.dispatch.calls import dispatch_state
 from conftest import IN_CI
 from _collectives import collective_kernel
+from _parallel import cores
 from _public_corpus import subset_files
 
 ARCHS = ("sm_80", "sm_90")
@@ -72,7 +73,7 @@ def _assembled(ptx: str) -> None:
 def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
     names = [members[0] for members in families(compute_kernels(tm.load(mlx_path))).values()]
     assert len(names) > 900  # 17,248 kernels in 933 families
-    outcomes = check_kernels([(mlx_path, name) for name in names], ARCHS, jobs=2)
+    outcomes = check_kernels([(mlx_path, name) for name in names], ARCHS, jobs=cores())
     failed = [(o.name, o.outcome, o.detail[:300]) for o in outcomes if o.outcome != "ptx"]
     assert not failed, f"{len(failed)} of {len(names)} families: {failed[:5]}"
 
@@ -80,7 +81,8 @@ def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
 def test_public_corpus_families_lower_and_assemble(ptxas):
     kernels = [(str(path), members[0]) for path in subset_files()
                for members in families(compute_kernels(tm.load(str(path)))).values()]
-    outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, check_kernels(kernels, ARCHS, jobs=2))]
+    checked = check_kernels(kernels, ARCHS, jobs=cores())
+    outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, checked)]
     counts = collections.Counter(o.outcome for _, o in outcomes)
     bugs = [(file, o.name, o.outcome, o.detail[:300]) for file, o in outcomes if o.outcome in ("ptxas", "error")]
     assert not bugs, bugs[:5]

@@ -19,7 +19,7 @@ import operator
 import os
 import subprocess
 import sys
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import pytest
 import torch

@@ -39,6 +39,7 @@ def test_members_are_reflected_with_their_ids(mlx002):
         assert argument.struct_fields[1].indirect.address_space == "device"
 
 
+@pytest.mark.slow
 def test_every_function_of_the_library_reflects(mlx002):
     failures = []
     for name in mlx002.function_names:

@@ -70,6 +70,7 @@ def _assembled(ptx: str) -> None:
 
 # --- the corpus: every family ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
     names = [members[0] for members in families(compute_kernels(tm.load(mlx_path))).values()]
     assert len(names) > 900  # 17,248 kernels in 933 families
@@ -78,6 +79,7 @@ def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
     assert not failed, f"{len(failed)} of {len(names)} families: {failed[:5]}"
 
 
+@pytest.mark.slow
 def test_public_corpus_families_lower_and_assemble(ptxas):
     kernels = [(str(path), members[0]) for path in subset_files()
                for members in families(compute_kernels(tm.load(str(path)))).values()]

@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 
 import torch_metallib as tm
 from _parallel import cores
@@ -56,6 +57,7 @@ def run_fuzzer(*args, timeout=900):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_mutated_metallibs_never_crash_hang_or_raise_foreign_errors(mlx_lib, fixture_metallib, tmp_path):
     seeds = seed_files(mlx_lib, fixture_metallib, tmp_path)
     findings = tmp_path / "findings"

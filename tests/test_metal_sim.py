@@ -282,6 +282,7 @@ def test_operator_dispatched_for_mps_without_a_metal_backend_says_so(mlx_ops):
         torch.ops.tm_examples.sigmoid.default.redispatch(MPS_KEY, torch.zeros(3))
 
 
+@pytest.mark.slow
 def test_every_csrc_mps_file_compiles():
     """-fsyntax-only of csrc/mps: the simulated files against the fake Metal, and the one
     that includes PyTorch's MPS headers against torch's own ATen/mps/MPSStream.h."""

@@ -340,6 +340,7 @@ def test_native_and_python_rules_agree(rules_op, rows, k, with_b):
     assert list(rules_op(*rule_inputs(rows, k, with_b, device="meta")).shape) == expected  # fake (Python)
 
 
+@pytest.mark.slow
 def test_rules_on_symbolic_sizes_agree_with_native(rules_op):
     compiled = torch.compile(rules_op, fullgraph=True, dynamic=True)
     for rows, k, with_b in RULE_SAMPLES[2:5]:
@@ -609,6 +610,7 @@ print(json.dumps({"softmax_error": softmax_error, "left": left.tolist()}))
 """
 
 
+@pytest.mark.slow
 def test_environment_schedule_reaches_the_operator(mlx_path, left_neighbour):
     env = dict(os.environ, TORCH_METALLIB_CPU_SCHEDULE="permuted:3")
     child = subprocess.run([sys.executable, "-c", _CHILD, mlx_path], env=env, capture_output=True, text=True,

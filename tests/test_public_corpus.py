@@ -35,6 +35,7 @@ def test_every_file_loads_and_round_trips(files):
             assert lib.subset(names) == data, path.name
 
 
+@pytest.mark.slow
 def test_every_function_reflects(files):
     counts = collections.Counter()
     for path in files:

@@ -5,6 +5,8 @@ kernels/: binary.h, softmax.h, arange.h, steel/gemm/kernels/steel_gemm_fused.h, 
 import concurrent.futures
 import random
 
+import pytest
+
 import torch_metallib as tm
 from _parallel import cores
 from _reflection_checks import check_kernels, decoder_problems, unused_flag_problems
@@ -17,6 +19,7 @@ def _sample(lib, count: int, seed: int) -> list:
     return random.Random(seed).sample(lib.function_names, count)
 
 
+@pytest.mark.slow
 def test_every_mlx_kernel_reflects_consistently(mlx_path, mlx_lib):
     """All 17,248 kernels reflect with zero errors, and every argument agrees with its IR
     parameter type, its function-constant guard and the container's CNST tag."""

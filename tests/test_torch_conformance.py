@@ -46,6 +46,7 @@ def conformance_slice(names):
     return chosen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("library", ["macos14", "macos26"])
 def test_torch_kernels_match_torch(torch_libraries, library):
     path = torch_libraries[library]

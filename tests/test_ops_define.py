@@ -610,7 +610,6 @@ print(json.dumps({"softmax_error": softmax_error, "left": left.tolist()}))
 """
 
 
-@pytest.mark.slow
 def test_environment_schedule_reaches_the_operator(mlx_path, left_neighbour):
     env = dict(os.environ, TORCH_METALLIB_CPU_SCHEDULE="permuted:3")
     child = subprocess.run([sys.executable, "-c", _CHILD, mlx_path], env=env, capture_output=True, text=True,

@@ -10,6 +10,10 @@ import pytest
 import torch_metallib as tm
 from torch_metallib.cli.corpus import mlx_metallib_path
 
+# The shared helper modules (tests/_*.py) hold most checks' asserts: pytest rewrites them as it
+# does the tests', so a failure shows the values compared. Registered before any is imported.
+pytest.register_assert_rewrite(*sorted(p.stem for p in pathlib.Path(__file__).parent.glob("_*.py")))
+
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 import pack_fixtures as fixtures_pack  # noqa: E402  (tests/fixtures/pack_fixtures.py)
@@ -108,6 +112,9 @@ def fixture_ops(fixture_metallib) -> dict:
     return define_fixture_examples(tm.load(fixture_metallib))
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "metal_sim: the Metal backend run against the simulated Metal (tests/metal_sim)")
-    config.addinivalue_line("markers", "cuda: the CUDA backend on an NVIDIA GPU (tests/test_cuda.py)")
+@pytest.fixture(scope="module")
+def mlx002() -> tm.Library:
+    """MLX 0.0.2's library from the public corpus subset: gather and scatter kernels whose
+    index arrays come in an argument buffer (tests/_argument_buffers.py)."""
+    from _public_corpus import subset_files
+    return tm.load(next(p for p in subset_files() if p.name == "mlx-0.0.2-mlx.metallib"))

@@ -38,6 +38,7 @@ def measured(fixture_path, tmp_path_factory):
     return run.stdout, json.loads((folder / "out.json").read_text()), (folder / "out.png").read_bytes()
 
 
+@pytest.mark.slow
 def test_json_follows_the_schema(measured, fixture_path):
     _, result, _ = measured
     assert result["schema"] == SCHEMA

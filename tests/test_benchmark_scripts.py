@@ -17,6 +17,7 @@ def test_scripts_are_found():
     assert "cooperative.py" in SCRIPTS and len(SCRIPTS) >= 9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_starts(script):
     result = subprocess.run([sys.executable, str(BENCHMARKS / script), "--help"], capture_output=True, text=True,

@@ -11,11 +11,14 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("TORCH_METALLIB_CALL_FUZZ_EXAMPLES", "400"))
 SEED = int(os.environ.get("TORCH_METALLIB_CALL_FUZZ_SEED", "20"))
 
 
+@pytest.mark.slow
 def test_fuzzed_calls_match_torch_or_raise_project_errors(mlx_path):
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz_calls.py"), mlx_path,
                              "--examples", str(EXAMPLES), "--seed", str(SEED)],

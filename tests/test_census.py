@@ -13,12 +13,13 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib.cli.census import census
-from test_public_corpus import subset_files
+from _public_corpus import subset_files
 from tests import _air_modules as air
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
+@pytest.mark.slow
 def test_every_variant_in_the_reference_and_public_corpora_is_implemented(mlx_path):
     result = census([mlx_path] + [str(p) for p in subset_files()])
     missing = [f"{v.name} {v.ret} ({', '.join(v.params)}) e.g. {v.example}" for v in result["variants"]
@@ -32,6 +33,7 @@ def test_every_variant_in_the_reference_and_public_corpora_is_implemented(mlx_pa
             "air.simd_vote_all.i64", "air.simdgroup_matrix_8x8_init_diag.v64f32.f32"} <= names
 
 
+@pytest.mark.slow
 def test_every_variant_of_pytorchs_own_kernels_is_implemented(torch_libraries):
     """Both libraries of torch 2.13's macOS wheel, whole declarations compared: Metal's 64-bit
     atomic min/max as PyTorch declares them (returning void) and air.sincos included."""

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_metallib as tm
-from test_cpu_mlx_matmul import _run_steel_gemm
+from _mlx_matmul import _run_steel_gemm
 
 SETUP = """
 import sys, torch, torch_metallib as tm

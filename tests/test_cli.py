@@ -58,6 +58,7 @@ def test_inspect_text_table(fixture_file):
     assert "kernel" in row and "use_bias:bool@0, alpha:float@1" in row
 
 
+@pytest.mark.slow
 def test_inspect_reports_errors_without_a_traceback(fixture_file, tmp_path):
     result = run_cli("inspect", fixture_file, "--function", "vector_add_flot")
     assert result.returncode == 1
@@ -72,6 +73,7 @@ def test_inspect_reports_errors_without_a_traceback(fixture_file, tmp_path):
     assert result.stderr.startswith("error: metallib: header at byte offset 0: expected at least 88 bytes")
 
 
+@pytest.mark.slow
 def test_console_script_names_itself(fixture_file):
     """Installed as `torch-metallib`, its usage and hints say so (not `python -m`)."""
     code = ("import sys; from torch_metallib.cli.main import main; "
@@ -91,6 +93,7 @@ def test_corpus_command_prints_the_cached_path(mlx_path):
     assert result.stdout.strip() == mlx_path
 
 
+@pytest.mark.slow
 def test_inspect_function_shows_signature_and_argument_table(fixture_file):
     result = run_cli("inspect", fixture_file, "--function", "threadgroup_sum_float")
     assert result.returncode == 0, result.stderr
@@ -107,6 +110,7 @@ def test_inspect_function_shows_signature_and_argument_table(fixture_file):
     assert "barriers:            yes; SIMD-group ops: no" in lines
 
 
+@pytest.mark.slow
 def test_inspect_function_json_includes_the_reflection(fixture_file):
     result = run_cli("inspect", fixture_file, "--function", "struct_arg_axpy", "--json")
     assert result.returncode == 0, result.stderr
@@ -126,6 +130,7 @@ def test_inspect_all_reflects_every_function(fixture_file):
     assert "reflected 5/5 functions, 0 failed" in result.stderr  # progress (not a terminal)
 
 
+@pytest.mark.slow
 def test_inspect_all_summarizes_failures(fixture_sources, tmp_path):
     broken = [tm.FunctionSource(f"broken_{i}", b"BC\xc0\xde" + bytes(64)) for i in range(3)]
     path = tmp_path / "mixed.metallib"
@@ -142,6 +147,7 @@ def test_inspect_all_summarizes_failures(fixture_sources, tmp_path):
     assert report["functions"][0]["reflection"]["signature"].startswith("kernel void ")
 
 
+@pytest.mark.slow
 def test_inspect_all_in_worker_processes_matches_in_process(mlx_lib, tmp_path):
     names = mlx_lib.function_names[::29]  # 595 kernels of every family: more than one chunk
     path = tmp_path / "sample.metallib"

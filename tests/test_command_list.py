@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_metallib as tm
-from test_public_corpus import subset_files
+from _public_corpus import subset_files
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ import pathlib
 import struct
 
 import llvmlite.binding as llvm
-import pytest
 
 import torch_metallib as tm
 from _bytes_diff import first_difference

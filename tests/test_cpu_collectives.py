@@ -10,36 +10,13 @@ grid positions [g * group, min((g + 1) * group, threads)), and SIMD-group s of i
 consecutive ones from g * group + 32 * s; a thread's lane is its index in that list.
 """
 
-import functools
-
 import numpy as np
 import pytest
 import torch
 
 import torch_metallib as tm
-from conftest import fixture_bitcode
-
-SIMD = 32
-SENTINEL = -12345.0
-
-
-@functools.lru_cache(maxsize=None)
-def _kernel(name: str):
-    library = tm.load(tm.pack([tm.FunctionSource(name, fixture_bitcode(f"collectives/{name}"))]))
-    return library[name]
-
-
-def _generator(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
-
-
-def _simd_groups(threads: int, group: int):
-    """The grid positions of each SIMD-group, lane by lane (see the module docstring)."""
-    groups = []
-    for start in range(0, threads, group):
-        end = min(start + group, threads)
-        groups += [list(range(s, min(s + SIMD, end))) for s in range(start, end, SIMD)]
-    return groups
+from _collectives import (SENTINEL, SIMD, _generator, _simd_groups, check_shuffle_up_down_xor_broadcast,
+                          collective_kernel)
 
 
 def _lane_of(threads: int, group: int):
@@ -59,19 +36,7 @@ def _small_ints(n: int, seed: int, low: int = -50, high: int = 50) -> torch.Tens
 
 @pytest.mark.parametrize("d", [0, 1, 3, 16, 31])
 def test_shuffle_up_down_xor_broadcast(d):
-    threads, group = 128, 64
-    x = torch.randperm(threads, generator=_generator(d)).float() + 0.25
-    out = torch.full((threads * 4,), SENTINEL)
-    _kernel("simd_shuffle_edges")(x, out, d, threads=threads, group_size=group)
-    expected = torch.empty(threads, 4)
-    for members in _simd_groups(threads, group):
-        for lane, gid in enumerate(members):
-            own = x[gid]
-            expected[gid, 0] = x[members[lane - d]] if lane - d >= 0 else own   # up: no wrap
-            expected[gid, 1] = x[members[lane + d]] if lane + d < SIMD else own  # down: no wrap
-            expected[gid, 2] = x[members[lane ^ d]]
-            expected[gid, 3] = x[members[d]]
-    assert torch.equal(out.view(threads, 4), expected)
+    check_shuffle_up_down_xor_broadcast(d)
 
 
 def _shuffled_and_filled(x, fill, delta, width):
@@ -90,7 +55,7 @@ def test_shuffle_and_fill(delta, modulo):
     x = torch.arange(threads).float()
     fill = -torch.arange(1, threads + 1).float()
     out = torch.full((threads * 2,), SENTINEL)
-    _kernel("simd_shuffle_and_fill")(x, fill, out, delta, modulo, threads=threads, group_size=threads)
+    collective_kernel("simd_shuffle_and_fill")(x, fill, out, delta, modulo, threads=threads, group_size=threads)
     up, down = _shuffled_and_filled(x, fill, delta, modulo)
     assert torch.equal(out.view(threads, 2)[:, 0], up)
     assert torch.equal(out.view(threads, 2)[:, 1], down)
@@ -102,7 +67,7 @@ def test_shuffle_and_fill_matches_the_metal_specification_example():
     x = torch.arange(100.0, 132.0)
     fill = torch.arange(200.0, 232.0)
     out = torch.full((64,), SENTINEL)
-    _kernel("simd_shuffle_and_fill")(x, fill, out, 2, 8, threads=32, group_size=32)
+    collective_kernel("simd_shuffle_and_fill")(x, fill, out, 2, 8, threads=32, group_size=32)
     assert out.view(32, 2)[:8, 0].tolist() == [206, 207, 100, 101, 102, 103, 104, 105]
     assert out.view(32, 2)[:8, 1].tolist() == [102, 103, 104, 105, 106, 107, 200, 201]
 
@@ -115,7 +80,7 @@ def test_shuffle_and_fill_without_modulo_spans_the_group(delta):
     x = torch.arange(threads).float()
     fill = -torch.arange(1, threads + 1).float()
     out = torch.full((threads * 4,), SENTINEL)
-    _kernel("shuffle_and_fill_whole_group")(x, fill, out, delta, threads=threads, group_size=threads)
+    collective_kernel("shuffle_and_fill_whole_group")(x, fill, out, delta, threads=threads, group_size=threads)
     for column, width in ((0, SIMD), (2, 4)):
         up, down = _shuffled_and_filled(x, fill, delta, width)
         assert torch.equal(out.view(threads, 4)[:, column], up)
@@ -145,7 +110,7 @@ def test_reductions_act_over_active_lanes(threads, group, pattern, schedule):
     active = _active_pattern(pattern, threads, group, seed=group)
     out = torch.full((threads * 4,), SENTINEL)
     with tm.cpu_schedule(schedule, seed=3):
-        _kernel("simd_reduce_divergent")(x, active, out, threads=threads, group_size=group)
+        collective_kernel("simd_reduce_divergent")(x, active, out, threads=threads, group_size=group)
     expected = torch.full((threads, 4), SENTINEL)
     for members in _simd_groups(threads, group):
         taking = [gid for gid in members if active[gid]]
@@ -167,7 +132,7 @@ def test_ballot_active_mask_is_first_in_divergent_code(threads, group, schedule)
     v[:SIMD] = torch.tensor([0, 0, 0, 2] + [0] * 20 + [1, 3, 0, 1, 0, 0, 0, 2])  # sparse, high lanes
     out = torch.full((threads * 3,), -1, dtype=torch.int64)
     with tm.cpu_schedule(schedule, seed=5):
-        _kernel("simd_vote_divergent")(v, out, threads=threads, group_size=group)
+        collective_kernel("simd_vote_divergent")(v, out, threads=threads, group_size=group)
     expected = torch.full((threads, 3), -1, dtype=torch.int64)
     for members in _simd_groups(threads, group):
         taking = [lane for lane, gid in enumerate(members) if v[gid] != 0]
@@ -185,7 +150,7 @@ def test_is_uniform_of_uniform_and_non_uniform_values():
     v[64 + 4] = 9                       # SIMD-group 2: an even lane differs
     v[96:] = torch.arange(32, dtype=torch.int32)  # SIMD-group 3: all different
     out = torch.full((threads * 2,), 99, dtype=torch.int32)
-    _kernel("simd_is_uniform")(v, out, threads=threads, group_size=threads)
+    collective_kernel("simd_is_uniform")(v, out, threads=threads, group_size=threads)
     out = out.view(threads, 2)
     full = [1, 0, 0, 0]
     even_lanes = [1, 1, 0, 0]
@@ -202,7 +167,7 @@ def test_is_uniform_over_the_lanes_that_exist():
     v = torch.arange(128, dtype=torch.int32)
     v[96:100] = 5
     out = torch.full((256,), 99, dtype=torch.int32)
-    _kernel("simd_is_uniform")(v, out, threads=threads, group_size=128)
+    collective_kernel("simd_is_uniform")(v, out, threads=threads, group_size=128)
     out = out.view(128, 2)
     assert out[:96, 0].tolist() == [0] * 96
     assert out[96:100, 0].tolist() == [1] * 4
@@ -216,7 +181,7 @@ def test_partial_simdgroups_hold_only_existing_lanes(threads, group):
     the threadgroup size or the grid's edge."""
     v = torch.randint(-1000, 1000, (threads,), generator=_generator(threads), dtype=torch.int32)
     out = torch.full((threads * 4,), -7, dtype=torch.int32)
-    _kernel("simd_partial_groups")(v, out, threads=threads, group_size=group)
+    collective_kernel("simd_partial_groups")(v, out, threads=threads, group_size=group)
     expected = torch.empty(threads, 4, dtype=torch.int32)
     for start in range(0, threads, group):
         size = min(group, threads - start)
@@ -238,7 +203,7 @@ def test_simdgroup_barrier_with_memory_flags_makes_lanes_meet(schedule, seed):
     v = torch.randint(-1000, 1000, (threads,), generator=_generator(seed), dtype=torch.int32)
     out = torch.full((threads,), -7, dtype=torch.int32)
     with tm.cpu_schedule(schedule, seed=seed):
-        _kernel("simdgroup_barrier_threadgroup")(v, out, threads=threads, group_size=group,
+        collective_kernel("simdgroup_barrier_threadgroup")(v, out, threads=threads, group_size=group,
                                                  threadgroup_memory={0: group * 4})
     neighbour = torch.tensor([(gid // group) * group + ((gid % group) ^ 1) for gid in range(threads)])
     assert torch.equal(out, v[neighbour])
@@ -260,7 +225,7 @@ def test_simdgroup_reconverges_after_divergent_if(k, schedule, seed):
     x = _small_ints(threads, seed=k)
     out = torch.full((threads * 2,), SENTINEL)
     with tm.cpu_schedule(schedule, seed=seed):
-        _kernel("simd_sum_reconverge")(x, out, k, threads=threads, group_size=threads)
+        collective_kernel("simd_sum_reconverge")(x, out, k, threads=threads, group_size=threads)
     expected = torch.empty(threads, 2)
     for members in _simd_groups(threads, threads):
         branch = sum(x[gid].item() for lane, gid in enumerate(members) if lane % 3 == k)
@@ -278,7 +243,7 @@ def test_simdgroup_reconverges_after_divergent_loop(threads, group, schedule, se
     x = _small_ints(threads, seed=threads + group)
     out = torch.full((threads * 2,), SENTINEL)
     with tm.cpu_schedule(schedule, seed=seed):
-        _kernel("simd_sum_loop_reconverge")(x, out, threads=threads, group_size=group)
+        collective_kernel("simd_sum_loop_reconverge")(x, out, threads=threads, group_size=group)
     expected = torch.empty(threads, 2)
     for members in _simd_groups(threads, group):
         in_iteration = [sum(x[gid].item() for lane, gid in enumerate(members) if lane % 4 > i) for i in range(3)]
@@ -296,7 +261,7 @@ def test_if_and_else_collectives_are_separate(threads, k, schedule):
     x = _small_ints(threads, seed=threads + k)
     out = torch.full((threads,), SENTINEL)
     with tm.cpu_schedule(schedule, seed=k):
-        _kernel("simd_sum_if_else")(x, out, k, threads=threads, group_size=threads)
+        collective_kernel("simd_sum_if_else")(x, out, k, threads=threads, group_size=threads)
     expected = torch.empty(threads)
     for members in _simd_groups(threads, threads):
         below = [gid for lane, gid in enumerate(members) if lane < k]
@@ -316,7 +281,7 @@ def test_quad_functions_stay_within_their_quad(d):
     x[4:8] = torch.tensor([0.0, -1.0, -2.0, 0.0])  # none positive
     x[8:12] = torch.tensor([0.0, 3.0, -1.0, 0.0])  # one positive
     out = torch.full((threads * 8,), SENTINEL)
-    _kernel("quad_functions")(x, out, d, threads=threads, group_size=threads)
+    collective_kernel("quad_functions")(x, out, d, threads=threads, group_size=threads)
     expected = torch.empty(threads, 8)
     for gid in range(threads):
         base, q = gid - gid % 4, gid % 4
@@ -344,7 +309,7 @@ def test_quad_functions_in_a_partial_quad(d):
     x = torch.tensor([3.0, -2.0] * 31)
     x[60:62] = torch.tensor([5.0, 7.0])
     out = torch.full((64 * 8,), SENTINEL)
-    _kernel("quad_functions")(x, out, d, threads=threads, group_size=64)
+    collective_kernel("quad_functions")(x, out, d, threads=threads, group_size=64)
     rows = out.view(64, 8)
     assert rows[62:].eq(SENTINEL).all()
     for gid, q in ((60, 0), (61, 1)):
@@ -380,7 +345,7 @@ def test_atomic_float_add_across_parallel_threadgroups(groups, group):
     x = torch.randint(1, 3, (threads,), generator=_generator(1)).float()  # totals < 2**24: exact
     total = torch.tensor([0.5])
     old = torch.full((threads,), SENTINEL)
-    _kernel("atomic_add_float")(x, total, old, threads=threads, group_size=group)
+    collective_kernel("atomic_add_float")(x, total, old, threads=threads, group_size=group)
     assert total.item() == 0.5 + x.double().sum().item()
     # Each addition saw the total of the ones before it: sorted, the old values chain up.
     order = torch.argsort(old)
@@ -397,7 +362,7 @@ def test_atomic_int_ops_across_parallel_threadgroups(groups, group):
     s = torch.tensor(s_init, dtype=torch.int32)
     u = torch.tensor(u_init, dtype=torch.int32)
     old = torch.zeros(threads, dtype=torch.int32)
-    _kernel("atomic_int_ops")(v, s, u, old, threads=threads, group_size=group)
+    collective_kernel("atomic_int_ops")(v, s, u, old, threads=threads, group_size=group)
     bits = v.numpy().view(np.uint32)
     total = int(v.long().sum())
     wrap = lambda value: (value + 2**31) % 2**32 - 2**31  # noqa: E731  (int32 two's complement)
@@ -417,7 +382,7 @@ def test_atomics_on_threadgroup_memory(threads, group):
     ticket = torch.full((threads,), -1, dtype=torch.int32)
     groups = -(-threads // group)
     out = torch.full((groups * 3,), -1, dtype=torch.int32)
-    _kernel("atomic_threadgroup")(v, ticket, out, threads=threads, group_size=group,
+    collective_kernel("atomic_threadgroup")(v, ticket, out, threads=threads, group_size=group,
                                   threadgroup_memory={0: 16})
     for g in range(groups):
         members = slice(g * group, min((g + 1) * group, threads))
@@ -431,7 +396,7 @@ def test_compare_exchange_weak_counter_is_exact(groups, group):
     threads = groups * group
     counter = torch.tensor([1000], dtype=torch.int32)
     ticket = torch.full((threads,), -1, dtype=torch.int32)
-    _kernel("atomic_cmpxchg_counter")(counter, ticket, threads=threads, group_size=group)
+    collective_kernel("atomic_cmpxchg_counter")(counter, ticket, threads=threads, group_size=group)
     assert counter.item() == 1000 + threads
     assert torch.equal(ticket.sort().values, torch.arange(1000, 1000 + threads, dtype=torch.int32))
 
@@ -450,7 +415,7 @@ def test_simdgroup_matrix_8x8_load_multiply_accumulate_store():
     g = _generator(8)
     a, b, c = (torch.randn(8, 8, generator=g) for _ in range(3))
     d, e, f, t = (torch.full((8, 8), SENTINEL) for _ in range(4))
-    _kernel("simdgroup_matrix_8x8")(a, b, c, d, e, f, t, threads=32, group_size=32)
+    collective_kernel("simdgroup_matrix_8x8")(a, b, c, d, e, f, t, threads=32, group_size=32)
     _assert_product_close(d, a, b, c)
     _assert_product_close(e, a.T, b, c)                   # loaded with transpose = true
     _assert_product_close(f, a, torch.full((8, 8), 0.5), c)  # init_filled(0.5)
@@ -461,7 +426,7 @@ def test_simdgroup_matrix_8x8_small_integers_are_exact():
     g = _generator(9)
     a, b, c = (torch.randint(-8, 8, (8, 8), generator=g).float() for _ in range(3))
     d, e, f, t = (torch.full((8, 8), SENTINEL) for _ in range(4))
-    _kernel("simdgroup_matrix_8x8")(a, b, c, d, e, f, t, threads=32, group_size=32)
+    collective_kernel("simdgroup_matrix_8x8")(a, b, c, d, e, f, t, threads=32, group_size=32)
     assert torch.equal(d, a @ b + c)
     assert torch.equal(e, a.T @ b + c)
     assert torch.equal(f, a.sum(1, keepdim=True).expand(8, 8) * 0.5 + c)
@@ -472,8 +437,8 @@ def test_simdgroup_matrix_16x16_tiles_accumulated_over_k():
     g = _generator(16)
     a, b, c = (torch.randn(batch, 16, 16, generator=g) for _ in range(3))
     d = torch.full((batch, 16, 16), SENTINEL)
-    _kernel("simdgroup_matrix_16x16")(a, b, c, d, threads=batch * 128, group_size=128)
+    collective_kernel("simdgroup_matrix_16x16")(a, b, c, d, threads=batch * 128, group_size=128)
     _assert_product_close(d, a, b, c)
     a, b, c = (torch.randint(-8, 8, (batch, 16, 16), generator=g).float() for _ in range(3))
-    _kernel("simdgroup_matrix_16x16")(a, b, c, d, threads=batch * 128, group_size=128)
+    collective_kernel("simdgroup_matrix_16x16")(a, b, c, d, threads=batch * 128, group_size=128)
     assert torch.equal(d, a @ b + c)

@@ -15,7 +15,7 @@ import torch
 
 import _air_modules as air
 import torch_metallib as tm
-from test_cpu_cooperative import MLX_ROW_GROUP
+from _cooperative import MLX_ROW_GROUP
 
 
 def _both(kernel, outputs, *args, **kwargs):

@@ -21,10 +21,10 @@ position with ``get_coordinate``.
 import pytest
 
 import torch_metallib as tm
-from test_cpu_mlx_matmul import (DTYPES as TORCH_DTYPES, TRANSPOSES, UNALIGNED_SHAPES, _assert_close,
-                                 _assert_sentinels, _axpby_reference, _constants_needed, _filled, _generator,
-                                 _grid, _matmul_tolerance, _operand, _pack_struct, _randn, _run_steel_gemm)
-from test_mlx_gated_delta import _mac26_path
+from _mlx_matmul import (DTYPES as TORCH_DTYPES, TRANSPOSES, UNALIGNED_SHAPES, _assert_close,
+                         _assert_sentinels, _axpby_reference, _constants_needed, _filled, _generator,
+                         _grid, _matmul_tolerance, _operand, _pack_struct, _randn, _run_steel_gemm)
+from _public_corpus import mac26_path
 
 # (bm, bn, bk, wm, wn): every tile the library instantiates, each for all three types.
 TILES = [(64, 64, 256, 2, 2), (64, 128, 64, 2, 4), (64, 128, 512, 2, 4), (128, 64, 512, 4, 2),
@@ -44,7 +44,7 @@ class _NaxKernels:
 
 @pytest.fixture(scope="module")
 def nax_library():
-    return tm.load(_mac26_path())
+    return tm.load(mac26_path())
 
 
 @pytest.fixture(scope="module")

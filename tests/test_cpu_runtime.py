@@ -250,6 +250,7 @@ def first_entry(mlx_path, cache_dir, env=None):
     return cache_dir / "jit" / entries[0]
 
 
+@pytest.mark.slow
 def test_first_process_writes_one_entry_and_the_next_reuses_it(mlx_path, cache_dir):
     path = first_entry(mlx_path, cache_dir)
     data, mtime = path.read_bytes(), os.stat(path).st_mtime_ns
@@ -295,6 +296,7 @@ def good_cache(mlx_path, tmp_path_factory):
     return {name: (directory / name).read_bytes() for name in files_under(directory)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_damaged_entry_is_detected_and_rebuilt(mlx_path, cache_dir, good_cache, damage):
     for name, data in good_cache.items():
@@ -316,6 +318,7 @@ def test_damaged_entry_is_detected_and_rebuilt(mlx_path, cache_dir, good_cache, 
     assert run_script(ADD_SCRIPT, mlx_path, "vv_Addfloat32") == {"from_disk": [True], "ok": True}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", ["0", "off", "False"])
 def test_cache_off_writes_nothing(mlx_path, cache_dir, monkeypatch, value):
     monkeypatch.setenv("TORCH_METALLIB_CACHE", value)
@@ -324,6 +327,7 @@ def test_cache_off_writes_nothing(mlx_path, cache_dir, monkeypatch, value):
     assert files_under(cache_dir) == []
 
 
+@pytest.mark.slow
 def test_cache_off_ignores_an_existing_entry(mlx_path, cache_dir, monkeypatch):
     path = first_entry(mlx_path, cache_dir)
     before = {name: ((cache_dir / name).read_bytes(), os.stat(cache_dir / name).st_mtime_ns)
@@ -335,6 +339,7 @@ def test_cache_off_ignores_an_existing_entry(mlx_path, cache_dir, monkeypatch):
     assert after == before and os.path.relpath(path, cache_dir) in after
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("processes", [2, 4])
 def test_processes_compiling_the_same_kernel_at_once(mlx_path, cache_dir, tmp_path, processes):
     """Processes released at the same instant (each waits for a 'go' file after doing
@@ -367,6 +372,7 @@ def test_processes_compiling_the_same_kernel_at_once(mlx_path, cache_dir, tmp_pa
     assert run_script(ADD_SCRIPT, mlx_path, "vv_Addfloat32") == {"from_disk": [True], "ok": True}
 
 
+@pytest.mark.slow
 def test_function_constant_values_get_their_own_entries(fixture_path, cache_dir):
     sets = [[False, 2.0], [False, 3.0], [True, 2.0], [False, 2.0]]  # the last repeats the first
     first = run_script(CONSTANTS_SCRIPT, fixture_path, json.dumps(sets))

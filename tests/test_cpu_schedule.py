@@ -130,6 +130,7 @@ def _child(setting: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.slow
 def test_environment_variable_sets_the_default(missing_barrier, values):
     with tm.cpu_schedule("permuted", seed=9):
         here = _run(missing_barrier, values)

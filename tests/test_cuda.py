@@ -18,16 +18,15 @@ import pytest
 import torch
 
 import torch_metallib as tm
-import test_argument_buffers as argument_buffers
-import test_cpu_collectives as collectives
-import test_cpu_conformance as conformance
-import test_cpu_cooperative as cooperative
-import test_cpu_mlx_matmul as matmul
-import test_cpu_mlx_reductions as reductions
-import test_cpu_mlx_scans as scans
-import test_simdgroup_matrix_strided as strided
+import _argument_buffers as argument_buffers
+import _collectives as collectives
+import _conformance as conformance
+import _cooperative as cooperative
+import _mlx_matmul as matmul
+import _mlx_reductions as reductions
+import _mlx_scans as scans
+import _simdgroup_matrix as strided
 from _device_mirror import mirrored_calls
-from test_argument_buffers import mlx002  # noqa: F401 (fixture)
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
                                                    reason="torch.cuda.is_available() is False: no CUDA device")]
@@ -44,43 +43,43 @@ def on_cuda():
 
 @pytest.mark.parametrize("case", conformance.params(conformance.UNARY_CASES))
 def test_unary(mlx_lib, case, on_cuda):
-    conformance.test_unary(mlx_lib, case)
+    conformance.check_unary(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.BINARY_CASES))
 def test_binary(mlx_lib, case, on_cuda):
-    conformance.test_binary_contiguous(mlx_lib, case)
+    conformance.check_binary_contiguous(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_BINARY_CASES))
 def test_binary_strided(mlx_lib, case, on_cuda):
-    conformance.test_binary_strided(mlx_lib, case)
+    conformance.check_binary_strided(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.COPY_CASES))
 def test_copy(mlx_lib, case, on_cuda):
-    conformance.test_copy_contiguous(mlx_lib, case)
+    conformance.check_copy_contiguous(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_COPY_CASES))
 def test_copy_strided(mlx_lib, case, on_cuda):
-    conformance.test_copy_strided(mlx_lib, case)
+    conformance.check_copy_strided(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.SELECT_CASES))
 def test_select(mlx_lib, case, on_cuda):
-    conformance.test_select(mlx_lib, case)
+    conformance.check_select(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.ARANGE_CASES))
 def test_arange(mlx_lib, case, on_cuda):
-    conformance.test_arange(mlx_lib, case)
+    conformance.check_arange(mlx_lib, case)
 
 
 def test_fixture_kernels(fixtures_lib, on_cuda):
-    conformance.test_fixture_vector_add_float(fixtures_lib)
-    conformance.test_fixture_scale_shift_float(fixtures_lib, False)  # scalar tensors: the test below
-    conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+    conformance.check_fixture_vector_add_float(fixtures_lib)
+    conformance.check_fixture_scale_shift_float(fixtures_lib, False)  # scalar tensors: the test below
+    conformance.check_fixture_struct_arg_axpy(fixtures_lib)
 
 
 def test_cpu_scalar_tensors_beside_cuda_tensors_are_values(fixtures_lib):
@@ -99,43 +98,43 @@ def test_cpu_scalar_tensors_beside_cuda_tensors_are_values(fixtures_lib):
 
 @pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25)])
 def test_function_constants(fixtures_lib, use_bias, alpha, on_cuda):
-    conformance.test_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
+    conformance.check_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
 
 
 # --- cooperative kernels: threadgroup memory, barriers, SIMD-group functions ----------------------
 
 @pytest.mark.parametrize("group", [32, 64, 128, 256])
 def test_threadgroup_memory(fixtures, group, on_cuda):
-    cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, group)
+    cooperative.check_threadgroup_sum_with_threadgroup_memory(fixtures, group)
 
 
 @pytest.mark.parametrize("dtype", cooperative.DTYPES)
 @pytest.mark.parametrize("variant", ["block", "looped"])
 def test_softmax(mlx_lib, variant, dtype, on_cuda):
-    cooperative.test_softmax(mlx_lib, variant, dtype)
+    cooperative.check_softmax(mlx_lib, variant, dtype)
 
 
 @pytest.mark.parametrize("dtype", cooperative.DTYPES)
 @pytest.mark.parametrize("variant", ["block", "looped"])
 def test_logsumexp(mlx_lib, variant, dtype, on_cuda):
-    cooperative.test_logsumexp(mlx_lib, variant, dtype)
+    cooperative.check_logsumexp(mlx_lib, variant, dtype)
 
 
 @pytest.mark.parametrize("dtype", cooperative.DTYPES)
 @pytest.mark.parametrize("looped", [False, True])
 def test_rms_norm(mlx_lib, looped, dtype, on_cuda):
-    cooperative.test_rms_norm(mlx_lib, looped, dtype)
+    cooperative.check_rms_norm(mlx_lib, looped, dtype)
 
 
 @pytest.mark.parametrize("looped", [False, True])
 def test_layer_norm(mlx_lib, looped, on_cuda):
-    cooperative.test_layer_norm(mlx_lib, looped)
+    cooperative.check_layer_norm(mlx_lib, looped)
 
 
 # PyTorch's layer_norm_looped and radix_scan on the device named by argv[1], in a process of their own.
 _LAYER_NORM_LOOPED = """
 import sys
-import test_cpu_cooperative as cooperative
+import _cooperative as cooperative
 kernel = cooperative.layer_norm_looped_kernel()
 for rows, size, group in [(3, 1000, 256), (2, 37, 64), (4, 4096, 1024), (1, 5, 32), (64, 8192, 1024)]:
     cooperative.check_layer_norm_looped(kernel, rows, size, group, device=sys.argv[1])
@@ -144,7 +143,7 @@ print("finished")
 """
 _RADIX_SCAN = """
 import sys
-import test_cpu_cooperative as cooperative
+import _cooperative as cooperative
 kernel = cooperative.radix_scan_kernel()
 for n_entries in cooperative.RADIX_SCAN_SIZES:
     cooperative.check_radix_scan(kernel, 3, n_entries, device=sys.argv[1])
@@ -259,26 +258,26 @@ def test_coarsened_elementwise_at_every_edge_and_alignment(mlx_lib, size, offset
 
 @pytest.mark.parametrize("case", reductions.ALL_CASES, ids=reductions._ids(reductions.ALL_CASES))
 def test_reductions(mlx_lib, case, on_cuda):
-    run = {"all_reduce": reductions.test_all_reduce, "init_reduce": reductions.test_init_reduce,
-           "arg_reduce": reductions.test_arg_reduce}.get(case.family)
+    run = {"all_reduce": reductions.check_all_reduce, "init_reduce": reductions.check_init_reduce,
+           "arg_reduce": reductions.check_arg_reduce}.get(case.family)
     if run is None:
-        run = reductions.test_row_reduce if case in reductions.ROW_CASES else reductions.test_col_reduce
+        run = reductions.check_row_reduce if case in reductions.ROW_CASES else reductions.check_col_reduce
     run(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", scans.FULL_CASES + scans.OTHER_CASES, ids=scans._case_id)
 def test_scan(mlx_lib, case, on_cuda):
-    scans.test_scan_exact(mlx_lib, case)
+    scans.check_scan_exact(mlx_lib, case)
 
 
 @pytest.mark.parametrize("d", [1, 5, 31])
 def test_shuffles(d, on_cuda):
-    collectives.test_shuffle_up_down_xor_broadcast(d)
+    collectives.check_shuffle_up_down_xor_broadcast(d)
 
 
 @pytest.mark.parametrize("transpose,dtype", [("nn", "float32"), ("nt", "float16"), ("tn", "bfloat16")])
 def test_steel_gemm(mlx_lib, transpose, dtype, on_cuda):
-    matmul.test_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
+    matmul.check_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
 
 
 @pytest.mark.parametrize("transpose,dtype,tile,shape", [
@@ -296,12 +295,12 @@ def test_steel_gemm_half_paths(mlx_lib, transpose, dtype, tile, shape, on_cuda):
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):
     """Each operand type's product, in a whole warp and in half of one."""
-    strided.test_product_of_each_type(operands, accumulator, lanes)
+    strided.check_product_of_each_type(operands, accumulator, lanes)
 
 
 def test_argument_buffers(mlx002, on_cuda):
-    argument_buffers.test_gather_rows_matches_torch(mlx002, "dict")
-    argument_buffers.test_gather_with_two_index_arrays_matches_torch(mlx002)
+    argument_buffers.check_gather_rows_matches_torch(mlx002, "dict")
+    argument_buffers.check_gather_with_two_index_arrays_matches_torch(mlx002)
 
 
 # --- the stream, limits and operators --------------------------------------------------------------

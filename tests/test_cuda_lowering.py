@@ -34,8 +34,7 @@ import llvmlite.binding as llvm
 import pytest
 
 import _air_modules as air
-import test_cpu_collectives
-import test_cpu_cooperative
+import _cooperative
 import torch_metallib as tm
 import torch_metallib.backends.cuda.ptx as ptx_module
 from torch_metallib.backends.cuda.backend import GRID_ONLY_BLOCK, _launches, _parameter_layout, grid_only, launch_group
@@ -45,7 +44,9 @@ from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from torch_metallib.dispatch.calls import dispatch_state
 from conftest import IN_CI
-from test_public_corpus import subset_files
+from _collectives import collective_kernel
+from _parallel import cores
+from _public_corpus import subset_files
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -69,18 +70,21 @@ def _assembled(ptx: str) -> None:
 
 # --- the corpus: every family ---------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
     names = [members[0] for members in families(compute_kernels(tm.load(mlx_path))).values()]
     assert len(names) > 900  # 17,248 kernels in 933 families
-    outcomes = check_kernels([(mlx_path, name) for name in names], ARCHS, jobs=2)
+    outcomes = check_kernels([(mlx_path, name) for name in names], ARCHS, jobs=cores())
     failed = [(o.name, o.outcome, o.detail[:300]) for o in outcomes if o.outcome != "ptx"]
     assert not failed, f"{len(failed)} of {len(names)} families: {failed[:5]}"
 
 
+@pytest.mark.slow
 def test_public_corpus_families_lower_and_assemble(ptxas):
     kernels = [(str(path), members[0]) for path in subset_files()
                for members in families(compute_kernels(tm.load(str(path)))).values()]
-    outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, check_kernels(kernels, ARCHS, jobs=2))]
+    checked = check_kernels(kernels, ARCHS, jobs=cores())
+    outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, checked)]
     counts = collections.Counter(o.outcome for _, o in outcomes)
     bugs = [(file, o.name, o.outcome, o.detail[:300]) for file, o in outcomes if o.outcome in ("ptxas", "error")]
     assert not bugs, bugs[:5]
@@ -181,7 +185,7 @@ def test_top_level_collectives_take_the_lanes_still_running(ptxas):
     that has not returned reaches them), so their lanes are a vote of the warp's lanes as the
     kernel started, which waits for the lanes still looping; the prefix sum inside ``if
     (simd_id == 0)`` keeps the lanes that run it together (activemask)."""
-    kernel = test_cpu_cooperative.radix_scan_kernel()
+    kernel = _cooperative.radix_scan_kernel()
     text = _nvvm(kernel)
     body = re.search(r"^define [^\n]*@radix_scan\(.*?^\}$", text, re.M | re.S).group(0)
     converged = re.findall(r"call i32 @(air\.simd_[\w.]+)\.tm_converged\([^\n]*, i32 %tm\.mask\.\d+\)", body)
@@ -197,7 +201,7 @@ def test_top_level_collectives_take_the_lanes_still_running(ptxas):
 def test_collectives_in_loops_and_branches_keep_the_active_lanes():
     """simd_sum_loop_reconverge: the simd_sum inside the loop acts over the lanes still in
     it (activemask); the one after the loop over every lane (a vote)."""
-    kernel = test_cpu_collectives._kernel("simd_sum_loop_reconverge")
+    kernel = collective_kernel("simd_sum_loop_reconverge")
     body = re.search(r"^define [^\n]*@simd_sum_loop_reconverge\(.*?^\}$", _nvvm(kernel), re.M | re.S).group(0)
     assert len(re.findall(r"@air\.simd_sum\.f32\.tm_converged\(", body)) == 1
     assert len(re.findall(r"@air\.simd_sum\.f32\(", body)) == 1
@@ -219,7 +223,7 @@ def test_barriers_are_never_copied_into_divergent_branches(ptxas):
     reaches them (the entry too, as clang's CUDA kernels): the PTX has the source's three
     barriers and four reductions (two top-level, with the lanes a vote finds; two inside
     an ``if``, with the active lanes; converged_masks.py)."""
-    kernel = test_cpu_cooperative.layer_norm_looped_kernel()
+    kernel = _cooperative.layer_norm_looped_kernel()
     ptx = _ptx(kernel)
     barriers = re.findall(r"\b(?:bar|barrier)\.sync\b", ptx)
     assert len(barriers) == 3, f"{len(barriers)} barriers"

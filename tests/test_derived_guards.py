@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import torch_metallib as tm
-from test_public_corpus import subset_files
+from _public_corpus import subset_files
 
 BASE = dict(M=8, N=8, K=8, A_trans=False, B_trans=False, alpha=1.0, beta=0.0, batched=False,
             fused_activation=False, block_sparse=False, triangular=False, grouped_query=False,

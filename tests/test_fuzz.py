@@ -10,9 +10,11 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
 
 import torch_metallib as tm
-from test_public_corpus import subset_files
+from _parallel import cores
+from _public_corpus import subset_files
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FUZZ_CASES = int(os.environ.get("TORCH_METALLIB_FUZZ_CASES", "20000"))
@@ -55,10 +57,11 @@ def run_fuzzer(*args, timeout=900):
                           capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_mutated_metallibs_never_crash_hang_or_raise_foreign_errors(mlx_lib, fixture_metallib, tmp_path):
     seeds = seed_files(mlx_lib, fixture_metallib, tmp_path)
     findings = tmp_path / "findings"
-    result = run_fuzzer("--seed", FUZZ_SEED, "--cases", FUZZ_CASES, "--jobs", 2, "--out", findings, *seeds)
+    result = run_fuzzer("--seed", FUZZ_SEED, "--cases", FUZZ_CASES, "--jobs", cores(), "--out", findings, *seeds)
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, f"{result.stdout[-6000:]}\n{result.stderr[-6000:]}\nreproducers in {findings}"
     assert summary.startswith(f"cases {FUZZ_CASES} ") and "crashes 0 hangs 0 foreign 0" in summary, summary

@@ -35,6 +35,7 @@ def _checks(report):
     return {check.method: check for check in report.checks}
 
 
+@pytest.mark.slow
 def test_csrc_mps_uses_apples_api(report):
     assert report.findings == []
     checks = _checks(report)
@@ -75,6 +76,7 @@ def headers(tmp_path):
     return pathlib.Path(shutil.copytree(ROOT / "tests" / "metal_sim" / "include", tmp_path / "include"))
 
 
+@pytest.mark.slow
 def test_a_misspelled_selector_fails(tmp_path, record):
     misspelled = _copy(CSRC / "command_encoder.mm", tmp_path, "offset:0 atIndex:", "offset:0 atIndx:")
     report = check_metal_api.check([misspelled], record=record)
@@ -82,6 +84,7 @@ def test_a_misspelled_selector_fails(tmp_path, record):
                for f in report.findings), report.findings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source, old, new, expected", [
     # In a protocol PyObjC's binary holds: Apple's MTLComputeCommandEncoder has no such method.
     ("command_encoder.mm", "setThreadgroupMemoryLength:", "setThreadGroupMemoryLength:",

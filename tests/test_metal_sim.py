@@ -17,11 +17,10 @@ import pytest
 import torch
 
 import torch_metallib as tm
-import test_cpu_conformance as conformance
-import test_cpu_cooperative as cooperative
-import test_cpu_mlx_matmul as matmul
-import test_argument_buffers as argument_buffers
-from test_argument_buffers import mlx002  # noqa: F401 (fixture)
+import _conformance as conformance
+import _cooperative as cooperative
+import _mlx_matmul as matmul
+import _argument_buffers as argument_buffers
 from _metal_sim import native, simulated_metal
 from torch_metallib.backends.mps_backend import MpsBackend
 
@@ -41,84 +40,84 @@ def metal():
 
 @pytest.mark.parametrize("case", conformance.params(conformance.UNARY_CASES[::18]))
 def test_unary(mlx_lib, case, metal):
-    conformance.test_unary(mlx_lib, case)
+    conformance.check_unary(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.BINARY_CASES[::36]))
 def test_binary(mlx_lib, case, metal):
-    conformance.test_binary_contiguous(mlx_lib, case)
+    conformance.check_binary_contiguous(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_BINARY_CASES[::50]))
 def test_binary_strided(mlx_lib, case, metal):
-    conformance.test_binary_strided(mlx_lib, case)
+    conformance.check_binary_strided(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.COPY_CASES[::40]))
 def test_copy(mlx_lib, case, metal):
-    conformance.test_copy_contiguous(mlx_lib, case)
+    conformance.check_copy_contiguous(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_COPY_CASES[::23]))
 def test_copy_strided(mlx_lib, case, metal):
-    conformance.test_copy_strided(mlx_lib, case)
+    conformance.check_copy_strided(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.SELECT_CASES[::3]))
 def test_select(mlx_lib, case, metal):
-    conformance.test_select(mlx_lib, case)
+    conformance.check_select(mlx_lib, case)
 
 
 @pytest.mark.parametrize("case", conformance.params(conformance.ARANGE_CASES[::2]))
 def test_arange(mlx_lib, case, metal):
-    conformance.test_arange(mlx_lib, case)
+    conformance.check_arange(mlx_lib, case)
 
 
 def test_fixture_kernels(fixtures_lib, metal):
-    conformance.test_fixture_vector_add_float(fixtures_lib)
-    conformance.test_fixture_scale_shift_float(fixtures_lib, True)
-    conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+    conformance.check_fixture_vector_add_float(fixtures_lib)
+    conformance.check_fixture_scale_shift_float(fixtures_lib, True)
+    conformance.check_fixture_struct_arg_axpy(fixtures_lib)
 
 
 @pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25), (True, 0.0)])
 def test_function_constants(fixtures_lib, use_bias, alpha, metal):
-    conformance.test_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
+    conformance.check_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
     assert metal.last["constants"], "the pipeline was made without its constant values"
 
 
 @pytest.mark.parametrize("group", [32, 128])
 def test_threadgroup_memory(fixtures, group, metal):
-    cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, group)
+    cooperative.check_threadgroup_sum_with_threadgroup_memory(fixtures, group)
     assert metal.last["threadgroup"], "no threadgroup memory was set"
 
 
 @pytest.mark.parametrize("dtype", cooperative.DTYPES)
 @pytest.mark.parametrize("variant", ["block", "looped"])
 def test_softmax(mlx_lib, variant, dtype, metal):
-    cooperative.test_softmax(mlx_lib, variant, dtype)
+    cooperative.check_softmax(mlx_lib, variant, dtype)
 
 
 @pytest.mark.parametrize("looped", [False, True])
 def test_layer_norm(mlx_lib, looped, metal):
-    cooperative.test_layer_norm(mlx_lib, looped)
+    cooperative.check_layer_norm(mlx_lib, looped)
 
 
 @pytest.mark.parametrize("transpose,dtype", [("nt", "float16"), ("tn", "float32"), ("nn", "bfloat16")])
 def test_steel_gemm(mlx_lib, transpose, dtype, metal):
-    matmul.test_steel_gemm_alignment_paths(mlx_lib, matmul.ALIGNMENT_CASES[0], transpose, dtype)
+    matmul.check_steel_gemm_alignment_paths(mlx_lib, matmul.ALIGNMENT_CASES[0], transpose, dtype)
 
 
 @pytest.mark.parametrize("form", ["dict", "sequence"])
 def test_argument_buffer_gather(mlx002, form, metal):
-    argument_buffers.test_gather_rows_matches_torch(mlx002, form)
+    argument_buffers.check_gather_rows_matches_torch(mlx002, form)
 
 
 def test_argument_buffer_gather_two_index_arrays(mlx002, metal):
-    argument_buffers.test_gather_with_two_index_arrays_matches_torch(mlx002)
+    argument_buffers.check_gather_with_two_index_arrays_matches_torch(mlx002)
 
 
 def test_argument_buffer_scatter_with_atomics(mlx002, metal):
-    argument_buffers.test_scatter_prod_with_repeated_indices_matches_torch(mlx002)
+    argument_buffers.check_scatter_prod_with_repeated_indices_matches_torch(mlx002)
 
 
 # --- the recorded calls, exactly ------------------------------------------------------------
@@ -217,7 +216,7 @@ def test_group_and_threadgroup_memory_limits_are_checked_before_encoding(fixture
         assert not sim.take_recording() and (out == -7.0).all()
         sim.set_limits(device_threadgroup_memory=1024, static_threadgroup_memory=512)
         with simulated_metal(), pytest.raises(tm.DispatchError, match="exceeds the device's 1024"):
-            cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, 256)  # 1024 bytes + 512
+            cooperative.check_threadgroup_sum_with_threadgroup_memory(fixtures, 256)  # 1024 bytes + 512
         assert not sim.take_recording()
     finally:
         sim.set_limits()
@@ -283,6 +282,7 @@ def test_operator_dispatched_for_mps_without_a_metal_backend_says_so(mlx_ops):
         torch.ops.tm_examples.sigmoid.default.redispatch(MPS_KEY, torch.zeros(3))
 
 
+@pytest.mark.slow
 def test_every_csrc_mps_file_compiles():
     """-fsyntax-only of csrc/mps: the simulated files against the fake Metal, and the one
     that includes PyTorch's MPS headers against torch's own ATen/mps/MPSStream.h."""

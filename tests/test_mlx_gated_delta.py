@@ -9,27 +9,14 @@ B*Hv), threadgroup (32, 4, 1); q, k [B, T, Hk, Dk], v and y [B, T, Hv, Dv], g an
 [B, T, Hv], state [B, Hv, Dv, Dk] (float32), T a ``constant int&``. g is a decay in (0, 1].
 """
 
-import pathlib
-
 import pytest
 import torch
 
 import torch_metallib as tm
-from test_public_corpus import CORPUS, IN_CI
+from _public_corpus import mac26_path
 
 KERNEL = "gated_delta_fused_chunk_float_128_128_24_24_8"  # Dk, Dv, Hk, Hv, chunk of 8 steps
-MAC26 = "mlx-metal-0.32.4-mlx_mac26.metallib"             # .ci/run fetches it
 B, T, H, D = 1, 13, 24, 128                                  # T: one full chunk and a partial one
-
-
-def _mac26_path() -> pathlib.Path:
-    path = CORPUS / MAC26
-    if not path.exists():
-        message = f"{path} is missing. Fetch it: bash tests/corpora/fetch_public.sh '^mlx-metal-0\\.32\\.4-mlx_mac26'"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 def _reference(q, k, v, state, g, beta):
@@ -66,7 +53,7 @@ def outputs(inputs, mlx_path):
     """{library: (y, state_out)} for the macOS 14 and macOS 26 builds."""
     q, k, v, state, decay, beta = inputs
     results = {}
-    for label, path in (("macOS 14 build", mlx_path), ("macOS 26 build", _mac26_path())):
+    for label, path in (("macOS 14 build", mlx_path), ("macOS 26 build", mac26_path())):
         y = torch.full((B, T, H, D), float("nan"))
         state_out = torch.full((B, H, D, D), float("nan"))
         tm.load(path)[KERNEL](q, k, v, state, decay, beta, y, state_out, T,

@@ -13,12 +13,11 @@ import pytest
 import torch
 
 import torch_metallib as tm
-import test_argument_buffers as argument_buffers
-import test_cpu_conformance as conformance
-import test_cpu_cooperative as cooperative
-import test_cpu_mlx_matmul as matmul
+import _argument_buffers as argument_buffers
+import _conformance as conformance
+import _cooperative as cooperative
+import _mlx_matmul as matmul
 from _device_mirror import assert_same, mirrored_calls
-from test_argument_buffers import mlx002  # noqa: F401 (fixture)
 
 MPS = torch.backends.mps.is_available()
 on_mac = pytest.mark.skipif(not MPS, reason="torch.backends.mps.is_available() is False: no Metal device")
@@ -51,75 +50,75 @@ def test_the_mirror_keeps_aliasing_and_catches_a_difference(mlx_lib):
 @on_mac
 @pytest.mark.parametrize("case", conformance.params(conformance.UNARY_CASES[::3]))
 def test_unary(mlx_lib, case, on_mps):
-    conformance.test_unary(mlx_lib, case)
+    conformance.check_unary(mlx_lib, case)
 
 
 @on_mac
 @pytest.mark.parametrize("case", conformance.params(conformance.BINARY_CASES[::6]))
 def test_binary(mlx_lib, case, on_mps):
-    conformance.test_binary_contiguous(mlx_lib, case)
+    conformance.check_binary_contiguous(mlx_lib, case)
 
 
 @on_mac
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_BINARY_CASES[::10]))
 def test_binary_strided(mlx_lib, case, on_mps):
-    conformance.test_binary_strided(mlx_lib, case)
+    conformance.check_binary_strided(mlx_lib, case)
 
 
 @on_mac
 @pytest.mark.parametrize("case", conformance.params(conformance.COPY_CASES[::8]))
 def test_copy(mlx_lib, case, on_mps):
-    conformance.test_copy_contiguous(mlx_lib, case)
+    conformance.check_copy_contiguous(mlx_lib, case)
 
 
 @on_mac
 @pytest.mark.parametrize("case", conformance.params(conformance.STRIDED_COPY_CASES[::5]))
 def test_copy_strided(mlx_lib, case, on_mps):
-    conformance.test_copy_strided(mlx_lib, case)
+    conformance.check_copy_strided(mlx_lib, case)
 
 
 @on_mac
 def test_fixture_kernels(fixtures_lib, on_mps):
-    conformance.test_fixture_vector_add_float(fixtures_lib)
-    conformance.test_fixture_scale_shift_float(fixtures_lib, True)
-    conformance.test_fixture_struct_arg_axpy(fixtures_lib)
+    conformance.check_fixture_vector_add_float(fixtures_lib)
+    conformance.check_fixture_scale_shift_float(fixtures_lib, True)
+    conformance.check_fixture_struct_arg_axpy(fixtures_lib)
 
 
 @on_mac
 @pytest.mark.parametrize("use_bias, alpha", [(True, 1.5), (False, -2.25)])
 def test_function_constants(fixtures_lib, use_bias, alpha, on_mps):
-    conformance.test_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
+    conformance.check_fixture_function_constant_scale(fixtures_lib, use_bias, alpha)
 
 
 @on_mac
 @pytest.mark.parametrize("group", [32, 128])
 def test_threadgroup_memory(fixtures, group, on_mps):
-    cooperative.test_threadgroup_sum_with_threadgroup_memory(fixtures, group)
+    cooperative.check_threadgroup_sum_with_threadgroup_memory(fixtures, group)
 
 
 @on_mac
 @pytest.mark.parametrize("dtype", cooperative.DTYPES)
 @pytest.mark.parametrize("variant", ["block", "looped"])
 def test_softmax(mlx_lib, variant, dtype, on_mps):
-    cooperative.test_softmax(mlx_lib, variant, dtype)
+    cooperative.check_softmax(mlx_lib, variant, dtype)
 
 
 @on_mac
 @pytest.mark.parametrize("looped", [False, True])
 def test_layer_norm(mlx_lib, looped, on_mps):
-    cooperative.test_layer_norm(mlx_lib, looped)
+    cooperative.check_layer_norm(mlx_lib, looped)
 
 
 @on_mac
 @pytest.mark.parametrize("transpose,dtype", [("nt", "float16"), ("tn", "float32"), ("nn", "bfloat16")])
 def test_steel_gemm(mlx_lib, transpose, dtype, on_mps):
-    matmul.test_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
+    matmul.check_steel_gemm_unaligned(mlx_lib, (32, 32, 16, 2, 2), transpose, dtype)
 
 
 @on_mac
 def test_argument_buffers(mlx002, on_mps):
-    argument_buffers.test_gather_rows_matches_torch(mlx002, "dict")
-    argument_buffers.test_gather_with_two_index_arrays_matches_torch(mlx002)
+    argument_buffers.check_gather_rows_matches_torch(mlx002, "dict")
+    argument_buffers.check_gather_with_two_index_arrays_matches_torch(mlx002)
 
 
 # --- the MPS stream, limits and operators ------------------------------------------------------

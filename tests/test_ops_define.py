@@ -19,20 +19,17 @@ import operator
 import os
 import subprocess
 import sys
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 
 import pytest
 import torch
 import torch._dynamo.testing
 
 import torch_metallib as tm
-from conftest import fixture_bitcode
+from _ops_define import F32, GROUP, GROUPS, NS, define_left_neighbour, left_neighbours, ramp
 from torch_metallib import ops
 
-NS = "tm_define_tests"
-F32 = [torch.float32]
 SIGMOID = "v_Sigmoid{dtype}{dtype}"  # (in, out, size): size unused
-GROUP, GROUPS = 64, 6                # the missing_barrier fixture's threadgroups
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -81,23 +78,6 @@ def group_sum_options(**overrides) -> dict:
 @pytest.fixture(scope="module")
 def libraries(mlx_lib, fixture_metallib) -> dict:
     return {"mlx": mlx_lib, "fixtures": tm.load(fixture_metallib)}
-
-
-def left_neighbours(x: torch.Tensor) -> torch.Tensor:
-    """What missing_barrier means to compute: each thread's left neighbour in its group
-    (thread 0 its own value)."""
-    groups = x.view(-1, GROUP)
-    return torch.cat([groups[:, :1], groups[:, :-1]], 1).reshape(-1)
-
-
-def define_left_neighbour(qualname: str):
-    """An operator on tests/fixtures/cooperative/missing_barrier.ll, a kernel that lacks a
-    barrier: right in index order (parallel, sequential), wrong in permuted order.
-    Also used by the child process of test_environment_schedule_reaches_the_operator."""
-    lib = tm.load(tm.pack([tm.FunctionSource("missing_barrier", fixture_bitcode("cooperative/missing_barrier"))]))
-    return ops.define(f"{qualname}(Tensor x) -> Tensor", lib, "missing_barrier", dtypes=F32, bind={"in": "x"},
-                      outputs={"out": ops.like("x")}, threads=ops.numel("x"), group_size=GROUP,
-                      threadgroup_memory={0: GROUP * 4})
 
 
 # --- registration errors -------------------------------------------------------------------
@@ -360,6 +340,7 @@ def test_native_and_python_rules_agree(rules_op, rows, k, with_b):
     assert list(rules_op(*rule_inputs(rows, k, with_b, device="meta")).shape) == expected  # fake (Python)
 
 
+@pytest.mark.slow
 def test_rules_on_symbolic_sizes_agree_with_native(rules_op):
     compiled = torch.compile(rules_op, fullgraph=True, dynamic=True)
     for rows, k, with_b in RULE_SAMPLES[2:5]:
@@ -595,12 +576,8 @@ def left_neighbour():
     return define_left_neighbour(f"{NS}::left_neighbour")
 
 
-def _ramp() -> torch.Tensor:
-    return torch.arange(1.0, GROUPS * GROUP + 1)
-
-
 def test_permuted_schedule_reaches_the_operator(left_neighbour):
-    x = _ramp()
+    x = ramp()
     expected = left_neighbours(x)
     assert torch.equal(left_neighbour(x), expected)
     with tm.cpu_schedule("sequential"):
@@ -624,11 +601,11 @@ def test_permuted_schedule_reaches_the_operator(left_neighbour):
 _CHILD = """
 import json, sys, torch, torch_metallib as tm
 from _ops_examples import define_mlx_examples
-from test_ops_define import NS, _ramp, define_left_neighbour
+from _ops_define import NS, define_left_neighbour, ramp
 define_mlx_examples(tm.load(sys.argv[1]))
 x = torch.randn(3, 4096, generator=torch.Generator().manual_seed(0))
 softmax_error = (torch.ops.tm_examples.softmax(x).double() - torch.softmax(x.double(), -1)).abs().max().item()
-left = define_left_neighbour(NS + "::left_neighbour")(_ramp())
+left = define_left_neighbour(NS + "::left_neighbour")(ramp())
 print(json.dumps({"softmax_error": softmax_error, "left": left.tolist()}))
 """
 
@@ -640,7 +617,7 @@ def test_environment_schedule_reaches_the_operator(mlx_path, left_neighbour):
     assert child.returncode == 0, child.stderr[-3000:]
     result = json.loads(child.stdout.strip().splitlines()[-1])
     assert result["softmax_error"] <= 2e-6
-    x = _ramp()
+    x = ramp()
     with tm.cpu_schedule("permuted", seed=3):
         here = left_neighbour(x)
     assert not torch.equal(here, left_neighbours(x))

@@ -1,53 +1,20 @@
 """Metallibs from public macOS wheels, built by many toolchains (tests/corpora/fetch_public.sh
-lists 60; .ci/run fetches the subset below): every file loads, round-trips byte for byte in
+lists 60; .ci/run fetches the subset tests/_public_corpus.py names): every file loads, round-trips byte for byte in
 its own group-size convention, and every function reflects."""
 
 import collections
 import hashlib
-import os
-import pathlib
 
 import pytest
 import torch
 
 import torch_metallib as tm
-
-CORPUS = pathlib.Path(os.environ.get("TM_PUBLIC_CORPUS",
-                                     pathlib.Path.home() / ".cache/torch_metallib/public-corpus"))
-# What CI fetches (grep -E over the output names): both size conventions, AIR 2.4 to 2.8,
-# vertex and fragment functions, argument buffers, metallibs embedded in .so files. Keep it in sync with .ci/run.
-PUBLIC_SUBSET = "^(executorch|gpt4all|metal-|metalcore|metalq|psych|penny|sk|diff|mlx-lstsq|mlx-0\\.0\\.2-mlx$)"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-# file name prefix -> the convention that producer's toolchain writes (read off the bytes:
-# an ENDT-only metadata group says 8 in the current convention, 4 in the older one).
-CONVENTIONS = {
-    "diffusion-rs": "current", "executorch-1.3.1": "older", "executorch-1.4.1": "current",
-    "executorch-1.5.1": "current", "gpt4all": "older", "metal-flash-sdpa": "older",
-    "metal-graph": "older", "metal-linalg": "older", "metalcore": "older", "metalq": "older",
-    "pennylane": "older", "psychmetal": "current", "skmetal": "older",
-    "mlx-lstsq": "current", "mlx-0.0.2-mlx.": "older",  # argument buffers (gather)
-}
-
-
-def subset_files():
-    files = sorted(p for p in CORPUS.glob("*.metallib")
-                   if any(p.name.startswith(prefix) for prefix in CONVENTIONS))
-    if len(files) < 28:
-        message = (f"public corpus subset: expected 28 files in {CORPUS}, found {len(files)}. "
-                   f"Fetch it: bash tests/corpora/fetch_public.sh '{PUBLIC_SUBSET}'")
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    return files
+from _public_corpus import CONVENTIONS, producer, subset_files
 
 
 @pytest.fixture(scope="module")
 def files():
     return subset_files()
-
-
-def producer(path: pathlib.Path) -> str:
-    return next(prefix for prefix in CONVENTIONS if path.name.startswith(prefix))
 
 
 def test_every_file_loads_and_round_trips(files):
@@ -68,6 +35,7 @@ def test_every_file_loads_and_round_trips(files):
             assert lib.subset(names) == data, path.name
 
 
+@pytest.mark.slow
 def test_every_function_reflects(files):
     counts = collections.Counter()
     for path in files:

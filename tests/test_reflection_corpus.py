@@ -5,8 +5,10 @@ kernels/: binary.h, softmax.h, arange.h, steel/gemm/kernels/steel_gemm_fused.h, 
 import concurrent.futures
 import random
 
+import pytest
 
 import torch_metallib as tm
+from _parallel import cores
 from _reflection_checks import check_kernels, decoder_problems, unused_flag_problems
 from torch_metallib import Argument, StructField
 
@@ -17,11 +19,13 @@ def _sample(lib, count: int, seed: int) -> list:
     return random.Random(seed).sample(lib.function_names, count)
 
 
+@pytest.mark.slow
 def test_every_mlx_kernel_reflects_consistently(mlx_path, mlx_lib):
     """All 17,248 kernels reflect with zero errors, and every argument agrees with its IR
     parameter type, its function-constant guard and the container's CNST tag."""
     names = list(mlx_lib.function_names)
-    chunks = [names[i::2] for i in range(2)]  # both cores: ~9 s instead of ~18 s
+    workers = cores()  # ~18 s on one core, ~9 s on two
+    chunks = [names[i::workers] for i in range(workers)]
     with concurrent.futures.ProcessPoolExecutor(len(chunks)) as pool:
         results = list(pool.map(check_kernels, [mlx_path] * len(chunks), chunks))
     assert sum(r["count"] for r in results) == 17_248

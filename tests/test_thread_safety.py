@@ -14,10 +14,11 @@ import sys
 import threading
 import time
 
+import pytest
 import torch
 
 import torch_metallib as tm
-from test_cpu_mlx_matmul import _run_steel_gemm
+from _mlx_matmul import _run_steel_gemm
 
 SECONDS = float(os.environ.get("TORCH_METALLIB_STRESS_SECONDS", "10"))
 THREADS = 8
@@ -56,6 +57,7 @@ def group_sums(fixtures, g):
     torch.testing.assert_close(out, x.view(groups, group).sum(1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_concurrent_calls_give_single_thread_results(mlx_lib, fixture_metallib):
     fixtures = tm.load(fixture_metallib)
     work = [(softmax, mlx_lib), (add, mlx_lib), (gemm, mlx_lib), (constants, fixtures), (group_sums, fixtures)]
@@ -84,6 +86,7 @@ def test_concurrent_calls_give_single_thread_results(mlx_lib, fixture_metallib):
     print(f"{sum(calls)} calls by {THREADS} threads in {SECONDS:.0f} s, all correct")
 
 
+@pytest.mark.slow
 def test_processes_share_a_fresh_cache_directory(tmp_path, mlx_path):
     code = f"""
 import torch, torch_metallib as tm

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import torch_metallib as tm
+from _parallel import cores
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -45,12 +46,13 @@ def conformance_slice(names):
     return chosen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("library", ["macos14", "macos26"])
 def test_torch_kernels_match_torch(torch_libraries, library):
     path = torch_libraries[library]
     names = conformance_slice(tm.load(path).function_names)
     assert len(names) > 400
-    outcomes = run_kernels(path, names, "cpu", workers=2, timeout=120, root=ROOT)
+    outcomes = run_kernels(path, names, "cpu", workers=cores(), timeout=120, root=ROOT)
     assert len(outcomes) == len(names)
     bad = [f"{o['outcome']}: {o['kernel']}: {o['detail'][:300]}" for o in outcomes
            if o["outcome"] not in ("correct",)]
@@ -91,6 +93,6 @@ CUDA_REGRESSIONS = ["radix_scan", "radix_count_scan_float_8bit_mb4", "radix_coun
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA backend needs an NVIDIA GPU")
 def test_torch_kernels_match_torch_on_cuda(torch_libraries):
     path = torch_libraries["macos14"]
-    outcomes = run_kernels(path, CUDA_REGRESSIONS, "cuda", workers=2, timeout=300, root=ROOT)
+    outcomes = run_kernels(path, CUDA_REGRESSIONS, "cuda", workers=cores(), timeout=300, root=ROOT)
     bad = [f"{o['outcome']}: {o['kernel']}: {o['detail'][:300]}" for o in outcomes if o["outcome"] != "correct"]
     assert len(outcomes) == len(CUDA_REGRESSIONS) and not bad, "\n".join(bad)

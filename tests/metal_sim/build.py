@@ -9,7 +9,9 @@ libobjc-12-dev and libblocksruntime-dev (.ci/setup installs them).
 """
 
 import concurrent.futures
+import fcntl
 import hashlib
+import os
 import pathlib
 import subprocess
 import sys
@@ -66,12 +68,19 @@ def build() -> pathlib.Path:
     digest = hashlib.sha256(" ".join(flags).encode())
     for path in inputs:
         digest.update(path.read_bytes())
-    stamp, target = BUILD / "stamp", module_path()
-    if target.exists() and stamp.exists() and stamp.read_text() == digest.hexdigest():
-        return target
     BUILD.mkdir(exist_ok=True)
+    # pytest-xdist's workers each build on first use: one builds, the others wait, then reuse it.
+    with open(BUILD / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(flags, digest.hexdigest())
+
+
+def _build(flags, digest: str) -> pathlib.Path:
+    stamp, target = BUILD / "stamp", module_path()
+    if target.exists() and stamp.exists() and stamp.read_text() == digest:
+        return target
     objects = [BUILD / (source.name + ".o") for source in sources()]
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         list(pool.map(lambda pair: _compile(*pair, flags), zip(sources(), objects)))
     import torch
     torch_lib = pathlib.Path(torch.__file__).parent / "lib"
@@ -80,7 +89,7 @@ def build() -> pathlib.Path:
     run = subprocess.run(link, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"linking metal_sim_native failed:\n{run.stderr[-6000:]}")
-    stamp.write_text(digest.hexdigest())
+    stamp.write_text(digest)
     return target
 
 

@@ -4,7 +4,8 @@ On an Apple GPU a SIMD-group function runs with the lanes that reach it together
 loop whose trip count differs per lane, the SIMD-group has reconverged, and every lane that
 has not returned takes part. A warp need not reconverge there: ``activemask()`` names the
 lanes that happen to run together, and after such a loop that may be part of the warp
-(PyTorch's ``radix_scan``: its prefix sum then misses lanes).
+(PyTorch's ``radix_scan`` takes a prefix sum right after one; a lane missing from it would
+be missing from every later lane's sum).
 
 Where a call's block is *top-level* in the kernel, the lanes that take part are known
 without asking the hardware: every lane of the warp that has not returned. Top-level means
@@ -49,6 +50,7 @@ def _reaching(graph: Dict[str, List[str]], target: str) -> Set[str]:
 
 
 def _reachable(graph: Dict[str, List[str]], start: str) -> Set[str]:
+    """The blocks `start` can reach (itself included)."""
     found, work = {start}, [start]
     while work:
         for after in graph[work.pop()]:
@@ -100,7 +102,7 @@ def converge_top_level_collectives(text: str, kernel: str, is_collective) -> str
     entry = next(iter(found))
     counter = 0
     current = entry
-    for i, line in enumerate(body):
+    for line in body:
         label = LABEL.match(line)
         if label:
             current = label.group(1)

@@ -152,26 +152,35 @@ def test_an_unusable_cache_directory_costs_one_warning(tmp_path, monkeypatch, ml
 
 
 def test_cache_keys_follow_the_package_code(monkeypatch):
-    """Compiled kernels, PTX and call records are keyed by a hash of the package's code: a
-    change to a lowering module gives new keys, with no version to bump."""
+    """Compiled kernels, PTX and call records are keyed by a hash of the code that shapes
+    them: a change to a lowering module gives new keys, with no version to bump; a change to
+    the CUDA lowering keeps the CPU's compiled kernels and the call records."""
     from types import SimpleNamespace
 
     from torch_metallib.cache import fingerprint
 
-    sources = fingerprint._sources()
-    paths = [path for path, _ in sources]
+    paths = [path for path, _ in fingerprint._sources(fingerprint.COMMON + ("backends/cpu", "backends/cuda"))]
     assert any(path.endswith("/jit.py") for path in paths) and any(path.startswith("air/") for path in paths)
     assert not any(path.startswith(("cli/", "ops/", "library/")) for path in paths)
     function = SimpleNamespace(type="kernel", hash="ab" * 32)
-    before = (fingerprint.code_fingerprint(), cpu_jit._cache_key("ab" * 32, ()), record_key(function),
-              record_file_name(function))
-    lowering = next(path for path in paths if path.endswith("/lowering.py"))
-    edited = [(path, data + b"\n# edited\n" if path == lowering else data) for path, data in sources]
-    monkeypatch.setattr(fingerprint, "_sources", lambda: edited)
-    fingerprint.code_fingerprint.cache_clear()
-    try:
-        after = (fingerprint.code_fingerprint(), cpu_jit._cache_key("ab" * 32, ()), record_key(function),
-                 record_file_name(function))
-    finally:
-        fingerprint.code_fingerprint.cache_clear()  # the real code's, once monkeypatch restores _sources
-    assert all(old != new for old, new in zip(before, after))
+
+    def keys():
+        return (fingerprint.code_fingerprint("cuda"), cpu_jit._cache_key("ab" * 32, ()), record_key(function),
+                record_file_name(function))
+
+    def edited(changed):
+        real = fingerprint._sources
+        monkeypatch.setattr(fingerprint, "_sources", lambda folders: [
+            (path, data + b"\n# edited\n" if path == changed else data) for path, data in real(folders)])
+        fingerprint.code_fingerprint.cache_clear()
+        try:
+            return keys()
+        finally:
+            monkeypatch.setattr(fingerprint, "_sources", real)
+            fingerprint.code_fingerprint.cache_clear()
+
+    before = keys()
+    shared = edited("air/intrinsics.py")
+    assert all(old != new for old, new in zip(before, shared))
+    cuda_only = edited("backends/cuda/lowering.py")
+    assert cuda_only[0] != before[0] and cuda_only[1:] == before[1:]

@@ -2,11 +2,12 @@
 
 Compiled kernels and call records are keyed by it, so a change to any module that lowers,
 compiles or reflects kernels invalidates their entries without anyone bumping a version.
-It is a SHA-256 of every ``.py`` file in the folders whose code shapes an entry (COVERED:
-reading the file, reflection, call records and binding, AIR's meaning and the backends'
-lowering), by relative path and content, and of llvmlite's version; computed once per
-process (~2 ms). Operators, the library API and the command line change no entry, so
-editing them keeps the cache warm.
+It is a SHA-256 of every ``.py`` file in the folders whose code shapes an entry, by
+relative path and content, and of llvmlite's version: COMMON (reading the file, reflection,
+call records and binding, AIR's meaning) for call records, and with it the one backend's
+folder for that backend's compiled kernels, so editing the CUDA lowering keeps the CPU's
+kernels (and the reverse). Operators, the library API and the command line change no
+entry. Computed once per process and key (~2 ms).
 """
 
 import functools
@@ -19,13 +20,13 @@ import llvmlite
 __all__ = ["code_fingerprint"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COVERED = ("air", "backends", "cache", "container", "dispatch", "reflection")
+COMMON = ("air", "cache", "container", "dispatch", "reflection")
 
 
-def _sources() -> List[Tuple[str, bytes]]:
-    """(path relative to the package, bytes) of each ``.py`` file the fingerprint covers, sorted."""
+def _sources(folders: Tuple[str, ...]) -> List[Tuple[str, bytes]]:
+    """(path relative to the package, bytes) of each ``.py`` file under `folders`, sorted."""
     found = []
-    for folder in COVERED:
+    for folder in folders:
         for root, folders, names in os.walk(os.path.join(_PACKAGE, folder)):
             folders[:] = [f for f in folders if f != "__pycache__"]
             for name in sorted(names):
@@ -37,10 +38,11 @@ def _sources() -> List[Tuple[str, bytes]]:
 
 
 @functools.lru_cache(maxsize=None)
-def code_fingerprint() -> str:
-    """The hex SHA-256 of the package's code (_sources) and llvmlite's version."""
+def code_fingerprint(backend: str = "") -> str:
+    """The hex SHA-256 of COMMON's code, with `backend`'s folder (``cpu``, ``cuda``) where
+    given, and of llvmlite's version."""
     digest = hashlib.sha256(f"llvmlite {llvmlite.__version__}\n".encode())
-    for path, data in _sources():
+    for path, data in _sources(COMMON + ((f"backends/{backend}",) if backend else ())):
         digest.update(f"{path} {len(data)}\n".encode())
         digest.update(data)
     return digest.hexdigest()

@@ -82,7 +82,7 @@ def host() -> _Host:
 
 def _cache_key(function_hash: str, constants: tuple) -> str:
     """The full key of a compiled kernel (content, constants, host, toolchain)."""
-    return f"{function_hash}|{constants!r}|{host().toolchain}|code {code_fingerprint()}"
+    return f"{function_hash}|{constants!r}|{host().toolchain}|code {code_fingerprint('cpu')}"
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,

@@ -75,7 +75,7 @@ class CudaKernel:
     def ptx(self, arch: str) -> str:
         text = self._ptx.get(arch)
         if text is None:
-            key = f"cuda-ptx code {code_fingerprint()} llvmlite {llvmlite.__version__} {arch} " \
+            key = f"cuda-ptx code {code_fingerprint('cuda')} llvmlite {llvmlite.__version__} {arch} " \
                   f"{self.function.hash} {sorted(self.constants)!r} grid-only {self.grid_only}"
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None

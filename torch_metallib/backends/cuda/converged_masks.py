@@ -34,21 +34,6 @@ _ENTRY_MASK = "%tm.entry.mask"
 _DECLARATIONS = ["declare i32 @llvm.nvvm.activemask()", "declare i32 @llvm.nvvm.vote.ballot.sync(i32, i1)"]
 
 
-def _reaching(graph: Dict[str, List[str]], target: str) -> Set[str]:
-    """The blocks from which `target` can be reached (itself included)."""
-    into: Dict[str, List[str]] = {name: [] for name in graph}
-    for name, outs in graph.items():
-        for out in outs:
-            into[out].append(name)
-    found, work = {target}, [target]
-    while work:
-        for before in into[work.pop()]:
-            if before not in found:
-                found.add(before)
-                work.append(before)
-    return found
-
-
 def _reachable(graph: Dict[str, List[str]], start: str) -> Set[str]:
     """The blocks `start` can reach (itself included)."""
     found, work = {start}, [start]
@@ -60,12 +45,21 @@ def _reachable(graph: Dict[str, List[str]], start: str) -> Set[str]:
     return found
 
 
+def _reversed(graph: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """Each block's predecessors."""
+    into: Dict[str, List[str]] = {name: [] for name in graph}
+    for name, outs in graph.items():
+        for out in outs:
+            into[out].append(name)
+    return into
+
+
 def _top_level(graph: Dict[str, List[str]], meets: Set[str], block: str) -> bool:
     """Whether every lane of the warp that has not returned reaches `block` together (see
     the module's docstring); `meets`: the blocks that call a wait."""
     if any(block in _reachable(graph, after) for after in graph[block]):
         return False  # on a cycle: lanes may reach it a different number of times
-    reaching = _reaching(graph, block)
+    reaching = _reachable(_reversed(graph), block)  # the blocks that can reach it
     for name in reaching - {block}:
         for away in graph[name]:
             if away not in reaching and _reachable(graph, away) & meets:

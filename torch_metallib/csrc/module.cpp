@@ -11,6 +11,7 @@ PYBIND11_MODULE(_C, m) {
   torch_metallib::bindings::bind_errors(m);
   torch_metallib::bindings::bind_container(m);
   torch_metallib::bindings::bind_dispatch(m);
+  torch_metallib::bindings::bind_calls(m);
   torch_metallib::bindings::bind_ops(m);
   torch_metallib::bindings::bind_guard(m);
 #ifdef __APPLE__

@@ -51,6 +51,11 @@ class Backend(abc.ABC):
     def run(self, function, prepared, plan) -> None:
         """Runs a validated binding plan; `prepared` is what `prepare` returned for it."""
 
+    def launcher(self, function, prepared, plan, checked: bool):
+        """A native launcher (``_C.Launcher``) that runs plans like `plan` as `run` just did,
+        without Python, or None. Later calls that it accepts never leave native code."""
+        return None
+
 
 _backends: Dict[str, Backend] = {}
 

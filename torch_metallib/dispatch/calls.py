@@ -17,7 +17,7 @@ __all__ = ["DispatchState", "dispatch_state", "call"]
 class DispatchState:
     """What calling a function needs, built once per KernelFunction."""
 
-    __slots__ = ("spec", "problem", "serial", "cooperative", "prepared", "names")
+    __slots__ = ("spec", "problem", "serial", "cooperative", "prepared", "names", "launchers")
 
     def __init__(self, spec, problem: str, serial: bool, cooperative: bool, names=frozenset()):
         self.spec = spec                # _C.KernelSpec, None when the function cannot be called
@@ -26,6 +26,7 @@ class DispatchState:
         self.cooperative = cooperative  # barriers / SIMD-group functions / threadgroup arguments
         self.prepared = {}              # the backends' per-function caches, keyed as they choose
         self.names = names              # its bindable arguments' names (for checked(storage_bounds=))
+        self.launchers = _C.Launchers() if spec is not None else None  # the backends' native launchers
 
 
 def dispatch_state(function) -> DispatchState:
@@ -54,8 +55,14 @@ def call(function, args: tuple, kwargs: dict, threads, group_size, constants, th
 
 def run_plan(function, plan, device: str, checked=None) -> None:
     """Runs a bound plan on the backend for `device` (also how an operator defined with
-    ops.define reaches a backend other than its native CPU path)."""
+    ops.define reaches a backend other than its native CPU path), and keeps the backend's
+    native launcher for calls like it."""
     backend = backend_for(device, function.name)
     state = function._dispatch_state()
     checks = backend.checks and checked_requested(checked)
-    backend.run(function, backend.prepare(function, state, plan.constants, checks), plan)
+    prepared = backend.prepare(function, state, plan.constants, checks)
+    backend.run(function, prepared, plan)
+    state.launchers.forget_last()
+    launcher = backend.launcher(function, prepared, plan, checks)
+    if launcher is not None:
+        state.launchers.add(launcher)

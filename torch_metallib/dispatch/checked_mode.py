@@ -14,7 +14,7 @@ import contextlib
 import contextvars
 from typing import FrozenSet, Optional
 
-from .. import config
+from .. import _C, config
 from ..errors import KernelArgumentError
 
 __all__ = ["checked", "checked_requested", "storage_bounds_requested", "block_storage_bounds", "ENVIRONMENT_VARIABLE"]
@@ -34,9 +34,13 @@ def checked(enabled: bool = True, storage_bounds=()):
     names = _names(storage_bounds)
     token = _context.set(bool(enabled))
     storage_token = _storage_bounds.set(_storage_bounds.get() | names) if names else None
+    if enabled:  # native launchers leave calls to the full path while any such block is open
+        _C.add_checked_blocks(1)
     try:
         yield
     finally:
+        if enabled:
+            _C.add_checked_blocks(-1)
         if storage_token is not None:
             _storage_bounds.reset(storage_token)
         _context.reset(token)

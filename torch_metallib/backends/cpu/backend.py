@@ -47,6 +47,13 @@ class CpuBackend(Backend):
             _C.launch_cpu(plan, compiled.launchers, compiled.serial, parallel, described, function.name)
 
 
+    def launcher(self, function, prepared, plan, checked: bool):
+        compiled, mode, _, _ = prepared
+        if checked or mode != "parallel":  # the full path decides these per call
+            return None
+        return _C.CpuLauncher(plan, compiled.launchers, compiled.serial, compiled.scheme, function.name)
+
+
 _SPACES = {"device": 1, "constant": 2, "threadgroup": 3}
 
 

@@ -14,6 +14,9 @@ void bind_container(pybind11::module_& m);
 // torch_metallib._C.KernelSpec, Plan and launch_cpu.
 void bind_dispatch(pybind11::module_& m);
 
+// torch_metallib._C.call, Launchers, CpuLauncher: calls that stay native (call_bindings.cpp).
+void bind_calls(pybind11::module_& m);
+
 // torch_metallib._C.register_op: metallib kernels as torch.library operators.
 void bind_ops(pybind11::module_& m);
 

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "bindings.h"
+#include "bindings/python_values.h"
 #include "cpu/async_copy.h"
 #include "cpu/bounds_check.h"
 #include "cpu/cooperative.h"
@@ -42,10 +43,11 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
     auto element = std::make_shared<dispatch::ArgumentSpec>();
     element->name = argument.name + "." + member.name;
     element->position = argument.position;
-    element->kind = "buffer";
+    element->kind = dispatch::ArgumentKind::Buffer;
+    element->kind_name = "buffer";
     element->binding = argument.binding;
     element->address_space = r["address_space"].is_none() ? "" : r["address_space"].cast<std::string>();
-    element->access = r["access"].is_none() ? "read" : r["access"].cast<std::string>();
+    element->access = r["access"].is_none() ? dispatch::Access::Read : dispatch::access_of(r["access"].cast<std::string>());
     element->type_name = r["type_name"].cast<std::string>();
     element->type_size = r["type_size"].is_none() ? 0 : r["type_size"].cast<int64_t>();
     element->buffer_size = member.pointer ? -1 : element->type_size;
@@ -116,10 +118,12 @@ void bind_dispatch(py::module_& m) {
                ArgumentSpec spec;
                spec.name = a["name"].cast<std::string>();
                spec.position = a["position"].cast<int>();
-               spec.kind = a["kind"].cast<std::string>();
+               spec.kind_name = a["kind"].cast<std::string>();
+               spec.kind = dispatch::argument_kind(spec.kind_name);
                spec.binding = a["binding"].cast<int>();
                spec.address_space = a["address_space"].is_none() ? "" : a["address_space"].cast<std::string>();
-               spec.access = a["access"].is_none() ? "read" : a["access"].cast<std::string>();
+               spec.access = a["access"].is_none() ? dispatch::Access::Read
+                                                   : dispatch::access_of(a["access"].cast<std::string>());
                spec.type_name = a["type_name"].cast<std::string>();
                spec.type_size = a["type_size"].is_none() ? 0 : a["type_size"].cast<int64_t>();
                spec.buffer_size = a["buffer_size"].is_none() ? -1 : a["buffer_size"].cast<int64_t>();
@@ -142,19 +146,26 @@ void bind_dispatch(py::module_& m) {
              std::vector<std::pair<std::string, dispatch::ConstantPredicate>> predicate_specs;
              for (const auto& [key, expression] : predicates) {
                if (expression.is_none()) continue;
-               predicate_specs.emplace_back(key.cast<std::string>(), dispatch::ConstantPredicate::from_python(expression));
+               predicate_specs.emplace_back(key.cast<std::string>(), read_predicate(expression));
              }
              return KernelSpec(std::move(name), parameter_count, std::move(specs), std::move(constant_specs),
                                max_threads, static_threadgroup_bytes, std::move(predicate_specs));
            }),
            py::arg("name"), py::arg("parameter_count"), py::arg("arguments"), py::arg("constants"),
            py::arg("max_threads"), py::arg("static_threadgroup_bytes"), py::arg("predicates") = py::dict())
-      .def("bind", &KernelSpec::bind, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
+      .def("bind", [](const KernelSpec& spec, const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
+                      const py::handle& group_size, const py::handle& constants, const py::handle& threadgroup_memory,
+                      const py::handle& storage_bounds) {
+             return spec.bind(read_call(spec, args, kwargs, threads, group_size, constants, threadgroup_memory,
+                                        storage_bounds));
+           }, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
            py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
            py::arg("storage_bounds") = py::none(),
            "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError. "
            "`storage_bounds`: names of tensor arguments checked execution bounds by their storage, not their view.")
-      .def("pipeline_plan", &KernelSpec::pipeline_plan, py::arg("constants"),
+      .def("pipeline_plan", [](const KernelSpec& spec, const py::handle& constants) {
+             return spec.pipeline_plan(read_constants(spec, constants));
+           }, py::arg("constants"),
            "A Plan whose command list holds only the pipeline key (function, checked constant values)");
 
   py::class_<Plan>(m, "Plan")

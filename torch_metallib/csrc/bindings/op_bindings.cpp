@@ -4,6 +4,7 @@
 #include <torch/library.h>
 
 #include "bindings.h"
+#include "bindings/python_values.h"
 #include "ops/metallib_op.h"
 
 namespace py = pybind11;
@@ -28,7 +29,7 @@ c10::ScalarType dtype_of(const py::handle& value) {
 // Any Python int (too large for its argument fails when packed, as for lib.kernel calls).
 dispatch::Number number_of(const py::handle& value) {
   dispatch::Number number;
-  if (!dispatch::read_number(value, number)) throw py::type_error("expected a number");
+  if (!read_number(value, number)) throw py::type_error("expected a number");
   return number;
 }
 
@@ -130,9 +131,6 @@ void bind_ops(py::module_& m) {
      py::arg("run_on_backend"),
      "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively, MPS and "
      "CUDA through `run_on_backend`; unregistered when the result is dropped.");
-
-  m.def("add_debug_schedule_users", &ops::add_debug_schedule_users, py::arg("delta"),
-        "Counts torch_metallib.cpu_schedule blocks (and the environment's default) that are not 'parallel'.");
 }
 
 }  // namespace torch_metallib::bindings

@@ -3,15 +3,10 @@
 // name to a tensor (a pointer), a sequence of tensors (an array of pointers) or a number
 // (a value), or as a sequence in id order. The plan lays the struct out as reflection says,
 // with host addresses in its pointer slots, and lists the slots for GPU backends.
-#include <torch/csrc/autograd/python_variable.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "dispatch/binding_plan.h"
-#include "dispatch/python_values.h"
-
-namespace py = pybind11;
 
 namespace torch_metallib::dispatch {
 namespace {
@@ -27,27 +22,26 @@ std::string member_names(const ArgumentSpec& argument) {
 
 }  // namespace
 
-void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const py::handle& value,
+void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const CallValue& value,
                                       bool& device_seen) const {
   auto where = [&] { return name_ + ": " + argument.describe(); };
   const size_t n = argument.members.size();
-  std::vector<py::handle> values(n);
-  if (PyDict_Check(value.ptr())) {
-    for (const auto& [key, item] : py::reinterpret_borrow<py::dict>(value)) {
-      const std::string name = py::str(key).cast<std::string>();
+  std::vector<const CallValue*> values(n, nullptr);
+  if (value.kind == CallValue::Kind::Mapping) {
+    for (const CallValue& item : value.items) {
+      const std::string& name = item.key;
       auto found = std::find_if(argument.members.begin(), argument.members.end(),
                                 [&](const MemberSpec& m) { return m.name == name; });
       if (found == argument.members.end()) {
         throw ArgumentError(where() + ": no member named '" + name + "'; expected " + member_names(argument));
       }
-      values[size_t(found - argument.members.begin())] = item;
+      values[size_t(found - argument.members.begin())] = &item;
     }
-  } else if (is_sequence(value) && size_t(py::len(value)) == n) {
-    size_t i = 0;
-    for (const py::handle& item : value) values[i++] = item;
+  } else if (value.kind == CallValue::Kind::Sequence && value.items.size() == n) {
+    for (size_t i = 0; i < n; ++i) values[i] = &value.items[i];
   } else {
     throw ArgumentError(where() + ": expected a dict of its members (" + member_names(argument) +
-                        ") or a sequence of " + std::to_string(n) + " values in id order, got " + short_repr(value));
+                        ") or a sequence of " + std::to_string(n) + " values in id order, got " + value.written());
   }
   auto storage = allocate(size_t(std::max<int64_t>(argument.type_size, 8)));
   auto* bytes = reinterpret_cast<uint8_t*>(storage->data());
@@ -56,25 +50,25 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
     const MemberSpec& member = argument.members[i];
     const ArgumentSpec& element = *member.element;
     auto member_where = [&] { return name_ + ": " + element.describe(); };
-    const py::handle item = values[i];
-    if (!item || item.is_none()) {
+    const CallValue* item = values[i];
+    if (item == nullptr || !item->given()) {
       throw ArgumentError(member_where() + ": missing; pass " + argument.name + "={'" +
                           member.name + "': ..., ...}");
     }
     if (member.pointer) {
-      std::vector<py::handle> tensors;
-      if (is_tensor(item)) {
+      std::vector<const CallValue*> tensors;
+      if (item->kind == CallValue::Kind::Tensor) {
         tensors.push_back(item);
-      } else if (is_sequence(item)) {
-        for (const py::handle& t : item) tensors.push_back(t);
+      } else if (item->kind == CallValue::Kind::Sequence) {
+        for (const CallValue& t : item->items) tensors.push_back(&t);
       }
       if (tensors.empty() || int64_t(tensors.size()) > member.count ||
-          !std::all_of(tensors.begin(), tensors.end(), [](const py::handle& t) { return is_tensor(t); })) {
+          !std::all_of(tensors.begin(), tensors.end(), [](const CallValue* t) { return t->kind == CallValue::Kind::Tensor; })) {
         throw ArgumentError(member_where() + ": expected " + (member.count > 1 ? "1 to " + std::to_string(member.count) +
-                            " tensors" : std::string("a tensor")) + ", got " + short_repr(item));
+                            " tensors" : std::string("a tensor")) + ", got " + item->written());
       }
       for (size_t k = 0; k < tensors.size(); ++k) {
-        const at::Tensor& tensor = THPVariable_Unpack(tensors[k].ptr());
+        const at::Tensor& tensor = tensors[k]->tensor;
         check_layout(element, tensor);
         check_device(plan, element, tensor, device_seen);
         check_tensor(element, tensor);
@@ -89,11 +83,11 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
         buffer.slots.push_back({at, tensor, element.writable()});
       }
     } else {
-      Number number;
-      if (element.type == nullptr || element.type->components != 1 || is_tensor(item) || !read_number(item, number)) {
+      if (element.type == nullptr || element.type->components != 1 || item->kind != CallValue::Kind::Number) {
         throw ArgumentError(member_where() + ": expected " + (element.type ? wanted(*element.type) : "a number") +
-                            ", got " + short_repr(item));
+                            ", got " + item->written());
       }
+      const Number& number = item->number;
       if (member.offset + element.type->element_bytes > argument.type_size) {
         throw DispatchFailure(member_where() + ": the value at byte " + std::to_string(member.offset) +
                               " lies outside the " + std::to_string(argument.type_size) + "-byte struct");
@@ -101,7 +95,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
       PackProblem problem = pack_number(*element.type, number, bytes + member.offset);
       if (problem != PackProblem::None) {
         throw ArgumentError(member_where() + ": expected " + wanted(*element.type) + ", got " +
-                            found(problem, short_repr(item)));
+                            found(problem, item->written()));
       }
     }
   }

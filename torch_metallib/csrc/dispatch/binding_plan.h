@@ -1,15 +1,15 @@
-// The binding plan: a kernel call's Python arguments, checked against the kernel's
+// The binding plan: a kernel call's arguments (call_values.h), checked against the kernel's
 // reflected signature and turned into what every backend consumes: one address per IR
 // parameter, packed bytes for values, the grid and threadgroup size, and the function
 // constant values. Nothing is launched while a plan is built, so a refused call writes
 // nothing (ARCHITECTURE.md, "Rules").
 #pragma once
 
-#include <pybind11/pybind11.h>
-
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/util/ArrayRef.h>
 #include <c10/util/FunctionRef.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
@@ -17,8 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "dispatch/call_values.h"
 #include "dispatch/constant_predicate.h"
 #include "dispatch/metal_types.h"
+#include "dispatch/numbers.h"
 
 namespace torch_metallib::dispatch {
 
@@ -46,14 +48,25 @@ struct MemberSpec {
   std::shared_ptr<ArgumentSpec> element;  // name, type, access, address space (for checks and messages)
 };
 
+// What reflection says an argument is bound as. Other: textures, samplers and the rest
+// the plan does not bind (ArgumentSpec::kind_name says which).
+enum class ArgumentKind { Buffer, IndirectBuffer, Threadgroup, Other };
+enum class Access { Read, Write, ReadWrite };
+
+// Reflection's words for them ("buffer", "indirect_buffer", "threadgroup", ...; "read",
+// "write", "read_write").
+ArgumentKind argument_kind(const std::string& name);
+Access access_of(const std::string& name);
+
 // One bindable kernel argument (everything but builtins), from reflection.
 struct ArgumentSpec {
   std::string name;
   int position = 0;             // IR parameter index
-  std::string kind;             // "buffer", "threadgroup", "texture", ...
+  ArgumentKind kind = ArgumentKind::Buffer;
+  std::string kind_name;        // reflection's word for it: "buffer", "texture", ...
   int binding = 0;
   std::string address_space;    // "device", "constant", "threadgroup"
-  std::string access;           // "read", "write", "read_write"
+  Access access = Access::Read;
   std::string type_name;
   int64_t type_size = 0;
   int64_t buffer_size = -1;     // bytes of a reference, -1 for pointers
@@ -61,9 +74,10 @@ struct ArgumentSpec {
                                 // true for it to exist
   bool unused = false;
   const MetalType* type = nullptr;  // nullptr for structs and other non-scalar types
-  std::vector<MemberSpec> members;  // kind "indirect_buffer": the argument buffer's members, by id
+  std::vector<MemberSpec> members;  // IndirectBuffer: the argument buffer's members, by id
   std::string description;          // set for argument-buffer members: what describe() says
-  bool writable() const { return access != "read"; }
+  bool writable() const { return access != Access::Read; }
+  bool buffer_slot() const { return kind == ArgumentKind::Buffer || kind == ArgumentKind::IndirectBuffer; }
   std::string describe() const;     // "argument 2 'c' (buffer(2), device float*)"
 };
 
@@ -82,40 +96,6 @@ struct ConstantValue {
   double real;
   const MetalType* type = nullptr;  // its declared type (scalar)
   uint8_t bytes[8] = {};            // the value packed as that type, as Metal is given it
-};
-
-// A number as a caller gave it (Python or an operator's schema), before it is packed as a
-// Metal type.
-struct Number {
-  enum class Kind { Bool, Int, UInt64, Huge, Float } kind = Kind::Int;
-  int64_t integer = 0;   // Bool, Int
-  uint64_t big = 0;      // UInt64: above INT64_MAX
-  double real = 0;       // Float; Huge: the nearest double if real_ok
-  bool real_ok = false;
-  static Number of(int64_t v) { return {Kind::Int, v}; }
-  static Number of(double v) { return {Kind::Float, 0, 0, v, true}; }
-  static Number of_bool(bool v) { return {Kind::Bool, v ? 1 : 0}; }
-  // The value as a double (for float types; Huge: the nearest double).
-  double as_double() const {
-    return kind == Kind::Float || kind == Kind::Huge ? real : kind == Kind::UInt64 ? double(big) : double(integer);
-  }
-};
-
-// Python number -> Number; false if `value` is not a number (ints of any kind, numpy's
-// too through __index__, floats and bools).
-bool read_number(const pybind11::handle& value, Number& number);
-
-// Why a Number does not fit a Metal type; the caller words the message.
-enum class PackProblem { None, OutOfRange, FloatForInteger, NotBool };
-
-// Writes `value` as one component of `type` at `out`.
-PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out);
-
-// A value for one kernel argument given without Python: a tensor or a number.
-struct NativeArgument {
-  const at::Tensor* tensor = nullptr;
-  bool has_number = false;
-  Number number;
 };
 
 // The bytes checked execution lets a kernel reach through one argument, relative to the
@@ -191,9 +171,6 @@ struct Plan {
 // Bytes from the tensor's first element to the end of its storage (what a kernel may reach).
 int64_t available_bytes(const at::Tensor& tensor);
 
-// (index, value) pairs of bound constants, as Python sees them (the JIT cache key).
-pybind11::tuple constants_tuple(const std::vector<ConstantValue>& constants);
-
 class KernelSpec {
  public:
   // `predicates`: guards derived from the constants (name -> expression; an argument
@@ -202,23 +179,13 @@ class KernelSpec {
              std::vector<ConstantSpec> constants, int64_t max_threads, int64_t static_threadgroup_bytes,
              std::vector<std::pair<std::string, ConstantPredicate>> predicates = {});
 
-  // Validates a call and builds its plan. Raises ArgumentError / DispatchFailure.
-  // `storage_bounds`: names of tensor arguments checked execution bounds by their storage
-  // rather than their view (None: none).
-  Plan bind(const pybind11::tuple& args, const pybind11::dict& kwargs, const pybind11::handle& threads,
-            const pybind11::handle& group_size, const pybind11::handle& constants,
-            const pybind11::handle& threadgroup_memory, const pybind11::handle& storage_bounds) const;
-
-  // The same checks for a call made without Python (a registered operator): `values`
-  // by IR parameter position; `group` empty for the default; `constants` as
-  // (index into constants(), value); `threadgroup_bytes` as (binding, bytes).
-  Plan bind_native(const std::vector<NativeArgument>& values, const std::vector<int64_t>& threads,
-                   const std::vector<int64_t>& group, const std::vector<std::pair<size_t, Number>>& constants,
-                   const std::vector<std::pair<int, int64_t>>& threadgroup_bytes) const;
+  // Validates a call and builds its plan (kernel calls and operators alike). Raises
+  // ArgumentError / DispatchFailure / UnsupportedCall; nothing runs if it does.
+  Plan bind(const CallArguments& call) const;
 
   // A plan with only the pipeline key (function and checked constant values) in its
   // command list: what a GPU backend needs to build and inspect the pipeline.
-  Plan pipeline_plan(const pybind11::handle& constants) const;
+  Plan pipeline_plan(const std::vector<std::pair<size_t, Number>>& constants) const;
 
   const std::string& name() const { return name_; }
   int parameter_count() const { return parameter_count_; }
@@ -234,8 +201,12 @@ class KernelSpec {
   std::string left_out_because(const ArgumentSpec& argument) const;
   // Refuses the call when an argument of a kind no backend binds yet is present.
   void refuse_unbindable(const std::vector<ConstantValue>& constants) const;
-  void bind_value(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
+  // The call's value per argument (index into arguments_), by position and by name.
+  c10::SmallVector<const CallValue*, 16> assign(const CallArguments& call,
+                                                const std::vector<ConstantValue>& constants) const;
+  void bind_value(Plan& plan, const ArgumentSpec& argument, const CallValue& value, CallOrigin origin,
                   bool& device_seen) const;
+  void bind_numbers(Plan& plan, const ArgumentSpec& argument, const CallValue& value) const;
   void bind_tensor(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
   void check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   void check_device(Plan& plan, const ArgumentSpec& argument, const at::Tensor& tensor, bool& device_seen) const;
@@ -245,8 +216,8 @@ class KernelSpec {
   // torch refuses in-place writes into one: which write would land is undefined.
   void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   // Marks the arguments named in `names` as bounded by their storage (Plan::span).
-  void allow_storage(Plan& plan, const pybind11::handle& names) const;
-  void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const pybind11::handle& value,
+  void allow_storage(Plan& plan, const std::vector<std::string>& names) const;
+  void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const CallValue& value,
                             bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
   // An argument left out (guard false, or unused and not given): zeros of its size.
@@ -255,7 +226,8 @@ class KernelSpec {
   void bind_bytes(Plan& plan, const ArgumentSpec& argument, std::shared_ptr<std::vector<uint64_t>> storage,
                   int64_t bytes, c10::function_ref<std::string()> source) const;
   void bind_threadgroup_memory(Plan& plan, const std::vector<std::pair<int, int64_t>>& sizes) const;
-  void bind_grid(Plan& plan, std::vector<int64_t> grid, std::vector<int64_t> group) const;
+  // `grid` 1-3 extents; `group` 0-3 (none: the default).
+  void bind_grid(Plan& plan, c10::ArrayRef<int64_t> grid, c10::ArrayRef<int64_t> group) const;
   // Refuses used arguments given empty tensors when the grid has threads.
   void refuse_empty(const Plan& plan, const std::vector<const ArgumentSpec*>& empty) const;
   // Builds the plan's command list and takes the CPU's addresses from it.

@@ -10,6 +10,7 @@ CommandList command_list(const Plan& plan, const std::string& function) {
   CommandList out;
   out.function = function;
   out.constants = plan.constants;
+  out.buffers.reserve(plan.bindings.size());
   for (int axis = 0; axis < 3; ++axis) {
     out.grid[axis] = plan.dims[axis];
     out.group[axis] = plan.dims[3 + axis];
@@ -53,8 +54,8 @@ CommandList command_list(const Plan& plan, const std::string& function) {
   return out;
 }
 
-std::vector<void*> cpu_addresses(const CommandList& commands, size_t parameter_count) {
-  std::vector<void*> addresses(parameter_count, nullptr);
+void cpu_addresses(const CommandList& commands, std::vector<void*>& addresses) {
+  std::fill(addresses.begin(), addresses.end(), nullptr);
   for (const BufferCommand& buffer : commands.buffers) {
     // The storage's start plus the command's offset: what a GPU reads at buffer + offset.
     auto* first = static_cast<char*>(buffer.tensor.data_ptr());
@@ -63,7 +64,6 @@ std::vector<void*> cpu_addresses(const CommandList& commands, size_t parameter_c
     addresses[size_t(buffer.position)] = start + buffer.offset;
   }
   for (const BytesCommand& bytes : commands.bytes) addresses[size_t(bytes.position)] = const_cast<void*>(bytes.data);
-  return addresses;
 }
 
 }  // namespace torch_metallib::dispatch

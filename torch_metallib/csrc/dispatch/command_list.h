@@ -62,8 +62,9 @@ struct CommandList {
 // The commands of `plan` (whose arguments were bound by KernelSpec `function`).
 CommandList command_list(const Plan& plan, const std::string& function);
 
-// The address each IR parameter gets from the commands (nullptr for builtins and
-// threadgroup memory, which the CPU backend allocates per threadgroup).
-std::vector<void*> cpu_addresses(const CommandList& commands, size_t parameter_count);
+// Fills `addresses` (one per IR parameter) with the address each parameter gets from the
+// commands (nullptr for builtins and threadgroup memory, which the CPU backend allocates
+// per threadgroup).
+void cpu_addresses(const CommandList& commands, std::vector<void*>& addresses);
 
 }  // namespace torch_metallib::dispatch

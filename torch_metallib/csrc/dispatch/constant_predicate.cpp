@@ -7,8 +7,6 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace py = pybind11;
-
 namespace torch_metallib::dispatch {
 
 namespace {
@@ -71,38 +69,30 @@ uint64_t float_bits(double value, int bits) {
 
 }  // namespace
 
-ConstantPredicate ConstantPredicate::from_python(const py::handle& node) {
-  auto items = py::reinterpret_borrow<py::sequence>(node);
-  if (items.size() < 3) throw std::invalid_argument("a predicate node has at least 3 elements");
+ConstantPredicate ConstantPredicate::node(const std::string& kind, int bits, int64_t literal, std::string name,
+                                          std::vector<ConstantPredicate> operands) {
   ConstantPredicate p;
-  const std::string kind = items[0].cast<std::string>();
-  p.bits_ = items[1].cast<int>();
+  p.bits_ = bits;
   if (p.bits_ < 1 || p.bits_ > 64) throw std::invalid_argument("a predicate node's width is 1 to 64 bits");
-  auto operands_from = [&](size_t first) {
-    for (size_t i = first; i < items.size(); ++i) p.operands_.push_back(from_python(items[i]));
-  };
+  p.operands_ = std::move(operands);
   if (kind == "int") {
     p.op_ = Op::Int;
-    p.value_ = items[2].cast<int64_t>();
+    p.value_ = literal;
   } else if (kind == "const" || kind == "defined") {
     p.op_ = kind == "const" ? Op::Const : Op::Defined;
-    p.value_ = items[2].cast<int64_t>();
+    p.value_ = literal;
   } else if (kind == "icmp") {
     p.op_ = Op::Icmp;
-    p.name_ = items[2].cast<std::string>();
-    operands_from(3);
+    p.name_ = std::move(name);
   } else if (kind == "select") {
     p.op_ = Op::Select;
-    operands_from(2);
   } else if (kind == "zext" || kind == "sext" || kind == "trunc") {
     p.op_ = kind == "zext" ? Op::Zext : kind == "sext" ? Op::Sext : Op::Trunc;
-    p.source_bits_ = items[2].cast<int>();
-    operands_from(3);
+    p.source_bits_ = int(literal);
   } else {
     p.op_ = Op::Binary;
     p.name_ = kind;
     binary(kind, 0, 1, p.bits_);  // throws for an unknown operator
-    operands_from(2);
   }
   const size_t arity = p.op_ == Op::Select ? 3 : p.op_ == Op::Icmp || p.op_ == Op::Binary ? 2
                        : p.op_ == Op::Int || p.op_ == Op::Const || p.op_ == Op::Defined ? 0 : 1;

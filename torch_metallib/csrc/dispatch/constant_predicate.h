@@ -3,8 +3,6 @@
 // reflection/constant_predicates.py and evaluated here for the constants of a call.
 #pragma once
 
-#include <pybind11/pybind11.h>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,9 +13,13 @@ struct ConstantValue;
 
 class ConstantPredicate {
  public:
-  // From the nested-list form (see constant_predicates.py); throws std::invalid_argument
-  // for a node it does not know.
-  static ConstantPredicate from_python(const pybind11::handle& node);
+  // One node of the nested form reflection writes (reflection/constant_predicates.py):
+  // `kind` ("int", "const", "defined", "icmp", "select", "zext", "sext", "trunc" or a
+  // binary operator), its width, and what that kind carries: `literal` (int: the value;
+  // const/defined: the constant index; casts: the operand's width), `name` (icmp: the
+  // predicate) and `operands`. Throws std::invalid_argument for a node it does not know.
+  static ConstantPredicate node(const std::string& kind, int bits, int64_t literal, std::string name,
+                                std::vector<ConstantPredicate> operands);
 
   // The value (truncated to its width) for `constants` (sorted by index; an optional
   // constant that is not among them reads as 0 and is not "defined").

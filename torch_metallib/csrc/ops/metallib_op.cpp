@@ -4,12 +4,13 @@
 #include <ATen/ops/empty.h>
 #include <pybind11/stl.h>
 
-#include <atomic>
-
 #include "bindings/python_errors.h"
+#include "bindings/python_values.h"
 #include "cpu/cooperative.h"
 #include "cpu/lanes.h"
 #include "cpu/cpu_launch.h"
+#include "dispatch/call_modes.h"
+#include "dispatch/launcher.h"
 
 namespace py = pybind11;
 
@@ -20,15 +21,13 @@ using dispatch::ArgumentError;
 using dispatch::DispatchFailure;
 using dispatch::Number;
 
-std::atomic<int> debug_schedule_users{0};
-
 struct ScheduleChoice {
   std::string mode = "parallel";
   uint64_t seed = 0;
 };
 
 ScheduleChoice current_schedule() {
-  if (debug_schedule_users.load(std::memory_order_relaxed) == 0) return {};
+  if (!dispatch::debug_schedule_in_use()) return {};
   py::gil_scoped_acquire gil;
   py::tuple schedule = py::module_::import("torch_metallib.backends.cpu.schedule").attr("current_schedule")();
   return {schedule[0].cast<std::string>(), schedule[1].cast<uint64_t>()};
@@ -46,15 +45,6 @@ std::string dtype_list(const OpSpec& spec) {
   return names;
 }
 
-bool same_constants(const std::vector<dispatch::ConstantValue>& a, const std::vector<dispatch::ConstantValue>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].index != b[i].index || a[i].is_float != b[i].is_float || a[i].integer != b[i].integer ||
-        (a[i].is_float && a[i].real != b[i].real)) return false;
-  }
-  return true;
-}
-
 // The compiled entry for `constants`, compiling through Python on first use.
 const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
                            bool cooperative, bool lanes, size_t copies) {
@@ -62,7 +52,7 @@ const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const
     std::lock_guard<std::mutex> lock(kernel.mutex);
     for (const CompiledEntry& entry : kernel.compiled) {
       if (entry.cooperative == cooperative && entry.lanes_asked == lanes && entry.launchers.size() >= copies &&
-          same_constants(entry.constants, constants)) {
+          dispatch::same_constants(entry.constants, constants)) {
         return entry;
       }
     }
@@ -70,7 +60,7 @@ const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const
   CompiledEntry entry{constants, cooperative, {}, false, lanes, false};
   {
     py::gil_scoped_acquire gil;
-    py::tuple result = spec.compile(kernel.index, dispatch::constants_tuple(constants), cooperative, lanes, copies);
+    py::tuple result = spec.compile(kernel.index, bindings::constants_tuple(constants), cooperative, lanes, copies);
     entry.launchers = result[0].cast<std::vector<uintptr_t>>();
     entry.serial = result[1].cast<bool>();
     entry.lanes = result[2].cast<bool>();
@@ -98,8 +88,6 @@ void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
 }
 
 }  // namespace
-
-void add_debug_schedule_users(int delta) { debug_schedule_users.fetch_add(delta); }
 
 OpSpec::~OpSpec() {
   if (Py_IsInitialized()) {
@@ -180,46 +168,40 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
       }
     }
     const dispatch::KernelSpec& kspec = *kernel->spec;
-    std::vector<dispatch::NativeArgument> values(size_t(kspec.parameter_count()));
+    dispatch::CallArguments call;
+    call.origin = dispatch::CallOrigin::Operator;
+    call.positional.resize(size_t(kspec.parameter_count()));
     for (const ArgumentSource& source : kernel->sources) {
-      dispatch::NativeArgument& value = values[size_t(source.position)];
+      dispatch::CallValue& value = call.positional[size_t(source.position)];
       switch (source.kind) {
         case ArgumentSource::Kind::Input: {
           const c10::IValue& argument = arguments[size_t(source.index)];
           if (argument.isTensor()) {
-            value.tensor = &argument.toTensor();
+            value = dispatch::CallValue::of(argument.toTensor());
           } else if (!argument.isNone()) {
-            value.has_number = true;
-            value.number = number_of(argument);
+            value = dispatch::CallValue::of(number_of(argument));
           }
           break;
         }
-        case ArgumentSource::Kind::Output: value.tensor = &outputs[size_t(source.index)]; break;
+        case ArgumentSource::Kind::Output: value = dispatch::CallValue::of(outputs[size_t(source.index)]); break;
         case ArgumentSource::Kind::Rule:
-          value.has_number = true;
-          value.number = Number::of(source.rule.evaluate(arguments, spec.argument_names));
+          value = dispatch::CallValue::of(Number::of(source.rule.evaluate(arguments, spec.argument_names)));
           break;
-        case ArgumentSource::Kind::Number:
-          value.has_number = true;
-          value.number = source.number;
-          break;
+        case ArgumentSource::Kind::Number: value = dispatch::CallValue::of(source.number); break;
       }
     }
-    std::vector<int64_t> threads, group;
-    for (const SizeRule& rule : spec.threads) threads.push_back(rule.evaluate(arguments, spec.argument_names));
-    for (const SizeRule& rule : spec.group) group.push_back(rule.evaluate(arguments, spec.argument_names));
-    bool empty = std::any_of(threads.begin(), threads.end(), [](int64_t t) { return t == 0; });
-    std::vector<std::pair<size_t, Number>> constants;
+    for (const SizeRule& rule : spec.threads) call.threads.push_back(rule.evaluate(arguments, spec.argument_names));
+    for (const SizeRule& rule : spec.group) call.group.push_back(rule.evaluate(arguments, spec.argument_names));
+    bool empty = std::any_of(call.threads.begin(), call.threads.end(), [](int64_t t) { return t == 0; });
     for (const ConstantSource& c : kernel->constants) {
-      constants.emplace_back(c.slot, c.input >= 0 ? number_of(arguments[size_t(c.input)])
-                                     : c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
+      call.constants.emplace_back(c.slot, c.input >= 0 ? number_of(arguments[size_t(c.input)])
+                                          : c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
     }
-    std::vector<std::pair<int, int64_t>> threadgroup;
     for (const auto& [binding, rule] : kernel->threadgroup) {
-      threadgroup.emplace_back(binding, rule.evaluate(arguments, spec.argument_names));
+      call.threadgroup_memory.emplace_back(binding, rule.evaluate(arguments, spec.argument_names));
     }
     if (!empty) {  // no threads: nothing to run (Metal refuses empty grids; an op on an empty tensor is a no-op)
-      dispatch::Plan plan = kspec.bind_native(values, threads, group, constants, threadgroup);
+      dispatch::Plan plan = kspec.bind(call);
       if (gpu != nullptr) {
         py::gil_scoped_acquire gil;
         spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), gpu);

@@ -100,8 +100,4 @@ class __attribute__((visibility("hidden"))) MetallibKernel final : public c10::O
   std::shared_ptr<OpSpec> spec_;
 };
 
-// Debug schedules (torch_metallib.cpu_schedule) in effect anywhere: while none is, calls
-// skip asking Python for the current one.
-void add_debug_schedule_users(int delta);
-
 }  // namespace torch_metallib::ops

@@ -1,0 +1,83 @@
+"""Calls that stay native: after a kernel's first call on the CPU, later calls are bound and
+run by the backend's launcher without returning to Python (``_C.call``). They must give
+what the full path gives, and every switch the full path reads per call (checked
+execution, debug schedules, function-constant values, thread counts) must still reach it."""
+
+import pytest
+import torch
+
+import torch_metallib as tm
+
+ALPHAS = (2.0, -0.5, 3.0)
+
+
+def _launchers(kernel):
+    return kernel._dispatch_state().launchers
+
+
+def _checked_keys(kernel):
+    return [key for key in kernel._dispatch_state().prepared if isinstance(key, tuple) and key[3]]
+
+
+@pytest.fixture()
+def add(mlx_path):
+    """MLX's float add, on a library of its own (no launcher from another test)."""
+    return tm.load(mlx_path).vv_Addfloat32
+
+
+def test_repeated_calls_run_natively_and_match_torch(add):
+    for n in (16, 1000, 70000, 3):
+        a, b, c = torch.randn(n), torch.randn(n), torch.full((n,), float("nan"))
+        add(a, b, c)
+        assert torch.equal(c, a + b), n
+    assert len(_launchers(add)) == 1  # made by the first call, used by the three after it
+    assert _launchers(add).last_cpu_scheme == "threads"
+    assert add.cpu_scheme == "threads"
+
+
+def test_refusals_come_from_the_native_path_too(add):
+    a = torch.ones(8)
+    add(a, a, torch.empty(8))
+    with pytest.raises(tm.KernelArgumentError, match="expected a tensor of torch.float32, got torch.float64"):
+        add(a, a, torch.empty(8, dtype=torch.float64))
+    with pytest.raises(tm.KernelArgumentError, match="no argument named 'nope'"):
+        add(a, a, torch.empty(8), nope=1)
+
+
+def test_a_checked_block_reaches_the_full_path(add):
+    a, c = torch.ones(8), torch.empty(8)
+    add(a, a, c)
+    assert not _checked_keys(add)
+    with tm.checked():
+        add(a, a, c)
+    assert _checked_keys(add), "the call inside checked() ran the unchecked launcher"
+    assert torch.equal(c, a + a)
+
+
+def test_the_checked_environment_variable_reaches_the_full_path(add, monkeypatch):
+    a, c = torch.ones(8), torch.empty(8)
+    add(a, a, c)
+    monkeypatch.setenv("TORCH_METALLIB_CHECKED", "1")
+    add(a, a, c)
+    assert _checked_keys(add), "a call with TORCH_METALLIB_CHECKED=1 ran the unchecked launcher"
+
+
+def test_a_debug_schedule_reaches_the_full_path(add):
+    a, c = torch.ones(8), torch.empty(8)
+    add(a, a, c)
+    with tm.cpu_schedule("permuted", seed=5):
+        add(a, a, c)
+        assert add.cpu_scheme == "coroutines"  # permuted runs make every thread a coroutine
+    add(a, a, c)
+    assert add.cpu_scheme == "threads"
+
+
+def test_each_constant_value_has_its_launcher(fixtures_lib):
+    kernel = fixtures_lib.function_constant_scale
+    x = torch.arange(64, dtype=torch.float32)
+    for _ in range(2):
+        for alpha in ALPHAS:
+            out = torch.empty(64)
+            kernel(x, out, constants={"use_bias": False, "alpha": alpha})
+            assert torch.equal(out, alpha * x + 0.0), alpha
+    assert len(_launchers(kernel)) == len(ALPHAS)

@@ -1,0 +1,37 @@
+#include "dispatch/launcher.h"
+
+namespace torch_metallib::dispatch {
+
+void Launchers::add(std::shared_ptr<Launcher> launcher) {
+  entries_.insert(entries_.begin(), std::move(launcher));
+  if (entries_.size() > kMaxLaunchers) {
+    if (last_ == entries_.back().get()) last_ = nullptr;
+    entries_.pop_back();
+  }
+}
+
+Launcher* Launchers::find(const Plan& plan) {
+  for (const auto& launcher : entries_) {
+    if (launcher->accepts(plan)) {
+      last_ = launcher.get();
+      return launcher.get();
+    }
+  }
+  return nullptr;
+}
+
+void Launchers::clear() {
+  entries_.clear();
+  last_ = nullptr;
+}
+
+bool same_constants(const std::vector<ConstantValue>& a, const std::vector<ConstantValue>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].index != b[i].index || a[i].is_float != b[i].is_float || a[i].integer != b[i].integer ||
+        (a[i].is_float && a[i].real != b[i].real)) return false;
+  }
+  return true;
+}
+
+}  // namespace torch_metallib::dispatch

@@ -2,7 +2,7 @@
 
 * Registration errors: each mistake is refused with an OpDefinitionError naming the kernel
   and argument and saying how to fix it, and nothing is registered (the same name defines
-  fine once fixed).
+  fine once fixed); a definition's mistakes are all listed in one error.
 * Rules: the native evaluator (eager calls) and the Python one (meta / fake tensors,
   Rule.evaluate) agree, Python's floor division and modulo included; rule errors at call.
 * The documentation's example operators (tests/_ops_examples.py) pass torch.library.opcheck, export
@@ -217,6 +217,37 @@ def test_define_refuses(libraries, case):
         assert case.fill(fragment) in message, f"{fragment!r} not in {message!r}"
     assert isinstance(raised.value, ValueError) and isinstance(raised.value, tm.TorchMetallibError)
     assert not registered(case.qualname), "a refused definition left the operator behind"
+
+
+def test_define_reports_every_problem_in_one_error(libraries):
+    """Three unrelated mistakes give one OpDefinitionError listing all three, each item the
+    message it would raise alone; nothing is registered, and once fixed the name defines."""
+    qualname = f"{NS}::three_problems"
+    mistakes = scale_options(bind={"in": "y"}, constants={"use_bias": False}, threads=None)
+    with pytest.raises(tm.OpDefinitionError) as raised:
+        ops.define(f"{qualname}(Tensor x) -> Tensor", libraries["fixtures"], "function_constant_scale", **mistakes)
+    assert str(raised.value).splitlines() == [
+        f"{qualname}: 3 problems, nothing is registered:",
+        f"  1. {qualname}: threads is required, got none; give the grid as an ops rule, e.g. threads=ops.numel('x')",
+        f"  2. {qualname} (torch.float32 kernel function_constant_scale): the kernel needs function constants alpha, "
+        f"got use_bias; pass constants={{name: value or ops rule}}",
+        f"  3. {qualname}: bind['in'] names 'y', which is not an argument of the schema; expected one of: x",
+    ]
+    assert not registered(qualname)
+    _check_scale(ops.define(f"{qualname}(Tensor x) -> Tensor", libraries["fixtures"], "function_constant_scale",
+                            **scale_options()))
+
+
+def test_a_problem_of_every_kernel_is_listed_once(libraries):
+    """The same mistake for each dtype's kernel is one problem naming every kernel."""
+    qualname = f"{NS}::eps_unbound"
+    with pytest.raises(tm.OpDefinitionError) as raised:
+        ops.define(f"{qualname}(Tensor x, Tensor w) -> Tensor", libraries["mlx"], "rms{dtype}",
+                   **rms_options(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
+    assert str(raised.value) == (
+        f"{qualname} (torch.float32 kernel rmsfloat32; torch.float16 kernel rmsfloat16; torch.bfloat16 kernel "
+        f"rmsbfloat16): kernel argument 'eps' (buffer(3), float) has no value: name a schema argument or output "
+        f"'eps', or map it with bind={{'eps': ...}} (an argument or output name, an ops rule or a number)")
 
 
 def _check_sigmoid(op):

@@ -3,18 +3,19 @@ operator.
 
 Everything a call needs is checked here, against each kernel's reflection, before the
 operator exists: a schema that does not fit the kernel fails at registration, not at the
-first call, with one error that lists every problem found. Then the schema is defined with torch.library, the native kernel
-(csrc/ops/metallib_op.cpp) is registered as its CPU, MPS and CUDA implementation (CPU runs
-natively; MPS and CUDA bind natively and launch through the backend seam), a fake implementation
-is derived from the output rules, and an optional backward is registered with
-``torch.library.register_autograd``.
+first call, with one error that lists every problem found. Then the schema is defined with
+torch.library, the native kernel (csrc/ops/metallib_op.cpp) is registered as its CPU, MPS
+and CUDA implementation (CPU runs natively; MPS and CUDA bind natively and launch through
+the backend seam), a fake implementation is derived from the output rules, and an optional
+backward is registered with ``torch.library.register_autograd``. Preconditions
+(``require``) are checked in Python before the native kernel (_preconditions.py).
 """
 
 import contextlib
 import difflib
 import functools
 import threading
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -24,6 +25,7 @@ from ..errors import DispatchError, KernelArgumentError, OpDefinitionError
 from ..backends.cpu.schedule import register_environment_schedule
 from ..dispatch.calls import run_plan
 from ._outputs import Output
+from ._preconditions import Precondition
 from ._rules import Rule, as_rule
 
 __all__ = ["define", "MetallibOp"]
@@ -351,7 +353,8 @@ class _KernelPlan:
 def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, dispatch: Optional[str] = None,
            bind: Optional[Mapping] = None, outputs: Optional[Mapping[str, Output]] = None, threads=None,
            group_size=None, constants: Optional[Mapping] = None, threadgroup_memory: Optional[Mapping] = None,
-           backward: Optional[Callable] = None, setup_context: Optional[Callable] = None) -> MetallibOp:
+           require: Optional[Sequence[Rule]] = None, backward: Optional[Callable] = None,
+           setup_context: Optional[Callable] = None) -> MetallibOp:
     """Registers kernels of `library` as the torch operator `schema`; the documentation's
     "Kernels as operators" page (docs/guide/operators.md) has a complete example.
 
@@ -374,6 +377,12 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         constants: function constant name -> a number, a float/int/bool argument's name
             (each new value compiles the kernel once more), or an ops rule.
         threadgroup_memory: ``[[threadgroup(i)]]`` index -> bytes (int or ops rule).
+        require: preconditions every call must meet, comparisons of ops rules such as
+            ``ops.size("q", -1) == 64`` or ``ops.size("x", 0) % 4 == 0`` (``==``, ``!=``,
+            ``<``, ``<=``, ``>``, ``>=`` between rules or ints). They are checked before
+            anything runs, in eager calls and in the fake kernel; one that does not hold
+            raises KernelArgumentError naming the operator, the precondition and the values
+            found. Under ``torch.compile`` they become guards or runtime assertions.
         backward: ``backward(ctx, *grads)`` returning one gradient per input (None where
             there is none), as for ``torch.library.register_autograd``.
         setup_context: ``setup_context(ctx, inputs, output)``, saving what backward needs.
@@ -415,6 +424,11 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
     if threads is None:
         problems.add(f"{qualname}: threads is required, got none; give the grid as an ops rule, e.g. "
                      f"threads=ops.numel('x')")
+    preconditions = []
+    for i, rule in enumerate([require] if isinstance(require, Rule) else list(require or [])):
+        with problems.check():
+            preconditions.append(Precondition(rule, f"{qualname}: require[{i}]"))
+            _rule_tokens(parsed, qualname, rule, f"require[{i}]")
     plans = []
     for index, (dtype, name) in enumerate(names.items()):
         function = None
@@ -464,12 +478,14 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
                                       compile_for, lambda index, plan, device: run_plan(functions[index], plan, device))
-        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size),
-                                    lib=namespace)
+        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size,
+                                                           preconditions), lib=namespace)
         if backward is not None:
             torch.library.register_autograd(parsed.qualname, backward, setup_context=setup_context, lib=namespace)
         packet = getattr(getattr(torch.ops, parsed.namespace), parsed.op_name)
         op = getattr(packet, parsed.overload or "default")
+        if preconditions:
+            _check_before_the_kernels(namespace, parsed, op, preconditions)
         defined = _operators[parsed.qualname] = MetallibOp(parsed.qualname, schema, op,
                                                            {p.dtype: p.function for p in plans}, registration)
     return defined
@@ -515,10 +531,31 @@ def _extents(value, qualname, what) -> list:
     return extents
 
 
-def _fake(schema, outputs, dispatch, plans, threads, group_size):
+# The dispatch keys below BackendSelect: the backends' kernels (native on CPU, MPS and CUDA;
+# the fake kernel on Meta).
+_BELOW_BACKEND_SELECT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+
+
+def _check_before_the_kernels(namespace, schema, op, preconditions) -> None:
+    """Registers the preconditions' check as the operator's BackendSelect kernel, which every
+    eager call reaches after autograd and before the device's kernel (the native kernels
+    evaluate no preconditions); it costs a Python call, a few microseconds. Fake tensors
+    do not reach it: the fake kernel checks the same preconditions."""
+
+    def check_then_run(keyset, *args, **kwargs):
+        values = schema.values(args, kwargs)
+        for precondition in preconditions:
+            precondition.check(schema.qualname, values)
+        return op.redispatch(keyset & _BELOW_BACKEND_SELECT, *args, **kwargs)
+
+    name = schema.op_name + (f".{schema.overload}" if schema.overload else "")
+    namespace.impl(name, check_then_run, "BackendSelect", with_keyset=True)
+
+
+def _fake(schema, outputs, dispatch, plans, threads, group_size, preconditions=()):
     """The fake (meta) implementation: refuses what the native kernel refuses before it
-    runs (dtypes, devices, out= shapes, grid rules that cannot be evaluated) and allocates
-    the outputs from their rules."""
+    runs (preconditions, dtypes, devices, out= shapes, grid rules that cannot be evaluated)
+    and allocates the outputs from their rules."""
     by_dtype = {plan.dtype: plan for plan in plans}
     supported = ", ".join(map(str, by_dtype))
     grid = [as_rule(r) for r in _extents(threads, schema.qualname, "threads")]
@@ -527,6 +564,8 @@ def _fake(schema, outputs, dispatch, plans, threads, group_size):
 
     def fake(*args, **kwargs):
         values = schema.values(args, kwargs)
+        for precondition in preconditions:  # first, as in eager calls
+            precondition.check(schema.qualname, values)
         plan = by_dtype.get(values[dispatch].dtype)
         if plan is None:
             raise KernelArgumentError(f"{schema.qualname}: argument '{dispatch}' has dtype {values[dispatch].dtype}; "

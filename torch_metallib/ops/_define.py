@@ -238,7 +238,8 @@ class _KernelPlan:
             if schema.mutable[i] and name not in written_inputs:
                 with check():
                     raise OpDefinitionError(f"{self.where}: the schema marks '{name}' as mutated (Tensor(a!)), but no "
-                                            f"argument the kernel writes is bound to it")
+                                            f"argument the kernel writes is bound to it; bind one, bind={{<kernel "
+                                            f"argument>: '{name}'}}, or declare it Tensor {name}")
         wanted = {a.binding: a for a in function.buffers if a.kind == "threadgroup"}
         for binding, size in (threadgroup_memory or {}).items():
             with check():
@@ -416,7 +417,8 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
     else:
         with problems.check():
             if parsed.kinds[parsed.index(dispatch, "dispatch")] != "Tensor":
-                raise OpDefinitionError(f"{qualname}: dispatch names '{dispatch}', which is not a Tensor argument")
+                raise OpDefinitionError(f"{qualname}: dispatch names '{dispatch}', which is not a Tensor argument; "
+                                        f"expected one of: {', '.join(tensors) or 'none'}")
     if backward is not None and any(parsed.mutable):
         problems.add(f"{qualname}: a backward needs a functional schema, but this one mutates "
                      f"{', '.join(n for n, m in zip(parsed.names, parsed.mutable) if m)}; register the backward on "

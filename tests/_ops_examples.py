@@ -81,3 +81,24 @@ def define_fixture_examples(lib) -> dict:
                             constants={"use_bias": ops.present("bias"), "alpha": "alpha"},
                             threads=ops.numel("x")),
     }
+
+
+def define_sdpa_vector(lib, qualname: str):
+    """MLX's single-query attention kernel for head dimension 64 (sdpa_vector_float_64_64)
+    as operator `qualname`(q, k, v, scale): q (batch, heads, queries, 64), k and v (batch,
+    kv_heads, keys, 64), as MLX's sdpa_vector() launches it (1024 threads per query head).
+    The kernel reads and writes 64 elements per head whatever the tensors hold, so the
+    head dimension is a precondition."""
+    size = ops.size
+    return ops.define(
+        f"{qualname}(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", lib, "sdpa_vector_float_64_64",
+        dtypes=[torch.float32],
+        bind={"queries": "q", "keys": "k", "values": "v", "gqa_factor": size("q", 1) // size("k", 1),
+              "N": size("k", 2), "k_head_stride": size("k", 2) * size("k", 3), "k_seq_stride": size("k", 3),
+              "v_head_stride": size("v", 2) * size("v", 3), "v_seq_stride": size("v", 3)},
+        outputs={"out": ops.empty((size("q", 0), size("q", 1), size("q", 2), size("v", 3)), "q")},
+        constants=dict(has_mask=False, query_transposed=False, do_causal=False, bool_mask=False,
+                       float_mask=False, has_sinks=False),
+        threads=(size("q", 0) * size("q", 1) * 1024, size("q", 2), 1), group_size=(1024, 1, 1),
+        require=[size("q", -1) == 64, size("k", -1) == 64, size("v", -1) == 64,
+                 size("q", 1) % size("k", 1) == 0])

@@ -13,7 +13,8 @@ _mlx_families.py.
 Left out on purpose (one line each):
 * complex64 kernels: MLX's complex conventions (ordering in Maximum, branch cuts) need their own references.
 * kernels with threadgroup barriers or SIMD-group functions: test_cpu_cooperative.py covers
-  those; simdgroup matrices are refused (test_simdgroup_matrix_kernels_are_refused).
+  those, simdgroup matrices test_cpu_collectives.py, test_simdgroup_matrix_strided.py and
+  test_cpu_mlx_matmul.py.
 """
 
 import pytest

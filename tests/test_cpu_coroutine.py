@@ -1,5 +1,5 @@
 """Cooperative kernels become one coroutine per thread with every function inlined into it
-(torch_metallib/_cpu_coroutine.py): waits in helper functions, including ones the
+(torch_metallib/backends/cpu/coroutine.py): waits in helper functions, including ones the
 kernel's compiler marked noinline, and the error for a wait that cannot be inlined."""
 
 import llvmlite.binding as llvm

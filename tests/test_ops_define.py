@@ -2,11 +2,13 @@
 
 * Registration errors: each mistake is refused with an OpDefinitionError naming the kernel
   and argument and saying how to fix it, and nothing is registered (the same name defines
-  fine once fixed).
+  fine once fixed); a definition's mistakes are all listed in one error.
 * Rules: the native evaluator (eager calls) and the Python one (meta / fake tensors,
   Rule.evaluate) agree, Python's floor division and modulo included; rule errors at call.
 * The documentation's example operators (tests/_ops_examples.py) pass torch.library.opcheck, export
   and compile with dynamic shapes.
+* Preconditions (require=): refused calls in eager, meta, autograd and compiled calls, each
+  naming the precondition and the values found; nothing written.
 * Debug CPU schedules (cpu_schedule and TORCH_METALLIB_CPU_SCHEDULE) reach the operators.
 
 Every operator defined here lives in namespace tm_define_tests, one name per test (an
@@ -205,6 +207,16 @@ REFUSED = [
     Refused("rule_names_an_unknown_argument", "{op}(Tensor x) -> Tensor", "mlx", SIGMOID,
             sigmoid_options(threads=ops.numel("z")),
             ("{op}: rule numel(z) names 'z', which is not an argument of the schema", "expected one of: x")),
+    # preconditions
+    Refused("require_not_a_comparison", "{op}(Tensor x) -> Tensor", "mlx", SIGMOID,
+            sigmoid_options(require=[ops.size("x", 0) > 1, ops.size("x", 0) % 4]),
+            ("{op}: require[1]: expected a comparison of rules", "got (size(x, 0) % 4)",
+             "write e.g. ops.size('q', -1) == 64")),
+    Refused("require_a_bool", "{op}(Tensor x) -> Tensor", "mlx", SIGMOID, sigmoid_options(require=[64 == 64]),
+            ("{op}: require[0]: expected a comparison of rules", "got True")),
+    Refused("require_reads_an_unknown_argument", "{op}(Tensor x) -> Tensor", "mlx", SIGMOID,
+            sigmoid_options(require=[ops.size("q", -1) == 64]),
+            ("{op}: rule (size(q, -1) == 64) names 'q', which is not an argument of the schema",)),
 ]
 
 
@@ -217,6 +229,37 @@ def test_define_refuses(libraries, case):
         assert case.fill(fragment) in message, f"{fragment!r} not in {message!r}"
     assert isinstance(raised.value, ValueError) and isinstance(raised.value, tm.TorchMetallibError)
     assert not registered(case.qualname), "a refused definition left the operator behind"
+
+
+def test_define_reports_every_problem_in_one_error(libraries):
+    """Three unrelated mistakes give one OpDefinitionError listing all three, each item the
+    message it would raise alone; nothing is registered, and once fixed the name defines."""
+    qualname = f"{NS}::three_problems"
+    mistakes = scale_options(bind={"in": "y"}, constants={"use_bias": False}, threads=None)
+    with pytest.raises(tm.OpDefinitionError) as raised:
+        ops.define(f"{qualname}(Tensor x) -> Tensor", libraries["fixtures"], "function_constant_scale", **mistakes)
+    assert str(raised.value).splitlines() == [
+        f"{qualname}: 3 problems, nothing is registered:",
+        f"  1. {qualname}: threads is required, got none; give the grid as an ops rule, e.g. threads=ops.numel('x')",
+        f"  2. {qualname} (torch.float32 kernel function_constant_scale): the kernel needs function constants alpha, "
+        f"got use_bias; pass constants={{name: value or ops rule}}",
+        f"  3. {qualname}: bind['in'] names 'y', which is not an argument of the schema; expected one of: x",
+    ]
+    assert not registered(qualname)
+    _check_scale(ops.define(f"{qualname}(Tensor x) -> Tensor", libraries["fixtures"], "function_constant_scale",
+                            **scale_options()))
+
+
+def test_a_problem_of_every_kernel_is_listed_once(libraries):
+    """The same mistake for each dtype's kernel is one problem naming every kernel."""
+    qualname = f"{NS}::eps_unbound"
+    with pytest.raises(tm.OpDefinitionError) as raised:
+        ops.define(f"{qualname}(Tensor x, Tensor w) -> Tensor", libraries["mlx"], "rms{dtype}",
+                   **rms_options(dtypes=[torch.float32, torch.float16, torch.bfloat16]))
+    assert str(raised.value) == (
+        f"{qualname} (torch.float32 kernel rmsfloat32; torch.float16 kernel rmsfloat16; torch.bfloat16 kernel "
+        f"rmsbfloat16): kernel argument 'eps' (buffer(3), float) has no value: name a schema argument or output "
+        f"'eps', or map it with bind={{'eps': ...}} (an argument or output name, an ops rule or a number)")
 
 
 def _check_sigmoid(op):
@@ -458,6 +501,90 @@ def test_comparison_extent_under_dynamic_compile(mlx_lib):
     compiled = torch.compile(op, fullgraph=True, dynamic=True)
     for n in (3, 8):
         assert compiled(torch.zeros(n)).shape == op(torch.zeros(n)).shape
+
+
+# --- preconditions -------------------------------------------------------------------------
+
+PRECONDITION_FAILS = "a precondition does not hold; expected"
+PASS_SUCH = ". Pass arguments that meet it: the operator's kernels are built for those (define(..., require=[...]))"
+
+
+@pytest.fixture(scope="module")
+def required_ops(mlx_lib) -> dict:
+    """sigmoid, functional and in place, on rows of a multiple of 4 elements, at most 2-D."""
+    require = [ops.size("x", -1) % 4 == 0, ops.dim("x") <= 2]
+    return {
+        "sigmoid": ops.define(f"{NS}::required(Tensor x) -> Tensor", mlx_lib, SIGMOID, require=require,
+                              **sigmoid_options()),
+        "sigmoid_": ops.define(f"{NS}::required_(Tensor(a!) x) -> ()", mlx_lib, SIGMOID, require=require,
+                               dtypes=F32, bind={"in": "x", "out": "x", "size": 0}, threads=ops.numel("x")),
+    }
+
+
+@pytest.mark.parametrize("shape, found", [
+    ((3, 6), "size(x, -1) % 4 == 0, got size(x, -1) = 6, size(x, -1) % 4 = 2"),
+    ((2, 2, 4), "dim(x) <= 2, got 3"),
+], ids=["size", "dim"])
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_precondition_refuses_the_call_before_anything_runs(required_ops, shape, found, device):
+    x = torch.randn(shape, device=device)
+    expected = f"{NS}::required: {PRECONDITION_FAILS} {found}{PASS_SUCH}"
+    with pytest.raises(tm.KernelArgumentError) as raised:
+        required_ops["sigmoid"](x)
+    assert str(raised.value) == expected
+    with pytest.raises(tm.KernelArgumentError):  # through the autograd kernel too
+        required_ops["sigmoid"](x.clone().requires_grad_())
+    before = x.clone()
+    with pytest.raises(tm.KernelArgumentError) as raised:
+        required_ops["sigmoid_"](x)
+    assert str(raised.value) == expected.replace("::required:", "::required_:")
+    if device == "cpu":
+        assert torch.equal(x, before), "a refused call wrote its argument"
+
+
+def test_preconditions_that_hold_let_the_kernel_run(required_ops):
+    x = _randn(3, 8, seed=70)
+    assert torch.allclose(required_ops["sigmoid"](x), torch.sigmoid(x), rtol=0, atol=1e-6)
+    expected = torch.sigmoid(x)
+    required_ops["sigmoid_"](x)
+    assert torch.allclose(x, expected, rtol=0, atol=1e-6)
+    assert required_ops["sigmoid"](torch.zeros(5, 4, device="meta")).shape == (5, 4)
+    result = torch.library.opcheck(required_ops["sigmoid"].op, (_randn(2, 12, seed=71),), test_utils=OPCHECK_TESTS)
+    assert result == {test: "SUCCESS" for test in OPCHECK_TESTS}
+
+
+def test_a_precondition_between_two_rules_names_both_values(mlx_lib):
+    op = ops.define(f"{NS}::same_rows(Tensor x, Tensor y) -> Tensor", mlx_lib, SIGMOID,
+                    require=[ops.size("x", 0) == ops.size("y", 0)], **sigmoid_options())
+    x = torch.randn(3)
+    with pytest.raises(tm.KernelArgumentError) as raised:
+        op(x, torch.randn(4))
+    assert str(raised.value) == (f"{NS}::same_rows: {PRECONDITION_FAILS} size(x, 0) == size(y, 0), got "
+                                 f"size(x, 0) = 3, size(y, 0) = 4{PASS_SUCH}")
+    assert torch.allclose(op(x, torch.randn(3)), torch.sigmoid(x), rtol=0, atol=1e-6)
+
+
+def test_preconditions_under_dynamic_compile(required_ops):
+    """On symbolic sizes a precondition is a guard: calls that meet it compile once and run
+    without a graph break; one that does not is refused with the same KernelArgumentError."""
+    torch._dynamo.reset()
+    op = required_ops["sigmoid"]
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(lambda t: op(t) * 2, fullgraph=True, dynamic=True, backend=counter)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for seed, shape in enumerate([(3, 8), (5, 12), (2, 16)]):
+            x = _randn(*shape, seed=72 + seed)
+            assert torch.equal(compiled(x), op(x) * 2)
+    assert counter.frame_count == 1
+    with pytest.raises(Exception) as raised:
+        compiled(_randn(3, 6, seed=75))
+    chain = [raised.value]  # dynamo's error, caused by the fake kernel's
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    refusals = [str(e) for e in chain if isinstance(e, tm.KernelArgumentError)]
+    assert refusals == [f"{NS}::required: {PRECONDITION_FAILS} size(x, -1) % 4 == 0, got size(x, -1) = 6, "
+                        f"size(x, -1) % 4 = 2{PASS_SUCH}"], [type(e) for e in chain]
+    torch._dynamo.reset()
 
 
 # --- the example operators: opcheck, autograd, export, compile -------------------------------

@@ -1,12 +1,17 @@
 """Operators made by ``torch_metallib.ops.define`` (tests/_ops_examples.py) against torch
 references: dtype dispatch, argument checks in eager and fake (meta) mode, a cooperative
 kernel (MLX block_softmax), RMS norm with a backward kernel, the in-place and out= variants,
-function constants taken from call arguments, and torch.compile.
+function constants taken from call arguments, torch.compile, and a precondition that keeps
+MLX's attention kernel for head dimension 64 from other head dimensions.
 
 Tolerances compare with a float64 reference and are derived per test from the precision
 of the kernel's arithmetic; each is explained where it is defined."""
 
+import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -534,3 +539,49 @@ def test_compiled_rms_norm_equals_eager_with_gradients(examples):
     assert all(torch.equal(a, b) for a, b in zip(eager, traced))
     explained = torch._dynamo.explain(rms_norm)(x, w)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+# --- preconditions -----------------------------------------------------------------------
+
+_SDPA_CHILD = """
+import json, sys, torch, torch_metallib as tm
+from _ops_examples import define_sdpa_vector
+sdpa = define_sdpa_vector(tm.load(sys.argv[1]), "tm_sdpa::sdpa")
+g = torch.Generator().manual_seed(0)
+result = {}
+for d in (64, 32):
+    q, k, v = torch.randn(2, 4, 1, d, generator=g), torch.randn(2, 2, 77, d, generator=g), torch.randn(2, 2, 77, d, generator=g)
+    for device in ("meta", "cpu"):
+        try:
+            out = sdpa(q.to(device), k.to(device), v.to(device), d ** -0.5)
+        except tm.KernelArgumentError as error:
+            result[f"{device} {d}"] = "KernelArgumentError: " + str(error)
+            continue
+        if device == "cpu":
+            kv = [t.double().repeat_interleave(2, 1) for t in (k, v)]
+            reference = torch.nn.functional.scaled_dot_product_attention(q.double(), *kv, scale=d ** -0.5)
+            result[f"{device} {d}"] = [list(out.shape), (out.double() - reference).abs().max().item()]
+        else:
+            result[f"{device} {d}"] = [list(out.shape)]
+print(json.dumps(result))
+"""
+
+
+def test_sdpa_with_the_wrong_head_dimension_is_refused_by_its_precondition(mlx_path):
+    """sdpa_vector_float_64_64 reads and writes 64 elements per head: called with head
+    dimension 32 it would read past q, k and v and write past its output (the heap is
+    corrupted: glibc aborts). The operator's require=[size(q, -1) == 64, ...] refuses the
+    call before the kernel runs, eager and on meta tensors; head dimension 64 runs and
+    matches float64 attention. In a child process, so that a missing check cannot take the
+    test session down."""
+    child = subprocess.run([sys.executable, "-c", _SDPA_CHILD, mlx_path], capture_output=True, text=True,
+                           cwd=os.path.dirname(__file__), timeout=300)
+    assert child.returncode == 0, f"the child exited with {child.returncode}: {child.stderr[-3000:]}"
+    result = json.loads(child.stdout.strip().splitlines()[-1])
+    refusal = ("KernelArgumentError: tm_sdpa::sdpa: a precondition does not hold; expected size(q, -1) == 64, "
+               "got 32. Pass arguments that meet it: the operator's kernels are built for those "
+               "(define(..., require=[...]))")
+    assert result["meta 32"] == refusal and result["cpu 32"] == refusal
+    assert result["meta 64"] == [[2, 4, 1, 64]]
+    shape, error = result["cpu 64"]
+    assert shape == [2, 4, 1, 64] and error < 1e-5  # float32 arithmetic over 77 keys; measured 2.1e-7

@@ -1,6 +1,6 @@
 // Under GCC's Objective-C runtime clang gives every Objective-C++ function libobjc's
 // personality, which aborts on C++ exceptions; this one forwards to C++'s, so typed
-// catches, destructors and exceptions crossing blocks work (../shared/notes/objc-on-linux.md).
+// catches, destructors and exceptions crossing blocks work.
 // Safe while nothing uses @throw.
 #include <unwind.h>
 

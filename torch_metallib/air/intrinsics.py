@@ -11,7 +11,7 @@ SIMD-group, barrier and atomic intrinsics are not per-lane and are not defined h
 import re
 from typing import List, Optional, Tuple
 
-from .lanes import element_type, lanewise, via_wider  # element_type: re-exported
+from .derived_forms import element_type, lanewise, via_wider  # element_type: re-exported
 from .math_functions import MATH_OPS, define_math
 
 __all__ = [
@@ -35,7 +35,7 @@ _LIBM_UNARY = {"asinh": "asinhf", "acosh": "acoshf", "atanh": "atanhf", "erf": "
 _INT_BINARY = {("max", "s"): "smax", ("max", "u"): "umax", ("min", "s"): "smin", ("min", "u"): "umin"}
 _BIT_COUNTS = {"popcount": "ctpop", "clz": "ctlz", "ctz": "cttz"}
 # Float functions defined once, on float scalars: their half/bfloat forms are computed in
-# float, their vector forms lane by lane (lanes.py).
+# float, their vector forms lane by lane (derived_forms.py).
 _FLOAT_MATH = (set(_FLOAT_UNARY) | set(_FLOAT_BINARY) | set(_LIBM_UNARY) | set(MATH_OPS)
                | {"fma", "fmod", "rsqrt", "ldexp"})
 _LANEWISE = _FLOAT_MATH | set(_BIT_COUNTS) | {"nextafter"}

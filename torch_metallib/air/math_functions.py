@@ -1,5 +1,5 @@
 """Host definitions of AIR math functions LLVM has no intrinsic for, on float scalars (the
-half, bfloat and vector forms come from these through lanes.py): ``fract``, ``sinpi``,
+half, bfloat and vector forms come from these through derived_forms.py): ``fract``, ``sinpi``,
 ``cospi``, ``tanpi``, ``sincos``, ``fmin3``/``fmax3``/``fmedian3``, and ``nextafter``
 (on the bits of each floating type, so it is not computed in float).
 

@@ -280,7 +280,7 @@ class KernelFunction:
         call(self, args, kwargs, threads, group_size, constants, threadgroup_memory, checked, storage_bounds)
 
     def _dispatch_state(self):
-        """What calling needs (see _dispatch.DispatchState), built once."""
+        """What calling needs (see dispatch.calls.DispatchState), built once."""
         if self._call_state is None:
             with self._lock:
                 if self._call_state is None:

@@ -3,16 +3,19 @@ operator.
 
 Everything a call needs is checked here, against each kernel's reflection, before the
 operator exists: a schema that does not fit the kernel fails at registration, not at the
-first call. Then the schema is defined with torch.library, the native kernel
-(csrc/ops/metallib_op.cpp) is registered as its CPU, MPS and CUDA implementation (CPU runs
-natively; MPS and CUDA bind natively and launch through the backend seam), a fake implementation
-is derived from the output rules, and an optional backward is registered with
-``torch.library.register_autograd``.
+first call, with one error that lists every problem found. Then the schema is defined with
+torch.library, the native kernel (csrc/ops/metallib_op.cpp) is registered as its CPU, MPS
+and CUDA implementation (CPU runs natively; MPS and CUDA bind natively and launch through
+the backend seam), a fake implementation is derived from the output rules, and an optional
+backward is registered with ``torch.library.register_autograd``. Preconditions
+(``require``) are checked in Python before the native kernel (_preconditions.py).
 """
 
+import contextlib
 import difflib
+import functools
 import threading
-from typing import Callable, Mapping, Optional, Union
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import torch
 
@@ -22,6 +25,7 @@ from ..errors import DispatchError, KernelArgumentError, OpDefinitionError
 from ..backends.cpu.schedule import register_environment_schedule
 from ..dispatch.calls import run_plan
 from ._outputs import Output
+from ._preconditions import Precondition
 from ._rules import Rule, as_rule
 
 __all__ = ["define", "MetallibOp"]
@@ -59,10 +63,47 @@ class MetallibOp:
         return f"<MetallibOp {self.schema} [{dtypes}]>"
 
 
+class _Problems:
+    """The problems a definition has, collected so that one OpDefinitionError lists them
+    all. A problem found for several kernels in the same words is listed once, naming them."""
+
+    def __init__(self):
+        self._found = {}  # the problem's words -> the kernels it was found for ([] for the operator)
+
+    @contextlib.contextmanager
+    def check(self, qualname: str = "", kernel: str = ""):
+        """Records the OpDefinitionError the block raises instead of raising it; `kernel`
+        ("torch.float32 kernel name") is how the block's messages name their kernel."""
+        try:
+            yield
+        except OpDefinitionError as error:
+            self.add(str(error), qualname, kernel)
+
+    def add(self, message: str, qualname: str = "", kernel: str = "") -> None:
+        prefix = f"{qualname} ({kernel}): "
+        if kernel and message.startswith(prefix):
+            kernels = self._found.setdefault(message[len(prefix):], [])
+            if kernel not in kernels:
+                kernels.append(kernel)
+        else:
+            self._found.setdefault(message, [])
+
+    def raise_found(self, qualname: str) -> None:
+        """Raises the problems found, if any: one as its message, several as a numbered list
+        of the messages each would raise alone."""
+        messages = [f"{qualname} ({'; '.join(kernels)}): {words}" if kernels else words
+                    for words, kernels in self._found.items()]
+        if len(messages) == 1:
+            raise OpDefinitionError(messages[0])
+        if messages:
+            raise OpDefinitionError(f"{qualname}: {len(messages)} problems, nothing is registered:\n"
+                                    + "\n".join(f"  {i}. {m}" for i, m in enumerate(messages, 1)))
+
+
 class _Schema:
     """The parts of a torch schema the operator needs."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str, problems: _Problems):
         try:
             parsed = torch._C.parse_schema(text)
         except RuntimeError as error:
@@ -77,8 +118,8 @@ class _Schema:
         for a in parsed.arguments:
             kind = str(a.type)
             if kind not in ("Tensor", "Optional[Tensor]") and kind not in _SCALAR_TYPES:
-                raise OpDefinitionError(f"{self.qualname}: argument '{a.name}' has type {a.type}; metallib operators "
-                                        f"take Tensor, Tensor?, float, int and bool arguments")
+                problems.add(f"{self.qualname}: argument '{a.name}' has type {a.type}; metallib operators take "
+                             f"Tensor, Tensor?, float, int and bool arguments")
             self.names.append(a.name)
             self.kinds.append("Tensor" if kind == "Tensor" else "Tensor?" if kind.startswith("Optional") else kind)
             self.mutable.append(bool(a.alias_info and a.alias_info.is_write))
@@ -87,9 +128,9 @@ class _Schema:
         self.returns = [r for r in parsed.returns]
         for r in self.returns:
             if str(r.type) != "Tensor" or r.alias_info is not None:
-                raise OpDefinitionError(f"{self.qualname}: returns {r.type}{' (an alias)' if r.alias_info else ''}; "
-                                        f"metallib operators return new tensors (write into inputs with Tensor(a!) "
-                                        f"arguments and return nothing)")
+                problems.add(f"{self.qualname}: returns {r.type}{' (an alias)' if r.alias_info else ''}; metallib "
+                             f"operators return new tensors (write into inputs with Tensor(a!) arguments and return "
+                             f"nothing)")
 
     def index(self, name: str, what: str) -> int:
         if name not in self.names:
@@ -151,21 +192,27 @@ def _type_kind(type_name: str):
 class _KernelPlan:
     """One dtype's kernel bound to the schema: what register_op needs, all checked."""
 
-    def __init__(self, schema, function, dtype, index, dispatch, bind, outputs, constants, threadgroup_memory):
+    def __init__(self, schema, function, dtype, index, dispatch, bind, outputs, constants, threadgroup_memory,
+                 problems: _Problems):
         self.function = function
-        self.where = f"{schema.qualname} ({dtype} kernel {function.name})"
+        self.kernel = f"{dtype} kernel {function.name}"
+        self.where = f"{schema.qualname} ({self.kernel})"
         self.schema, self.dtype = schema, dtype
         state = function._dispatch_state()
         self.record = {"dtype": dtype, "spec": state.spec, "index": index, "cooperative": state.cooperative,
                        "serial": state.serial, "sources": [], "constants": [], "threadgroup": []}
         self.tensor_dtypes = {}  # tensor argument -> (dtypes its kernel argument accepts, description)
-        fixed = self._constants(constants)
+        check = functools.partial(problems.check, schema.qualname, self.kernel)
+        fixed = self._constants(constants, check)
         arguments = [a for a in function.buffers if a.kind != "threadgroup"]
         by_name = {a.name: a for a in arguments}
         for key in bind:
             if key not in by_name:
-                raise OpDefinitionError(f"{self.where}: bind names kernel argument '{key}', which the kernel does "
-                                        f"not have; its arguments are: {', '.join(by_name)}")
+                near = difflib.get_close_matches(key, list(by_name), n=1, cutoff=0.5)
+                with check():
+                    raise OpDefinitionError(f"{self.where}: bind names kernel argument '{key}', which the kernel does "
+                                            f"not have; its arguments are: {', '.join(by_name)}"
+                                            + (f". Did you mean '{near[0]}'?" if near else ""))
         output_names = list(outputs)
         written_outputs, written_inputs = set(), set()
         for a in arguments:
@@ -174,92 +221,96 @@ class _KernelPlan:
             if source is None:
                 if a.unused or guard_off:
                     continue
-                raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} has no value: name a "
-                                        f"schema argument or output '{a.name}', or map it with bind={{'{a.name}': ...}} "
-                                        f"(an argument or output name, an ops rule or a number)")
-            self._bind(a, source, output_names, outputs, dispatch, written_outputs, written_inputs)
+                with check():
+                    raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} has no value: name a "
+                                            f"schema argument or output '{a.name}', or map it with bind={{'{a.name}': "
+                                            f"...}} (an argument or output name, an ops rule or a number)")
+                continue
+            with check():
+                self._bind(a, source, output_names, outputs, dispatch, written_outputs, written_inputs)
         for name in output_names:
             if name not in written_outputs:
-                raise OpDefinitionError(f"{self.where}: output '{name}' is bound to no argument the kernel writes, so "
-                                        f"it would be returned uninitialized; bind it with bind={{<kernel argument>: "
-                                        f"'{name}'}}")
+                with check():
+                    raise OpDefinitionError(f"{self.where}: output '{name}' is bound to no argument the kernel "
+                                            f"writes, so it would be returned uninitialized; bind it with "
+                                            f"bind={{<kernel argument>: '{name}'}}")
         for i, name in enumerate(schema.names):
             if schema.mutable[i] and name not in written_inputs:
-                raise OpDefinitionError(f"{self.where}: the schema marks '{name}' as mutated (Tensor(a!)), but no "
-                                        f"argument the kernel writes is bound to it")
+                with check():
+                    raise OpDefinitionError(f"{self.where}: the schema marks '{name}' as mutated (Tensor(a!)), but no "
+                                            f"argument the kernel writes is bound to it; bind one, bind={{<kernel "
+                                            f"argument>: '{name}'}}, or declare it Tensor {name}")
         wanted = {a.binding: a for a in function.buffers if a.kind == "threadgroup"}
         for binding, size in (threadgroup_memory or {}).items():
-            if binding not in wanted:
-                raise OpDefinitionError(f"{self.where}: threadgroup_memory names threadgroup({binding}); the kernel "
-                                        f"takes {', '.join(f'{b} ({a.name})' for b, a in wanted.items()) or 'none'}")
-            self.record["threadgroup"].append((binding, self._rule(size, f"threadgroup_memory[{binding}]")))
+            with check():
+                if binding not in wanted:
+                    raise OpDefinitionError(f"{self.where}: threadgroup_memory names threadgroup({binding}); the "
+                                            f"kernel takes {', '.join(f'{b} ({a.name})' for b, a in wanted.items()) or 'none'}")
+                self.record["threadgroup"].append((binding, self._rule(size, f"threadgroup_memory[{binding}]")))
         for binding, a in wanted.items():
             if binding not in (threadgroup_memory or {}):
-                raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} needs its size: pass "
-                                        f"threadgroup_memory={{{binding}: <bytes or ops rule>}}")
+                with check():
+                    raise OpDefinitionError(f"{self.where}: kernel argument {self._describe(a)} needs its size: pass "
+                                            f"threadgroup_memory={{{binding}: <bytes or ops rule>}}")
 
     @staticmethod
     def _describe(a) -> str:
         return f"'{a.name}' ({'threadgroup' if a.kind == 'threadgroup' else 'buffer'}({a.binding}), {a.type_name})"
 
     def _rule(self, value, what):
-        try:
-            rule = as_rule(value)
-        except Exception as error:
-            raise OpDefinitionError(f"{self.where}: {what}: {error}") from None
-        return rule.tokens(self._index_of)
+        return _rule_tokens(self.schema, self.where, value, what)
 
-    def _index_of(self, name, reads, text):
-        index = self.schema.index(name, f"rule {text}")
-        kind = self.schema.kinds[index]
-        accepted = {"Tensor": ("Tensor",), "int": ("int", "bool"), "Tensor?": ("Tensor?",)}[reads]
-        if kind not in accepted:
-            raise OpDefinitionError(f"{self.schema.qualname}: rule {text} reads '{name}' as {' or '.join(accepted)}, "
-                                    f"but it is a {kind}")
-        return index
-
-    def _constants(self, constants) -> dict:
+    def _constants(self, constants, check) -> dict:
         """Registers the function constants; returns the fixed ones by name."""
         declared = {c.name: slot for slot, c in enumerate(self.function.function_constants)}
         fixed = {}
         for name, value in (constants or {}).items():
-            if name not in declared:
-                raise OpDefinitionError(f"{self.where}: constants names '{name}'; the kernel declares "
-                                        f"{', '.join(declared) or 'no function constants'}")
-            if isinstance(value, Rule):
-                self.record["constants"].append((declared[name], "rule", self._rule(value, f"constant {name}")))
-            elif isinstance(value, str):
-                index = self.schema.index(value, f"constants['{name}']")
-                if self.schema.kinds[index] not in _SCALAR_TYPES:
-                    raise OpDefinitionError(f"{self.where}: constant '{name}' takes '{value}', a "
-                                            f"{self.schema.kinds[index]}; constants take float, int or bool arguments")
-                self.record["constants"].append((declared[name], "input", index))
-            elif isinstance(value, (bool, int, float)):
-                fixed[name] = value
-                self.record["constants"].append((declared[name], "number", value))
-            else:
-                raise OpDefinitionError(f"{self.where}: constant '{name}': expected a number, bool, argument name "
-                                        f"or ops rule, got {value!r}")
+            with check():
+                self._constant(declared, name, value, fixed)
         missing = [c.name for c in self.function.function_constants if c.required and c.name not in (constants or {})]
         if missing:
-            raise OpDefinitionError(f"{self.where}: the kernel needs function constants {', '.join(missing)}; "
-                                    f"pass constants={{name: value or ops rule}}")
+            given = [name for name in (constants or {}) if name in declared]
+            with check():
+                raise OpDefinitionError(f"{self.where}: the kernel needs function constants {', '.join(missing)}, "
+                                        f"got {', '.join(given) if given else 'none'}; pass "
+                                        f"constants={{name: value or ops rule}}")
         return fixed
+
+    def _constant(self, declared, name, value, fixed) -> None:
+        if name not in declared:
+            raise OpDefinitionError(f"{self.where}: constants names '{name}'; the kernel declares "
+                                    f"{', '.join(declared) or 'no function constants'}")
+        if isinstance(value, Rule):
+            self.record["constants"].append((declared[name], "rule", self._rule(value, f"constant {name}")))
+        elif isinstance(value, str):
+            index = self.schema.index(value, f"constants['{name}']")
+            if self.schema.kinds[index] not in _SCALAR_TYPES:
+                raise OpDefinitionError(f"{self.where}: constant '{name}' takes '{value}', a "
+                                        f"{self.schema.kinds[index]}; constants take float, int or bool arguments")
+            self.record["constants"].append((declared[name], "input", index))
+        elif isinstance(value, (bool, int, float)):
+            fixed[name] = value
+            self.record["constants"].append((declared[name], "number", value))
+        else:
+            raise OpDefinitionError(f"{self.where}: constant '{name}': expected a number, bool, argument name "
+                                    f"or ops rule, got {value!r}")
 
     def _bind(self, a, source, output_names, outputs, dispatch, written_outputs, written_inputs):
         writes = a.access != "read"
         kind, components, dtypes = _type_kind(a.type_name)
         what = f"kernel argument {self._describe(a)}"
         if isinstance(source, str) and source in output_names:
+            written_outputs.add(source)  # bound, though maybe refused below: one problem, not two
             if not writes or a.address_space != "device":
                 raise OpDefinitionError(f"{self.where}: output '{source}' is bound to {what}, which the kernel only "
                                         f"reads; bind outputs to device buffers the kernel writes")
             output = outputs[source]
+            if not isinstance(output, Output):  # refused as an output already
+                return
             dtype = self.dtype if output.dtype_like == dispatch else output.dtype
             if dtype is not None and kind is not None and dtype not in dtypes:
                 raise OpDefinitionError(f"{self.where}: output '{source}' is {dtype}, but {what} holds "
                                         f"{' or '.join(map(str, dtypes))}")
-            written_outputs.add(source)
             self.record["sources"].append(("output", a.position, output_names.index(source)))
         elif isinstance(source, str):
             index = self.schema.index(source, f"bind['{a.name}']")
@@ -271,7 +322,7 @@ class _KernelPlan:
                                                 f"'{source}', but the schema does not mark '{source}' as mutated; "
                                                 f"declare it Tensor(a!) {source} or bind an output")
                     written_inputs.add(source)
-                if index == self.schema.names.index(dispatch) and kind is not None and self.dtype not in dtypes:
+                if source == dispatch and kind is not None and self.dtype not in dtypes:
                     raise OpDefinitionError(f"{self.where}: '{source}' is {self.dtype} for this kernel, but {what} "
                                             f"holds {' or '.join(map(str, dtypes))}")
             else:
@@ -303,7 +354,8 @@ class _KernelPlan:
 def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, dispatch: Optional[str] = None,
            bind: Optional[Mapping] = None, outputs: Optional[Mapping[str, Output]] = None, threads=None,
            group_size=None, constants: Optional[Mapping] = None, threadgroup_memory: Optional[Mapping] = None,
-           backward: Optional[Callable] = None, setup_context: Optional[Callable] = None) -> MetallibOp:
+           require: Optional[Sequence[Rule]] = None, backward: Optional[Callable] = None,
+           setup_context: Optional[Callable] = None) -> MetallibOp:
     """Registers kernels of `library` as the torch operator `schema`; the documentation's
     "Kernels as operators" page (docs/guide/operators.md) has a complete example.
 
@@ -326,61 +378,82 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         constants: function constant name -> a number, a float/int/bool argument's name
             (each new value compiles the kernel once more), or an ops rule.
         threadgroup_memory: ``[[threadgroup(i)]]`` index -> bytes (int or ops rule).
+        require: preconditions every call must meet, comparisons of ops rules such as
+            ``ops.size("q", -1) == 64`` or ``ops.size("x", 0) % 4 == 0`` (``==``, ``!=``,
+            ``<``, ``<=``, ``>``, ``>=`` between rules or ints). They are checked before
+            anything runs, in eager calls and in the fake kernel; one that does not hold
+            raises KernelArgumentError naming the operator, the precondition and the values
+            found. Under ``torch.compile`` they become guards or runtime assertions.
         backward: ``backward(ctx, *grads)`` returning one gradient per input (None where
             there is none), as for ``torch.library.register_autograd``.
         setup_context: ``setup_context(ctx, inputs, output)``, saving what backward needs.
 
     Raises:
-        OpDefinitionError: the schema, kernels and rules do not fit together (the message
-            names the kernel and argument); nothing is registered then.
+        OpDefinitionError: the schema, kernels and rules do not fit together; one error
+            lists every problem found, each naming the kernel and argument, what was
+            expected and found, and how to fix it. Nothing is registered then.
     """
-    parsed = _Schema(schema)
-    names = _kernel_names(kernel, dtypes)
+    problems = _Problems()
+    parsed = _Schema(schema, problems)  # a schema that does not parse is the one problem there is
+    qualname = parsed.qualname
+    names = {}
+    with problems.check():
+        names = _kernel_names(kernel, dtypes)
     bind = dict(bind or {})
     outputs = dict(outputs or {})
     for name, rule in outputs.items():
-        if not isinstance(rule, Output):
-            raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}']: expected ops.like(...) or ops.empty(...), "
-                                    f"got {rule!r}")
-        for argument in (rule.shape_like, rule.dtype_like):
-            if argument is not None and parsed.kinds[parsed.index(argument, f"outputs['{name}']")] != "Tensor":
-                raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}'] takes shape or dtype from "
-                                        f"'{argument}', which is not a Tensor argument")
-        if name in parsed.names and not parsed.mutable[parsed.names.index(name)]:
-            raise OpDefinitionError(f"{parsed.qualname}: outputs['{name}'] names an argument the schema does not mark "
-                                    f"as mutated; rules for arguments check out= tensors (Tensor(a!) {name})")
+        with problems.check():
+            _check_output(parsed, name, rule)
     returned = {n: o for n, o in outputs.items() if n not in parsed.names}
     if len(returned) != len(parsed.returns):
-        raise OpDefinitionError(f"{parsed.qualname}: the schema returns {len(parsed.returns)} tensors; give one "
-                                f"allocation rule for each, outputs={{name: ops.like(...) or ops.empty(...)}} "
-                                f"(got {len(returned)}: {', '.join(returned) or 'none'})")
+        problems.add(f"{qualname}: the schema returns {len(parsed.returns)} tensors; give one allocation rule for "
+                     f"each, outputs={{name: ops.like(...) or ops.empty(...)}} (got {len(returned)}: "
+                     f"{', '.join(returned) or 'none'})")
     tensors = [n for n, k in zip(parsed.names, parsed.kinds) if k == "Tensor"]
     if dispatch is None:
         if not tensors:
-            raise OpDefinitionError(f"{parsed.qualname}: the schema has no Tensor argument to pick kernels by dtype")
-        dispatch = tensors[0]
-    elif parsed.kinds[parsed.index(dispatch, "dispatch")] != "Tensor":
-        raise OpDefinitionError(f"{parsed.qualname}: dispatch names '{dispatch}', which is not a Tensor argument")
+            problems.add(f"{qualname}: the schema has no Tensor argument to pick kernels by dtype")
+        dispatch = tensors[0] if tensors else None
+    else:
+        with problems.check():
+            if parsed.kinds[parsed.index(dispatch, "dispatch")] != "Tensor":
+                raise OpDefinitionError(f"{qualname}: dispatch names '{dispatch}', which is not a Tensor argument; "
+                                        f"expected one of: {', '.join(tensors) or 'none'}")
     if backward is not None and any(parsed.mutable):
-        raise OpDefinitionError(f"{parsed.qualname}: a backward needs a functional schema, but this one mutates "
-                                f"{', '.join(n for n, m in zip(parsed.names, parsed.mutable) if m)}; register the "
-                                f"backward on the functional variant")
+        problems.add(f"{qualname}: a backward needs a functional schema, but this one mutates "
+                     f"{', '.join(n for n, m in zip(parsed.names, parsed.mutable) if m)}; register the backward on "
+                     f"the functional variant")
     if threads is None:
-        raise OpDefinitionError(f"{parsed.qualname}: threads is required: the grid as an ops rule, e.g. "
-                                f"threads=ops.numel('x')")
-    plans = [
-        _KernelPlan(parsed, _function(library, name, parsed.qualname), dtype, index, dispatch, bind, returned,
-                    constants, threadgroup_memory)
-        for index, (dtype, name) in enumerate(names.items())
-    ]
-    first = plans[0]
-    threads_rules = [first._rule(r, "threads") for r in _extents(threads, parsed.qualname, "threads")]
-    group_rules = [] if group_size is None else [
-        first._rule(r, "group_size") for r in _extents(group_size, parsed.qualname, "group_size")]
+        problems.add(f"{qualname}: threads is required, got none; give the grid as an ops rule, e.g. "
+                     f"threads=ops.numel('x')")
+    preconditions = []
+    for i, rule in enumerate([require] if isinstance(require, Rule) else list(require or [])):
+        with problems.check():
+            preconditions.append(Precondition(rule, f"{qualname}: require[{i}]"))
+            _rule_tokens(parsed, qualname, rule, f"require[{i}]")
+    plans = []
+    for index, (dtype, name) in enumerate(names.items()):
+        function = None
+        with problems.check():
+            function = _function(library, name, qualname)
+        if function is not None:
+            plans.append(_KernelPlan(parsed, function, dtype, index, dispatch, bind, returned, constants,
+                                     threadgroup_memory, problems))
+    grid = {}
+    for what, extents in (("threads", threads), ("group_size", group_size)):
+        with problems.check():
+            if extents is not None:
+                grid[what] = [_rule_tokens(parsed, qualname, r, what) for r in _extents(extents, qualname, what)]
+    shapes = {}
+    for n, o in outputs.items():
+        with problems.check():
+            if isinstance(o, Output):
+                shapes[n] = [_rule_tokens(parsed, qualname, r, f"outputs['{n}'] shape") for r in o.shape]
+    problems.raise_found(qualname)
+    threads_rules, group_rules = grid["threads"], grid.get("group_size", [])
     output_records = [
         {"mutated": parsed.names.index(n) if n in parsed.names else -1,
-         "shape_like": -1 if o.shape_like is None else parsed.names.index(o.shape_like),
-         "shape": [first._rule(r, f"outputs['{n}'] shape") for r in o.shape],
+         "shape_like": -1 if o.shape_like is None else parsed.names.index(o.shape_like), "shape": shapes[n],
          "dtype_like": -1 if o.dtype_like is None else parsed.names.index(o.dtype_like), "dtype": o.dtype}
         for n, o in outputs.items()
     ]
@@ -407,15 +480,50 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
                                       compile_for, lambda index, plan, device: run_plan(functions[index], plan, device))
-        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size),
-                                    lib=namespace)
+        torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size,
+                                                           preconditions), lib=namespace)
         if backward is not None:
             torch.library.register_autograd(parsed.qualname, backward, setup_context=setup_context, lib=namespace)
         packet = getattr(getattr(torch.ops, parsed.namespace), parsed.op_name)
         op = getattr(packet, parsed.overload or "default")
+        if preconditions:
+            _check_before_the_kernels(namespace, parsed, op, preconditions)
         defined = _operators[parsed.qualname] = MetallibOp(parsed.qualname, schema, op,
                                                            {p.dtype: p.function for p in plans}, registration)
     return defined
+
+
+def _check_output(schema, name, rule) -> None:
+    if not isinstance(rule, Output):
+        raise OpDefinitionError(f"{schema.qualname}: outputs['{name}']: expected ops.like(...) or ops.empty(...), "
+                                f"got {rule!r}")
+    for argument in (rule.shape_like, rule.dtype_like):
+        if argument is not None and schema.kinds[schema.index(argument, f"outputs['{name}']")] != "Tensor":
+            raise OpDefinitionError(f"{schema.qualname}: outputs['{name}'] takes shape or dtype from "
+                                    f"'{argument}', which is not a Tensor argument")
+    if name in schema.names and not schema.mutable[schema.names.index(name)]:
+        raise OpDefinitionError(f"{schema.qualname}: outputs['{name}'] names an argument the schema does not mark "
+                                f"as mutated; rules for arguments check out= tensors (Tensor(a!) {name})")
+
+
+def _rule_tokens(schema, where, value, what):
+    """(text, tokens) of rule `value` for the native kernel, its argument names checked
+    against the schema and replaced by their positions."""
+    try:
+        rule = as_rule(value)
+    except Exception as error:
+        raise OpDefinitionError(f"{where}: {what}: {error}") from None
+
+    def index_of(name, reads, text):
+        index = schema.index(name, f"rule {text}")
+        kind = schema.kinds[index]
+        accepted = {"Tensor": ("Tensor",), "int": ("int", "bool"), "Tensor?": ("Tensor?",)}[reads]
+        if kind not in accepted:
+            raise OpDefinitionError(f"{schema.qualname}: rule {text} reads '{name}' as {' or '.join(accepted)}, "
+                                    f"but it is a {kind}")
+        return index
+
+    return rule.tokens(index_of)
 
 
 def _extents(value, qualname, what) -> list:
@@ -425,10 +533,31 @@ def _extents(value, qualname, what) -> list:
     return extents
 
 
-def _fake(schema, outputs, dispatch, plans, threads, group_size):
+# The dispatch keys below BackendSelect: the backends' kernels (native on CPU, MPS and CUDA;
+# the fake kernel on Meta).
+_BELOW_BACKEND_SELECT = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+
+
+def _check_before_the_kernels(namespace, schema, op, preconditions) -> None:
+    """Registers the preconditions' check as the operator's BackendSelect kernel, which every
+    eager call reaches after autograd and before the device's kernel (the native kernels
+    evaluate no preconditions); it costs a Python call, a few microseconds. Fake tensors
+    do not reach it: the fake kernel checks the same preconditions."""
+
+    def check_then_run(keyset, *args, **kwargs):
+        values = schema.values(args, kwargs)
+        for precondition in preconditions:
+            precondition.check(schema.qualname, values)
+        return op.redispatch(keyset & _BELOW_BACKEND_SELECT, *args, **kwargs)
+
+    name = schema.op_name + (f".{schema.overload}" if schema.overload else "")
+    namespace.impl(name, check_then_run, "BackendSelect", with_keyset=True)
+
+
+def _fake(schema, outputs, dispatch, plans, threads, group_size, preconditions=()):
     """The fake (meta) implementation: refuses what the native kernel refuses before it
-    runs (dtypes, devices, out= shapes, grid rules that cannot be evaluated) and allocates
-    the outputs from their rules."""
+    runs (preconditions, dtypes, devices, out= shapes, grid rules that cannot be evaluated)
+    and allocates the outputs from their rules."""
     by_dtype = {plan.dtype: plan for plan in plans}
     supported = ", ".join(map(str, by_dtype))
     grid = [as_rule(r) for r in _extents(threads, schema.qualname, "threads")]
@@ -437,6 +566,8 @@ def _fake(schema, outputs, dispatch, plans, threads, group_size):
 
     def fake(*args, **kwargs):
         values = schema.values(args, kwargs)
+        for precondition in preconditions:  # first, as in eager calls
+            precondition.check(schema.qualname, values)
         plan = by_dtype.get(values[dispatch].dtype)
         if plan is None:
             raise KernelArgumentError(f"{schema.qualname}: argument '{dispatch}' has dtype {values[dispatch].dtype}; "

@@ -25,6 +25,7 @@ _BINARY = {
     "==": (17, operator.eq), "!=": (18, operator.ne), "<": (19, operator.lt), "<=": (20, operator.le),
     ">": (21, operator.gt), ">=": (22, operator.ge),
 }
+_BY_CODE = {code: function for code, function in _BINARY.values()}
 _MAX_DEPTH = 16  # the native evaluator's stack
 
 
@@ -33,12 +34,13 @@ class Rule:
     :func:`numel`, :func:`size`, :func:`stride`, :func:`dim`, :func:`arg`, ints and
     ``+ - * // %``, comparisons, :func:`cdiv`, ``Rule.min`` / ``Rule.max``."""
 
-    __slots__ = ("_tokens", "_text", "_depth")
+    __slots__ = ("_tokens", "_text", "_depth", "_operands")
 
-    def __init__(self, tokens, text, depth):
+    def __init__(self, tokens, text, depth, operands=None):
         self._tokens = tuple(tokens)  # (code, name or int, int)
         self._text = text
         self._depth = depth
+        self._operands = operands     # (left, symbol, right) for a rule built from two
 
     # --- building ----------------------------------------------------------------------
     def _combine(self, other, symbol, swap=False):
@@ -49,7 +51,7 @@ class Rule:
             raise TorchMetallibError(f"rule {left._text} {symbol} {right._text} is nested too deeply "
                                      f"(at most {_MAX_DEPTH} levels)")
         return Rule(left._tokens + right._tokens + ((_BINARY[symbol][0], 0, 0),),
-                    f"({left._text} {symbol} {right._text})", depth)
+                    f"({left._text} {symbol} {right._text})", depth, (left, symbol, right))
 
     def __add__(self, other): return self._combine(other, "+")
     def __radd__(self, other): return self._combine(other, "+", swap=True)
@@ -87,6 +89,12 @@ class Rule:
     @property
     def text(self) -> str:
         return self._text
+
+    @property
+    def operands(self):
+        """(left, symbol, right) for a rule built from two rules, e.g. ``size("q", -1) == 64``;
+        None for a number or a read of an argument."""
+        return self._operands
 
     @property
     def names(self) -> set:
@@ -127,7 +135,7 @@ class Rule:
                 right, left = stack.pop(), stack.pop()
                 if code in (13, 14) and isinstance(right, int) and right == 0:
                     raise ZeroDivisionError(f"{self._text}: division by zero")
-                result = next(f for c, f in _BINARY.values() if c == code)(left, right)
+                result = _BY_CODE[code](left, right)
                 if isinstance(result, bool):  # comparisons count as 0 / 1, as natively
                     result = int(result)
                 elif isinstance(result, torch.SymBool):

@@ -1,5 +1,5 @@
 // SIMD-group asynchronous copies (air.simdgroup_async_copy_1d/_2d) on the CPU: the leading
-// lane of the SIMD-group copies at once, when every lane has arrived (_cpu_async_copies.py),
+// lane of the SIMD-group copies at once, when every lane has arrived (air/async_copies.py),
 // so the copy is complete before any lane goes on and waiting for its event is a no-op.
 #pragma once
 

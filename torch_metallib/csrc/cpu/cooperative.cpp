@@ -23,16 +23,16 @@ constexpr size_t kFrameAlign = 64;  // coroutine frames hold spilled vectors; a 
 
 enum class State { Ready, AtBarrier, InExchange, WaitingToExchange, Done };
 
-// One exchange's result, as JIT-compiled kernels read it (_cpu_collectives.py).
+// One exchange's result, as JIT-compiled kernels read it (air/target.py: MASK_OFFSET, CLAIMED_OFFSET).
 struct alignas(64) ExchangePhase {
   unsigned char slots[kSimdWidth][kSlotBytes];  // lane l's value at slots[l]
   uint32_t mask;     // the lanes that took part
   uint32_t claimed;  // 0 until a lane has read the result: the first computes shared results
 };
 static_assert(offsetof(ExchangePhase, mask) == kSimdWidth * kSlotBytes && offsetof(ExchangePhase, claimed) == kSimdWidth * kSlotBytes + 4,
-              "the layout _cpu_collectives.py reads");
+              "the layout air/target.py reads");
 
-// One GPU thread of the running threadgroup: a coroutine (see _cpu_coroutine.py).
+// One GPU thread of the running threadgroup: a coroutine (see backends/cpu/coroutine.py).
 struct Thread {
   void* frame = nullptr;   // its coroutine frame once started; the first word is its resume function
   uint32_t thread = 0;

@@ -1,6 +1,6 @@
 // Running kernels whose threads cooperate (threadgroup barriers, SIMD-group functions):
 // every thread of a threadgroup is a coroutine (LLVM's switch-resumed lowering, see
-// _cpu_coroutine.py) that suspends at a barrier or SIMD-group collective; one OS thread
+// backends/cpu/coroutine.py) that suspends at a barrier or SIMD-group collective; one OS thread
 // resumes the threadgroup's coroutines in turn until their partners arrive (ARCHITECTURE.md, "Rules":
 // continuation-based synchronization, with LLVM splitting the kernel at each wait).
 #pragma once
@@ -19,7 +19,7 @@ struct ExecutionError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The per-thread entry cooperative kernels export (see _cpu_lowering.py): starts thread
+// The per-thread entry cooperative kernels export (see backends/cpu/lowering.py): starts thread
 // `thread` (linear index in its threadgroup) of threadgroup `group` (linear index) and runs
 // it to its first wait or its end; returns its coroutine frame, whose first word is the
 // function that resumes it.
@@ -71,10 +71,10 @@ struct ExchangeWait {
 // (ExchangePhase in cooperative.cpp: 32 x 64 bytes of values, then the mask of lanes that
 // took part and a flag for the first reader) if this lane completed it, else null: the
 // kernel suspends, and when resumed reads waiting->slots. `order` ranks the call site
-// (_cpu_reconvergence.py): when lanes wait at several sites, the lowest goes first.
+// (backends/cpu/reconvergence.py): when lanes wait at several sites, the lowest goes first.
 const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site);
 // An exchange whose lanes write their values into shared memory instead (simdgroup-matrix
-// products, _cpu_simdgroup_matrix.py): enters and arrives as tm_rt_simd_exchange does, and
+// products, air/simdgroup_matrix.py): enters and arrives as tm_rt_simd_exchange does, and
 // returns `bytes` of memory for this SIMD-group and phase, which the lane fills before it
 // suspends; null if the lane may not enter yet (it suspends and asks again). If this lane
 // completed the exchange, waiting->slots is set already. A lane resumed with no slots

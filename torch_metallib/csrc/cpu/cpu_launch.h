@@ -8,7 +8,7 @@
 
 namespace torch_metallib::cpu {
 
-// The launcher each compiled kernel exports (see _cpu_lowering.py): runs threadgroups
+// The launcher each compiled kernel exports (see backends/cpu/lowering.py): runs threadgroups
 // [first, end) of the grid described by dims (grid xyz, group xyz, groups xyz).
 using LaunchFunction = void (*)(void* const* addresses, const uint32_t* dims, int64_t first, int64_t end);
 

@@ -2,7 +2,7 @@
 // section air.externally_defined) and the tensors it reads, for the CPU backend. Each lane
 // holds its share of an operand in a cooperative tensor in thread memory; an operand may
 // also be a tensor in device or threadgroup memory (a Metal tensor_inline descriptor,
-// TmTensorDescriptor). The product is one SIMD-group exchange (backends/cpu/tensor_ops.py):
+// TmTensorDescriptor). The product is one SIMD-group exchange (air/tensor_ops.py):
 // every lane stages its cooperative elements, the first lane to read the completed exchange
 // reads the tensor operands and multiplies, every lane reads its share of the result.
 #pragma once
@@ -19,7 +19,7 @@ struct TmMatmul2dDescriptor {
 static_assert(sizeof(TmMatmul2dDescriptor) == 20, "AIR's matmul2d_descriptor is 20 bytes");
 
 // A tensor_inline descriptor of rank 2 with 32-bit indices as the CPU backend lays it out
-// (backends/cpu/private_tensors.py): dimension 0 is the innermost (a matrix's columns).
+// (air/private_tensors.py): dimension 0 is the innermost (a matrix's columns).
 // Elements are counted from `origin`, which slices move, as they do not know the element size.
 struct TmTensorDescriptor {
   uint8_t* data;

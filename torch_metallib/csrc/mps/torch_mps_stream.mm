@@ -1,5 +1,5 @@
-// Everything that touches PyTorch's MPS headers. Version notes
-// (../shared/notes/torch-mps-versions.md): from torch 2.14 the current stream is per thread,
+// Everything that touches PyTorch's MPS headers. Across versions (docs/backends/metal.md,
+// tools/check_torch_mps_headers.py): from torch 2.14 the current stream is per thread,
 // so it is asked for on every call; no macOS-version helper of torch's is used (they were
 // renamed in 2.14 and renumbered in 2.15); dispatch_sync with our own rethrow instead of
 // torch's dispatch_sync_with_rethrow keeps one code path for 2.4 to 2.15.

@@ -1,6 +1,6 @@
 // Simulated Foundation for building csrc/mps on Linux (tests/metal_sim): only what the
 // Metal backend and the simulation use, declared as Apple documents it, on GCC's
-// Objective-C runtime (../shared/notes/objc-on-linux.md). Manual reference counting.
+// Objective-C runtime (tests/metal_sim/build.py). Manual reference counting.
 #pragma once
 
 #include <objc/objc.h>

@@ -1,6 +1,6 @@
 """One definition per intrinsic: the vector forms of AIR's per-lane functions and their
 half and bfloat forms are built from the float scalar definition, so that no variant can
-compute differently from it (#25).
+compute differently from it.
 
 - A vector form (``air.sqrt.v2f16``) applies the scalar form to each lane: LLVM's vector
   math intrinsics on ``<N x half>`` are expanded by the host backend in ways that are not

@@ -1,5 +1,7 @@
 #include "dispatch/launcher.h"
 
+#include <algorithm>
+
 namespace torch_metallib::dispatch {
 
 void Launchers::add(std::shared_ptr<Launcher> launcher) {
@@ -18,6 +20,10 @@ Launcher* Launchers::find(const Plan& plan) {
     }
   }
   return nullptr;
+}
+
+bool Launchers::covers(const Plan& plan) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& launcher) { return launcher->accepts(plan); });
 }
 
 void Launchers::clear() {

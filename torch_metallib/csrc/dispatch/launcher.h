@@ -32,6 +32,7 @@ class Launchers {
   void add(std::shared_ptr<Launcher> launcher);
   // The first that accepts `plan`, remembered as the last one used; nullptr if none does.
   Launcher* find(const Plan& plan);
+  bool covers(const Plan& plan) const;
   // The launcher of the function's last call, if that call ran natively.
   const Launcher* last() const { return last_; }
   void forget_last() { last_ = nullptr; }

@@ -19,7 +19,7 @@ module's own constant and threadgroup globals (registered by ``__tm_init``).
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ...air.ir_functions import edit_function_bodies
+from ...air.ir_model import edit_function_bodies
 
 __all__ = ["instrument_accesses", "check_definitions", "static_ranges_init"]
 

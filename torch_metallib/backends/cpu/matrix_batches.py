@@ -26,7 +26,7 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...air.ir_functions import LABEL, edit_function_bodies
+from ...air.ir_model import LABEL, edit_function_bodies
 from ...air.simdgroup_matrix import BATCH_PREFIX
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]

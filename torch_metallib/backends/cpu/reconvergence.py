@@ -20,7 +20,7 @@ import sys
 from typing import Dict, List, Set
 
 from ...air.target import SITE_ORDER
-from ...air.ir_functions import blocks, edit_function_bodies, successors
+from ...air.ir_model import blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 
@@ -90,12 +90,12 @@ def _number_sites(body: List[str], names: Set[str]) -> List[str]:
     found = blocks(body)
     position = {name: index for index, name in enumerate(weak_topological_order(successors(found), next(iter(found))))}
     out: List[str] = []
-    for name, (label, block) in found.items():
-        if label is not None:
-            out.append(label)
+    for name, block in found.items():
+        if block.label is not None:
+            out.append(block.label)
         base = position.get(name, len(position)) * _SLOTS_PER_BLOCK  # unreachable blocks last
         site = 0
-        for line in block:
+        for line in block.lines:
             numbered = _call_with_order(line, names, base + site)
             if numbered is not line:
                 site = min(site + 1, _SLOTS_PER_BLOCK - 1)

@@ -21,7 +21,7 @@ import re
 from typing import Dict, List, Set
 
 from ...air.intrinsics import parse_declaration
-from ...air.ir_functions import LABEL, blocks, successors
+from ...air.ir_model import LABEL, blocks, successors
 
 __all__ = ["converge_top_level_collectives", "CONVERGED_SUFFIX", "MASK_PARAMETER"]
 
@@ -90,7 +90,7 @@ def converge_top_level_collectives(text: str, kernel: str, is_collective) -> str
     body = text[start:end].split("\n")
     found = blocks(body)
     graph = successors(found)
-    meets = {name for name, (_, lines) in found.items() if any(_MEETS.search(line) for line in lines)}
+    meets = {name for name, block in found.items() if any(_MEETS.search(line) for line in block.lines)}
     renamed: Dict[str, str] = {}
     edited: List[str] = []
     entry = next(iter(found))
@@ -112,7 +112,7 @@ def converge_top_level_collectives(text: str, kernel: str, is_collective) -> str
     if not renamed:
         return text
     # The warp's lanes as the kernel starts, where they all run together.
-    first = 1 if found[entry][0] is not None else 0
+    first = 1 if found[entry].label is not None else 0
     edited.insert(first, f"  {_ENTRY_MASK} = call i32 @llvm.nvvm.activemask()")
     text = text[:start] + "\n".join(edited) + text[end:]
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))

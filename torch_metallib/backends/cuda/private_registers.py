@@ -17,7 +17,7 @@ ptx.py applies it to a kernel whose PTX kept a private array in local memory.
 import re
 from typing import Dict, List, Tuple
 
-from ...air.ir_functions import edit_function_bodies
+from ...air.ir_model import edit_function_bodies
 
 __all__ = ["private_arrays_in_registers"]
 

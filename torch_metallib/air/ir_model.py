@@ -12,7 +12,7 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function",
-           "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
+           "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
            "result_type", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
@@ -35,6 +35,26 @@ class Function:
         self.name = _defined_function(self.header)
         self.body = lines[start + 1:end]
 
+    def parameters(self) -> List[str]:
+        """The header's parameters as printed (type, attributes, name), split at the commas
+        outside brackets; [] for none."""
+        header = self.header
+        opened = header.index("(", header.index("@"))
+        parts, depth, start = [], 0, opened + 1
+        for i in range(opened, len(header)):
+            character = header[i]
+            if character in "(<[{":
+                depth += 1
+            elif character in ")>]}":
+                depth -= 1
+                if depth == 0:
+                    parts.append(header[start:i])
+                    break
+            elif character == "," and depth == 1:
+                parts.append(header[start:i])
+                start = i + 1
+        return [] if parts == [""] else parts
+
 
 def _defined_function(header: str) -> str:
     found = re.search(rf"@({NAME})\(", header)
@@ -52,20 +72,25 @@ def functions(lines: List[str]) -> Iterator[Function]:
         i += 1
 
 
-def function(lines: List[str], name: str) -> Function:
-    """The definition of @`name` among a module's `lines` (StopIteration where none)."""
-    return next(f for f in functions(lines) if f.name == name)
+def function(lines: List[str], name: str) -> Optional[Function]:
+    """The definition of @`name` among a module's `lines`; None where it has none."""
+    return next((f for f in functions(lines) if f.name == name), None)
 
 
-def edit_function_bodies(text: str, edit: Callable[[List[str]], List[str]]) -> str:
-    """`text` with the lines of each definition's body replaced by ``edit(lines)``."""
+def edit_functions(text: str, edit: Callable[[Function], List[str]]) -> str:
+    """`text` with the lines of each definition's body replaced by ``edit(function)``."""
     lines = text.split("\n")
     out: List[str] = []
     done = 0
     for found in functions(lines):
-        out += lines[done:found.start + 1] + edit(found.body)
+        out += lines[done:found.start + 1] + edit(found)
         done = found.end
     return "\n".join(out + lines[done:])
+
+
+def edit_function_bodies(text: str, edit: Callable[[List[str]], List[str]]) -> str:
+    """`text` with the lines of each definition's body replaced by ``edit(lines)``."""
+    return edit_functions(text, lambda found: edit(found.body))
 
 
 # --- blocks ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 import pytest
 
 from torch_metallib.air import ir_model
+from torch_metallib.backends.cpu.bounds_checks import instrument_accesses
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 
 FIXTURES = sorted((pathlib.Path(__file__).parent / "fixtures").rglob("*.ll"))
@@ -153,3 +154,18 @@ def test_runs_with_quoted_labels_and_values_are_versioned(label):
     assert re.findall(r", align (\d+)", aligned) == ["8", "4", "8", "4"]
     assert '%"tm.v1a.sum a" = fadd float' in aligned
     assert '%"sum a" = phi float [ %"tm.v1a.sum a", %tm.v1.aligned ], [ %"tm.v1s.sum a", %tm.v1.scalar ]' in versioned
+
+
+def test_checked_kernels_check_accesses_whatever_their_values_are_named():
+    """bounds_checks reads names through the model: a load whose value is quoted is checked
+    like any other (its own pattern of bare names skipped it, unchecked)."""
+    text = """define void @k(ptr addrspace(1) %p) {
+entry:
+  %"a b" = load float, ptr addrspace(1) %p, align 4
+  %c = load float, ptr addrspace(1) %p, align 4
+  ret void
+}
+"""
+    instrumented, _ = instrument_accesses(text, "k")
+    assert instrumented.count("call ptr addrspace(1) @tm.check.1(") == 2
+    assert '%"a b" = load float, ptr addrspace(1) %tm.chk1, align 4' in instrumented

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function",
            "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
-           "result_type", "used_names", "substitute", "renamed"]
+           "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it
@@ -21,6 +21,7 @@ LABEL = re.compile(rf"^({NAME}):")
 DEFINITION = re.compile(rf"^\s*(%{NAME}) = ")
 _SUCCESSOR = re.compile(rf"label %({NAME})")
 _OPCODE = re.compile(rf"^\s*(?:%{NAME} = )?(?:tail |notail |musttail )?(\w+)")
+_CALLEE = re.compile(rf"\b(?:call|invoke|callbr)\b[^\n]*?@({NAME})\(")
 
 
 # --- functions -------------------------------------------------------------------------------
@@ -158,6 +159,13 @@ def defined_name(line: str) -> Optional[str]:
 def opcode(line: str) -> Optional[str]:
     """An instruction line's opcode (``call`` for a tail call)."""
     found = _OPCODE.match(line)
+    return found.group(1) if found else None
+
+
+def callee(line: str) -> Optional[str]:
+    """The function a call, invoke or callbr line names (None for other lines and calls
+    through a pointer)."""
+    found = _CALLEE.search(line)
     return found.group(1) if found else None
 
 

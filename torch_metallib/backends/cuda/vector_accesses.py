@@ -41,7 +41,7 @@ import collections
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from ...air.ir_model import LOCAL, NAME, Block, Phi, blocks, defined_name, edit_function_bodies, renamed, \
+from ...air.ir_model import LOCAL, NAME, Block, Phi, blocks, callee, defined_name, edit_function_bodies, renamed, \
     result_type, substitute
 
 __all__ = ["vector_accesses"]
@@ -60,7 +60,6 @@ _NARROW_ADD = re.compile(rf"^\s*({_N}) = ((?:add|or)(?: nuw| nsw| disjoint)*) (i
 _PURE = re.compile(rf"^\s*{_N} = (?:getelementptr|sext|zext|trunc|add|sub|or|and|xor|shl|mul|bitcast|addrspacecast)"
                    r" (?!.*\b(?:call|load)\b)")
 _BRANCH = re.compile(rf"^\s*br label ({_N})$")
-_CALLEE = re.compile(r"@([-\w$.]+)\(")
 _UNSAFE = re.compile(r"\b(?:atomicrmw|cmpxchg|fence|volatile|atomic|asm|va_arg|landingpad|invoke|callbr|alloca)\b")
 # NVVM intrinsics that synchronize, communicate or order (convergent ones are also refused
 # by their attribute): belt and braces.
@@ -141,10 +140,9 @@ class _Function:
         text = line.strip()
         if _UNSAFE.search(text):
             return True
-        callee = _CALLEE.search(text)
-        if callee is None:
+        name = callee(text)
+        if name is None:
             return True
-        name = callee.group(1)
         if name in self.convergent or not name.startswith("llvm.") or _COLLECTIVE.match(name):
             return True
         groups = text.rsplit(")", 1)[-1]

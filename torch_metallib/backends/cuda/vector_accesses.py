@@ -42,7 +42,7 @@ import re
 from typing import Dict, List, Optional, Set, Tuple
 
 from ...air.ir_model import LOCAL, NAME, Block, Phi, blocks, callee, defined_name, edit_function_bodies, renamed, \
-    result_type, substitute
+    result_type, substitute, used_names
 
 __all__ = ["vector_accesses"]
 
@@ -326,12 +326,12 @@ class _Function:
             return False
         # The target's values may be used only in it and in its successors' phis, coming from it.
         by_name = {b.name: b for b in self.blocks}
-        named = re.compile(r"(?<![-\w$.\"])(?:" + "|".join(re.escape(name) for name in defined) + r")(?![-\w$.])")
         for other in self.blocks:
-            if other is target or not defined or not named.search("\n".join(other.lines)):
+            joined = "\n".join(other.lines)
+            if other is target or not any(name in joined for name in defined):
                 continue
             for line in other.lines:
-                if not named.search(line):
+                if not defined.intersection(used_names(line)):
                     continue
                 parsed = _phi(line) if other.name in successors else None
                 if parsed is None or any(label != f"%{target.name}" and set(LOCAL.findall(value)) & defined

@@ -12,7 +12,7 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function",
-           "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
+           "branches", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
            "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
@@ -92,6 +92,12 @@ def edit_functions(text: str, edit: Callable[[Function], List[str]]) -> str:
 def edit_function_bodies(text: str, edit: Callable[[List[str]], List[str]]) -> str:
     """`text` with the lines of each definition's body replaced by ``edit(lines)``."""
     return edit_functions(text, lambda found: edit(found.body))
+
+
+def branches(parsed) -> bool:
+    """Whether a function parsed by LLVM (llvmlite's ValueRef) has a branch or switch: read
+    through llvmlite, without printing the function."""
+    return any(instruction.opcode in ("br", "switch") for block in parsed.blocks for instruction in block.instructions)
 
 
 # --- blocks ----------------------------------------------------------------------------------

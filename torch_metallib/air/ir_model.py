@@ -1,19 +1,21 @@
 """The one reader of LLVM IR function bodies, for every analysis and rewrite of a printed
-module: its functions (header, body), their blocks (label, lines, terminator, successors,
-phis) and instructions (result name, opcode, result type, the values they use).
+module: its functions (header, parameters, body), their blocks (label, lines, terminator,
+successors, phis) and instructions (result name, opcode, result type, callee, the values
+they use).
 
 The rewrites edit the printed text in place, line by line, so the model reads that text
-(llvmlite's reader would name none of the numbered values ``%12`` a line refers to). Names
-are read once here, bare or quoted (``%"a b"``, ``"a b":``): a pattern of its own elsewhere
-is how two readers came to disagree about quoted labels.
+(llvmlite's reader leaves the numbered values a line refers to, ``%12``, without a name);
+where a question is asked of a function LLVM has parsed (``branches``), llvmlite answers.
+Names are read once here, bare or quoted (``%"a b"``, ``"a b":``), so every reader agrees
+on them.
 """
 
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function",
-           "branches", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode",
-           "result_type", "callee", "used_names", "substitute", "renamed"]
+__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function", "branches",
+           "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name",
+           "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it

@@ -13,9 +13,9 @@ on them.
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "Function", "Block", "Phi", "functions", "function", "branches",
-           "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name",
-           "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
+__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
+           "branches", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis",
+           "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it
@@ -23,7 +23,7 @@ LABEL = re.compile(rf"^({NAME}):")
 DEFINITION = re.compile(rf"^\s*(%{NAME}) = ")
 _SUCCESSOR = re.compile(rf"label %({NAME})")
 _OPCODE = re.compile(rf"^\s*(?:%{NAME} = )?(?:tail |notail |musttail )?(\w+)")
-_CALLEE = re.compile(rf"\b(?:call|invoke|callbr)\b[^\n]*?@({NAME})\(")
+CALLEE = re.compile(rf"\b(?:call|invoke|callbr)\b[^\n]*?@({NAME})\(")  # up to the argument list's "("
 
 
 # --- functions -------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def opcode(line: str) -> Optional[str]:
 def callee(line: str) -> Optional[str]:
     """The function a call, invoke or callbr line names (None for other lines and calls
     through a pointer)."""
-    found = _CALLEE.search(line)
+    found = CALLEE.search(line)
     return found.group(1) if found else None
 
 

@@ -20,12 +20,11 @@ import sys
 from typing import Dict, List, Set
 
 from ...air.target import SITE_ORDER
-from ...air.ir_model import blocks, edit_function_bodies, successors
+from ...air.ir_model import CALLEE, blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 
 _EXCHANGING = re.compile(r"^define internal [^\n]*?@([-\w$.]+)\([^\n]*" + re.escape(SITE_ORDER) + r"\)", re.M)
-_CALLEE = re.compile(r"@([-\w$.]+)\(")
 _SLOTS_PER_BLOCK = 1024  # call sites numbered within a block (more share the last number)
 
 
@@ -72,8 +71,8 @@ def weak_topological_order(successors: Dict[str, List[str]], entry: str) -> List
 
 def _call_with_order(line: str, names: Set[str], order: int) -> str:
     """`line` with ``i32 order`` appended to the arguments of its call to one of `names`."""
-    match = _CALLEE.search(line)
-    if match is None or match.group(1) not in names or " call " not in f" {line[:match.start()]}":
+    match = CALLEE.search(line)
+    if match is None or match.group(1) not in names:
         return line
     depth, at = 1, match.end()
     while depth:

@@ -138,9 +138,7 @@ def _sink_array_addresses(body: List[str]) -> List[str]:
             if home != name and value in used:
                 renames[value] = f"{value}.in{len(out)}"
                 clones.append(line.replace(value, renames[value], 1))
-        phis = 0
-        while phis < len(lines) and " = phi " in lines[phis]:
-            phis += 1
+        phis = len(block.phis())
         for i, line in enumerate(lines):
             if i == phis:
                 out += clones

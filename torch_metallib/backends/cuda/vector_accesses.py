@@ -297,7 +297,7 @@ class _Function:
         if (target.name in successors or len(set(successors)) != len(successors)
                 or any(self._unsafe(line) for line in target.lines)):
             return False
-        phis = [line for line in target.lines if " = phi " in line]
+        phis = target.phis()
         body = target.lines[len(phis):]
         if any(" = phi " in line for line in body):
             return False

@@ -1,7 +1,8 @@
 """The IR model (torch_metallib/air/ir_model.py): the one reader of function bodies.
 
-* On every fixture kernel, its blocks and control-flow graph are LLVM's own (llvmlite's
-  reader, after naming every block).
+* On every fixture kernel and on the lowering's own output for MLX kernels, its blocks,
+  control-flow graph, phis and opcodes are LLVM's own (llvmlite's reader, after naming
+  every block).
 * Quoted labels and names, switches over several lines, phis: read once, the same way.
 * The vector-access rewrite, which had a reader of its own, now versions a run whose
   values or blocks are quoted (before: a block quoted left the function alone, a value
@@ -16,15 +17,18 @@ import pytest
 
 from torch_metallib.air import ir_model
 from torch_metallib.backends.cpu.bounds_checks import instrument_accesses
+from torch_metallib.backends.cpu.jit import lowered_ir
+from torch_metallib.backends.cuda.lowering import lower as cuda_lower
+from torch_metallib.backends.cuda.ptx import air_text
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 
 FIXTURES = sorted((pathlib.Path(__file__).parent / "fixtures").rglob("*.ll"))
 
 
-def _named(path: pathlib.Path) -> llvm.ModuleRef:
-    """The fixture parsed, every block and value given a name (so both readers can name them)."""
+def _named(text: str) -> llvm.ModuleRef:
+    """`text` parsed, every block and value given a name (so both readers can name them)."""
     llvm.initialize_native_target()
-    module = llvm.parse_assembly(path.read_text())
+    module = llvm.parse_assembly(text)
     manager = llvm.create_new_module_pass_manager()
     manager.add_instruction_namer_pass()
     manager.run(module, llvm.create_pass_builder(llvm.Target.from_default_triple().create_target_machine(),
@@ -32,9 +36,9 @@ def _named(path: pathlib.Path) -> llvm.ModuleRef:
     return module
 
 
-@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
-def test_blocks_and_successors_are_llvms(path):
-    module = _named(path)
+def _agrees_with_llvm(text: str) -> None:
+    """The model reads `text`'s functions, blocks, successors, phis and opcodes as LLVM does."""
+    module = _named(text)
     lines = str(module).split("\n")
     read = {f.name: f for f in ir_model.functions(lines)}
     defined = [f for f in module.functions if not f.is_declaration]
@@ -44,14 +48,27 @@ def test_blocks_and_successors_are_llvms(path):
         graph = ir_model.successors(found)
         assert list(found) == [b.name for b in function.blocks]
         for block in function.blocks:
-            terminator = list(block.instructions)[-1]
-            targets = [op.name for op in terminator.operands if str(op.type) == "label"]
+            instructions = list(block.instructions)
+            targets = [op.name for op in instructions[-1].operands if str(op.type) == "label"]
             assert sorted(graph[block.name]) == sorted(targets), (function.name, block.name)
-            phis = [i for i in block.instructions if i.opcode == "phi"]
+            phis = [i for i in instructions if i.opcode == "phi"]
             assert [ir_model.defined_name(line) for line in found[block.name].phis()] == [f"%{p.name}" for p in phis]
-            for line in found[block.name].lines:
-                if line.strip() and not line.lstrip().startswith(";") and ir_model.defined_name(line):
-                    assert ir_model.opcode(line) in {i.opcode for i in block.instructions}
+            opcodes = [ir_model.opcode(text) for text in found[block.name].instructions()]
+            assert opcodes == [i.opcode for i in instructions], (function.name, block.name)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_fixture_kernels_read_as_llvm_reads_them(path):
+    _agrees_with_llvm(path.read_text())
+
+
+@pytest.mark.parametrize("name", ["rmsfloat32", "rms_loopedfloat16", "vv_Addfloat32"])
+def test_lowered_kernels_read_as_llvm_reads_them(mlx_lib, name):
+    """The lowering's own output (CUDA's NVVM IR, the CPU's cooperative host IR) of MLX kernels."""
+    function = mlx_lib[name]
+    nvvm, _ = cuda_lower(air_text(function), function.name, function.arguments, {}, "k", "")
+    _agrees_with_llvm(nvvm)
+    _agrees_with_llvm(lowered_ir(function, {}, "s", cooperative=True))
 
 
 _QUOTED = """

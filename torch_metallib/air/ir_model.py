@@ -112,17 +112,27 @@ class Block:
     def __init__(self, name: str, label: Optional[str], lines: List[str]):
         self.name, self.label, self.lines = name, label, lines
 
+    def instructions(self) -> List[str]:
+        """The block's instructions, one text each (a switch's case lines, up to its closing
+        ``]``, joined to it by newlines); blank lines and comments left out."""
+        found: List[str] = []
+        cases = False
+        for line in self.lines:
+            stripped = line.strip()
+            if not stripped or stripped.startswith(";"):
+                continue
+            if cases:
+                found[-1] += "\n" + line
+                cases = stripped != "]"
+            else:
+                found.append(line)
+                cases = stripped.startswith("switch ") and stripped.endswith("[")
+        return found
+
     def terminator(self) -> List[str]:
-        """The terminator's lines: the last instruction's (a switch lists its cases on lines
-        of their own, up to a closing ``]``)."""
-        lines = [line for line in self.lines if line.strip() and not line.lstrip().startswith(";")]
-        if not lines:
-            return []
-        first = len(lines) - 1
-        if lines[first].strip() == "]":
-            while first > 0 and not lines[first].lstrip().startswith("switch "):
-                first -= 1
-        return lines[first:]
+        """The terminator's lines (the last instruction's)."""
+        found = self.instructions()
+        return found[-1].split("\n") if found else []
 
     def successors(self) -> List[str]:
         """The blocks the terminator branches to, in printed order (repeats kept)."""

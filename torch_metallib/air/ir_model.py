@@ -130,9 +130,16 @@ class Block:
         return found
 
     def terminator(self) -> List[str]:
-        """The terminator's lines (the last instruction's)."""
-        found = self.instructions()
-        return found[-1].split("\n") if found else []
+        """The terminator's lines: the last instruction's (read from the end: a block may be long)."""
+        lines = self.lines
+        last = len(lines) - 1
+        while last >= 0 and (not lines[last].strip() or lines[last].lstrip().startswith(";")):
+            last -= 1
+        first = last
+        if last >= 0 and lines[last].strip() == "]":  # a switch's cases, on lines of their own
+            while first > 0 and not lines[first].lstrip().startswith("switch "):
+                first -= 1
+        return lines[first:last + 1]
 
     def successors(self) -> List[str]:
         """The blocks the terminator branches to, in printed order (repeats kept)."""

@@ -1,7 +1,7 @@
 """The IR model (torch_metallib/air/ir_model.py): the one reader of function bodies.
 
 * On every fixture kernel and on the lowering's own output for MLX kernels, its blocks,
-  control-flow graph, phis and opcodes are LLVM's own (llvmlite's reader, after naming
+  control-flow graph, phis, opcodes and result types are LLVM's own (llvmlite's reader, after naming
   every block).
 * Quoted labels and names, switches over several lines, phis: read once, the same way.
 * The vector-access rewrite, which had a reader of its own, now versions a run whose
@@ -37,7 +37,8 @@ def _named(text: str) -> llvm.ModuleRef:
 
 
 def _agrees_with_llvm(text: str) -> None:
-    """The model reads `text`'s functions, blocks, successors, phis and opcodes as LLVM does."""
+    """The model reads `text`'s functions, blocks, successors, phis, opcodes and result types
+    as LLVM does."""
     module = _named(text)
     lines = str(module).split("\n")
     read = {f.name: f for f in ir_model.functions(lines)}
@@ -53,8 +54,11 @@ def _agrees_with_llvm(text: str) -> None:
             assert sorted(graph[block.name]) == sorted(targets), (function.name, block.name)
             phis = [i for i in instructions if i.opcode == "phi"]
             assert [ir_model.defined_name(line) for line in found[block.name].phis()] == [f"%{p.name}" for p in phis]
-            opcodes = [ir_model.opcode(text) for text in found[block.name].instructions()]
-            assert opcodes == [i.opcode for i in instructions], (function.name, block.name)
+            texts = found[block.name].instructions()
+            assert [ir_model.opcode(text) for text in texts] == [i.opcode for i in instructions], block.name
+            for text, instruction in zip(texts, instructions):
+                kind = ir_model.result_type(text)  # None where the text does not tell (the rewrite then stops)
+                assert kind is None or kind == str(instruction.type), text
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)

@@ -127,3 +127,21 @@ def test_cuda_calls_on_another_stream(add):
     stream.synchronize()
     assert torch.equal(c, a + a)
     assert _launchers(add).last_ran_natively
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_values_reach_each_native_call(fixtures_lib):
+    """Each call's values (constant float&) are copied to the device once per content and
+    stream; a copy made for one call must never serve another's values."""
+    kernel = fixtures_lib.scale_shift_float
+    x = torch.arange(300, dtype=torch.float32, device="cuda")
+    out = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    for round_ in range(3):
+        for scale, shift in ((2.0, 1.0), (0.5, -3.0), (2.0, 1.0), (-1.0, 0.25)):
+            with torch.cuda.stream(side if round_ == 1 else torch.cuda.current_stream()):
+                kernel(x, out, scale, shift)
+                assert torch.equal(out, x * scale + shift), (round_, scale, shift)
+    assert _launchers(kernel).last_ran_natively
+    assert len(_launchers(kernel)) == 1

@@ -155,13 +155,14 @@ class CudaKernel:
                 driver.launch(kernel, blocks, block, dynamic, stream, packed)
 
     def native_launcher(self, plan):
-        """A `_C.CudaLauncher` that launches plans like `plan` as `launch` just did, or None
-        where a launch needs what only this path arranges (device copies of bytes)."""
-        buffers, data, _, _, _ = plan.launch_record
-        if data:
-            return None
+        """A `_C.CudaLauncher` that launches plans like `plan` as `launch` just did (it keeps
+        device copies of the bytes commands itself)."""
         index = _device(plan.device).index
         kernel, max_threads, static_shared, coarsening = self.loaded(index)
+        _, _, _, _, group = plan.launch_record
+        threads = group[0] * group[1] * group[2]
+        if threads > max_threads and not self.grid_only:  # as launch() reloads it
+            kernel, max_threads, static_shared, coarsening = self.loaded(index, threads)
         context = cuda_driver.driver().primary_context(index)
         slots = [key for key, _ in sorted(self.slots.items(), key=lambda item: item[1])]
         return _C.CudaLauncher(plan, index, context, kernel.value, max_threads, static_shared,

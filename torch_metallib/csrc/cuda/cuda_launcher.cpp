@@ -46,6 +46,12 @@ CudaLauncher::CudaLauncher(std::vector<dispatch::ConstantValue> constants, Kerne
   size_ = offset;
 }
 
+CudaLauncher::~CudaLauncher() {
+  // Freed after the launches that read them; a stream or context already gone leaves
+  // nothing to order against, and the memory goes with the context.
+  for (const auto& [key, copy] : bytes_) api_.mem_free_async(copy.base, copy.stream);
+}
+
 int CudaLauncher::slot_of(bool threadgroup, int binding) const {
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i].threadgroup == threadgroup && slots_[i].binding == binding) return int(i);
@@ -53,15 +59,29 @@ int CudaLauncher::slot_of(bool threadgroup, int binding) const {
   return -1;
 }
 
+void CudaLauncher::shape(const dispatch::CommandList& commands, int64_t grid[3], int64_t block[3]) const {
+  // CUDA's threads: the grid's, or where each runs `coarsening` positions along x, fewer.
+  grid[0] = (int64_t(commands.grid[0]) + kernel_.coarsening - 1) / kernel_.coarsening;
+  grid[1] = commands.grid[1];
+  grid[2] = commands.grid[2];
+  for (int axis = 0; axis < 3; ++axis) block[axis] = commands.group[axis];
+  if (kernel_.grid_only && grid[1] == 1 && grid[2] == 1) {  // the block is ours to choose
+    block[0] = std::max<int64_t>(1, std::min<int64_t>(kernel_.grid_only_block, grid[0]));
+    block[1] = block[2] = 1;
+  }
+}
+
 bool CudaLauncher::accepts(const dispatch::Plan& plan) const {
   if (!plan.device.is_cuda() || plan.device.index() != kernel_.device || !plan.commands) return false;
   const dispatch::CommandList& commands = *plan.commands;
-  const int64_t threads = int64_t(commands.group[0]) * commands.group[1] * commands.group[2];
+  int64_t grid[3], block[3];
+  shape(commands, grid, block);
+  const int64_t threads = block[0] * block[1] * block[2];
   int64_t dynamic = 0;
   for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) dynamic += t.length;
   // Larger blocks than the kernel was loaded for, more shared memory than it was opted in
   // to, and device copies of bytes are the full path's to arrange (or refuse).
-  return commands.bytes.empty() && threads <= kernel_.max_threads &&
+  return (commands.bytes.empty() || api_.mem_alloc_async != nullptr) && threads <= kernel_.max_threads &&
          (dynamic + kernel_.static_shared <= kDefaultShared || dynamic <= kernel_.dynamic_allowed) &&
          dispatch::same_constants(plan.constants, constants_);
 }
@@ -80,26 +100,21 @@ void CudaLauncher::launch(const dispatch::Plan& plan) {
     const uint64_t address = reinterpret_cast<uintptr_t>(b.tensor.storage().data_ptr().get()) + uint64_t(b.offset);
     std::memcpy(packed + offsets_[size_t(slot)], &address, 8);
   }
+  const Stream stream = current_stream_(kernel_.device);
+  if (!commands.bytes.empty()) place_bytes(commands, stream, packed);
   uint32_t dynamic = 0;
   for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) {
     const int slot = slot_of(true, t.index);
     if (slot >= 0) std::memcpy(packed + offsets_[size_t(slot)], &dynamic, 4);
     dynamic += uint32_t(t.length);
   }
-  // CUDA's threads: the grid's, or where each runs `coarsening` positions along x, fewer.
-  const int64_t grid[3] = {(int64_t(commands.grid[0]) + kernel_.coarsening - 1) / kernel_.coarsening,
-                           commands.grid[1], commands.grid[2]};
-  int64_t group[3] = {commands.group[0], commands.group[1], commands.group[2]};
-  if (kernel_.grid_only && grid[1] == 1 && grid[2] == 1) {
-    group[0] = std::max<int64_t>(1, std::min<int64_t>(kernel_.grid_only_block, grid[0]));
-    group[1] = group[2] = 1;
-  }
+  int64_t grid[3], group[3];
+  shape(commands, grid, group);
   uint32_t launch_parameters[9] = {commands.grid[0], commands.grid[1], commands.grid[2],
                                    uint32_t(group[0]), uint32_t(group[1]), uint32_t(group[2]), 0, 0, 0};
   size_t size = size_;
   void* extra[] = {reinterpret_cast<void*>(uintptr_t(1)), packed, reinterpret_cast<void*>(uintptr_t(2)), &size,
                    nullptr};
-  const Stream stream = current_stream_(kernel_.device);
   const std::vector<Part> x = parts(grid[0], group[0], 0), y = parts(grid[1], group[1], 1),
                           z = parts(grid[2], group[2], 2);
   for (const Part& pz : z) {
@@ -115,6 +130,50 @@ void CudaLauncher::launch(const dispatch::Plan& plan) {
                    "cuLaunchKernel");
       }
     }
+  }
+}
+
+void CudaLauncher::place_bytes(const dispatch::CommandList& commands, Stream stream, uint8_t* packed) {
+  // Kernels never write these bytes, so one device copy serves every call with the same
+  // content on the same stream (on another stream it could be read before its copy ran).
+  std::string key(reinterpret_cast<const char*>(&stream), sizeof stream);
+  std::vector<size_t> starts;
+  size_t end = 0;
+  for (const dispatch::BytesCommand& b : commands.bytes) {
+    end += (256 - end % 256) % 256;  // each part 256-byte aligned
+    starts.push_back(end);
+    end += size_t(b.length);
+    key.append(reinterpret_cast<const char*>(&b.index), sizeof b.index);
+    key.append(reinterpret_cast<const char*>(&b.length), sizeof b.length);
+    key.append(static_cast<const char*>(b.data), size_t(b.length));
+  }
+  auto found = bytes_.find(key);
+  if (found == bytes_.end()) {
+    if (bytes_.size() >= kKeptBytes) {  // the least recently used goes, after the launches that read it
+      auto oldest = bytes_.begin();
+      for (auto it = bytes_.begin(); it != bytes_.end(); ++it) {
+        if (it->second.used < oldest->second.used) oldest = it;
+      }
+      api_.check(api_.mem_free_async(oldest->second.base, oldest->second.stream), "cuMemFreeAsync");
+      bytes_.erase(oldest);
+    }
+    std::vector<uint8_t> blob(end);
+    for (size_t i = 0; i < commands.bytes.size(); ++i) {
+      std::memcpy(blob.data() + starts[i], commands.bytes[i].data, size_t(commands.bytes[i].length));
+    }
+    DeviceBytes copy;
+    copy.stream = stream;
+    api_.check(api_.mem_alloc_async(&copy.base, std::max<size_t>(end, 1), stream), "cuMemAllocAsync");
+    // From pageable memory the driver stages the bytes before it returns: `blob` may go.
+    api_.check(api_.memcpy_htod_async(copy.base, blob.data(), end, stream), "cuMemcpyHtoDAsync");
+    found = bytes_.emplace(std::move(key), copy).first;
+  }
+  found->second.used = ++clock_;
+  for (size_t i = 0; i < commands.bytes.size(); ++i) {
+    const int slot = slot_of(false, commands.bytes[i].index);
+    if (slot < 0) continue;
+    const uint64_t address = found->second.base + starts[i];
+    std::memcpy(packed + offsets_[size_t(slot)], &address, 8);
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/driver_api.h"
@@ -37,6 +39,7 @@ class CudaLauncher final : public dispatch::Launcher {
   // `current_stream(device)`: torch's current stream there (the caller's, with the GIL).
   CudaLauncher(std::vector<dispatch::ConstantValue> constants, KernelHandles kernel, std::vector<ParameterSlot> slots,
                std::function<Stream(int)> current_stream);
+  ~CudaLauncher() override;
 
   bool accepts(const dispatch::Plan& plan) const override;
   void launch(const dispatch::Plan& plan) override;
@@ -44,6 +47,11 @@ class CudaLauncher final : public dispatch::Launcher {
 
  private:
   int slot_of(bool threadgroup, int binding) const;
+  // The CUDA grid (coarsened along x) and block of a launch of `commands`.
+  void shape(const dispatch::CommandList& commands, int64_t grid[3], int64_t block[3]) const;
+  // Puts the bytes commands in device memory (stream-ordered on `stream`) and their
+  // addresses in `packed`.
+  void place_bytes(const dispatch::CommandList& commands, Stream stream, uint8_t* packed);
 
   std::vector<dispatch::ConstantValue> constants_;
   KernelHandles kernel_;
@@ -52,6 +60,14 @@ class CudaLauncher final : public dispatch::Launcher {
   size_t size_ = 0;
   std::function<Stream(int)> current_stream_;
   const DriverApi& api_;
+  struct DeviceBytes {
+    DevicePointer base = 0;
+    Stream stream = nullptr;
+    uint64_t used = 0;  // when last used, for eviction
+  };
+  static constexpr size_t kKeptBytes = 256;  // distinct contents kept on the device
+  std::unordered_map<std::string, DeviceBytes> bytes_;  // (stream, each command's bytes) -> copy
+  uint64_t clock_ = 0;
 };
 
 }  // namespace torch_metallib::cuda

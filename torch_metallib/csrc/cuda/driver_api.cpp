@@ -24,6 +24,10 @@ DriverApi load() {
   resolve(library, "cuCtxSetCurrent", api.ctx_set_current);
   resolve(library, "cuLaunchKernel", api.launch_kernel);
   resolve(library, "cuGetErrorString", api.get_error_string);
+  resolve(library, "cuMemcpyHtoDAsync_v2", api.memcpy_htod_async);
+  api.mem_alloc_async = reinterpret_cast<decltype(api.mem_alloc_async)>(dlsym(library, "cuMemAllocAsync"));
+  api.mem_free_async = reinterpret_cast<decltype(api.mem_free_async)>(dlsym(library, "cuMemFreeAsync"));
+  if (api.mem_alloc_async == nullptr || api.mem_free_async == nullptr) api.mem_alloc_async = nullptr;
   return api;
 }
 

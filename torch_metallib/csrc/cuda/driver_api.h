@@ -19,6 +19,7 @@ using Result = int;  // CUresult
 using Context = void*;
 using Function = void*;
 using Stream = void*;
+using DevicePointer = unsigned long long;  // CUdeviceptr
 
 struct DriverApi {
   Result (*ctx_get_current)(Context*) = nullptr;
@@ -26,6 +27,10 @@ struct DriverApi {
   Result (*launch_kernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, Stream,
                           void**, void**) = nullptr;
   Result (*get_error_string)(Result, const char**) = nullptr;
+  Result (*memcpy_htod_async)(DevicePointer, const void*, size_t, Stream) = nullptr;
+  // Stream-ordered allocation (drivers since CUDA 11.2); null where the driver lacks it.
+  Result (*mem_alloc_async)(DevicePointer*, size_t, Stream) = nullptr;
+  Result (*mem_free_async)(DevicePointer, Stream) = nullptr;
 
   // Throws DriverError naming `call` unless `status` is CUDA_SUCCESS.
   void check(Result status, const char* call) const;

@@ -17,7 +17,7 @@ convergent (the kernel's entry too).
 """
 
 import re
-from typing import Dict, Set
+from typing import Dict
 
 from .ir_model import callee, functions
 

@@ -77,7 +77,7 @@ void bind_calls(py::module_& m) {
                    const py::handle& threadgroup_memory, const py::handle& storage_bounds) -> py::object {
     Plan plan = spec.bind(read_call(spec, args, kwargs, threads, group_size, constants, threadgroup_memory,
                                     storage_bounds));
-    dispatch::Launcher* launcher = launchers.find(plan);
+    const std::shared_ptr<dispatch::Launcher> launcher = launchers.find(plan);
     if (launcher == nullptr) return py::cast(std::move(plan));
     if (launcher->releases_gil(plan)) {
       py::gil_scoped_release release;

@@ -12,11 +12,11 @@ void Launchers::add(std::shared_ptr<Launcher> launcher) {
   }
 }
 
-Launcher* Launchers::find(const Plan& plan) {
+std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
   for (const auto& launcher : entries_) {
     if (launcher->accepts(plan)) {
       last_ = launcher.get();
-      return launcher.get();
+      return launcher;
     }
   }
   return nullptr;

@@ -145,3 +145,33 @@ def test_cuda_values_reach_each_native_call(fixtures_lib):
                 assert torch.equal(out, x * scale + shift), (round_, scale, shift)
     assert _launchers(kernel).last_ran_natively
     assert len(_launchers(kernel)) == 1
+
+
+def test_a_backend_registered_later_gets_the_calls(add):
+    """Launchers belong to the backend that made them: one registered for their device
+    afterwards (the simulated Metal does this in tests) must see every call."""
+    from torch_metallib.dispatch import backend as seam
+
+    cpu = seam.backend_for("cpu", "")
+    a, c = torch.ones(8), torch.empty(8)
+    add(a, a, c)
+
+    class Counting(seam.Backend):
+        device_type = "cpu"
+        runs = 0
+
+        def prepare(self, function, state, constants, checked=False):
+            return cpu.prepare(function, state, constants, checked)
+
+        def run(self, function, prepared, plan):
+            Counting.runs += 1
+            cpu.run(function, prepared, plan)
+
+    seam.register_backend(Counting())
+    try:
+        add(a, a, c)
+        add(a, a, c)
+    finally:
+        seam.register_backend(cpu)
+    assert Counting.runs == 2
+    assert torch.equal(c, a + a)

@@ -93,6 +93,8 @@ void bind_calls(py::module_& m) {
 
   m.def("add_debug_schedule_users", &dispatch::add_debug_schedule_users, py::arg("delta"),
         "Counts torch_metallib.cpu_schedule blocks (and the environment's default) that are not 'parallel'.");
+  m.def("backends_changed", &dispatch::backends_changed,
+        "A backend was registered: launchers made before no longer run calls.");
   m.def("add_checked_blocks", &dispatch::add_checked_blocks, py::arg("delta"),
         "Counts torch_metallib.checked() blocks that turn checking on.");
 }

@@ -14,7 +14,7 @@ void Launchers::add(std::shared_ptr<Launcher> launcher) {
 
 std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
   for (const auto& launcher : entries_) {
-    if (launcher->accepts(plan)) {
+    if (launcher->current() && launcher->accepts(plan)) {
       last_ = launcher.get();
       return launcher;
     }
@@ -23,7 +23,7 @@ std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
 }
 
 bool Launchers::covers(const Plan& plan) const {
-  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& launcher) { return launcher->accepts(plan); });
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& launcher) { return launcher->current() && launcher->accepts(plan); });
 }
 
 void Launchers::clear() {

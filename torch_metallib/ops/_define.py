@@ -407,7 +407,16 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         dispatch: the tensor argument whose dtype picks the kernel; default the first.
         bind: kernel argument name -> an argument or output name, an ops rule
             (``ops.numel("x")``) or a number. Kernel arguments not listed bind to the
-            argument or output of the same name.
+            argument or output of the same name. A struct argument (``constant
+            GEMMParams& params`` or a pointer to one) takes ``ops.struct(M=ops.size("a",
+            0), ...)``: every field by the name reflection gives it
+            (``KernelFunction.arguments[i].struct_fields``), each a rule, a number, the name
+            of a float, int or bool argument, a tuple for an array field or another
+            ``ops.struct`` for a nested struct; ``defaults=0`` fills the fields not given. An
+            array reference (``constant int64_t (&strides)[3]``) takes a tuple or list of as
+            many rules or numbers; a pointer to values, as many as given. The operator packs
+            them at each call; a value that does not fit its field raises
+            KernelArgumentError.
         outputs: returned tensors in schema order, name -> ``ops.like(...)`` or
             ``ops.empty(...)``; the names are what `bind` refers to.
         threads: the grid: an ops rule or int, or 1-3 of them.

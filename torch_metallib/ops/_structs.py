@@ -131,7 +131,7 @@ class _Layout:
         elif isinstance(value, (bool, int, float)):
             problem = _C.metal_number_problem(type_name, value)
             if problem:
-                self.problem(f"bind['{path}'] ({type_name}): {problem}")
+                self.problem(f"bind['{path}'] ({type_name}): {problem}. Give a value {type_name} holds")
                 return
             self.leaves.append(Leaf(offset, type_name, path, ("number", value)))
         else:

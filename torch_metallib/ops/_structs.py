@@ -64,7 +64,7 @@ class Leaf(NamedTuple):
     or ("number", value)."""
 
     offset: int      # bytes from the start of the argument
-    type_name: str   # a scalar Metal type: "int", "long", "float", ...
+    type_name: str   # the field's Metal type ("int", "long", "float"; a vector's: one leaf per component)
     path: str        # "params.M", "strides[2]", for messages
     source: tuple
 

@@ -30,8 +30,10 @@ class Launchers {
  public:
   static constexpr size_t kMaxLaunchers = 16;
   void add(std::shared_ptr<Launcher> launcher);
-  // The first that accepts `plan`, remembered as the last one used; nullptr if none does.
-  Launcher* find(const Plan& plan);
+  // The first that accepts `plan`, remembered as the last one used; null if none does.
+  // Shared: another thread may drop it from the list while it runs without the GIL.
+  std::shared_ptr<Launcher> find(const Plan& plan);
+  bool covers(const Plan& plan) const;
   // The launcher of the function's last call, if that call ran natively.
   const Launcher* last() const { return last_; }
   void forget_last() { last_ = nullptr; }

@@ -324,7 +324,7 @@ def test_a_slice_shorter_than_the_struct_is_refused_in_a_kernel_call(mlx_lib):
         gemm_call(fn, a, b, params[:64])
     assert str(error.value) == (
         f"{fn.name}: argument 4 'params' (buffer(4), constant mlx::steel::GEMMParams*): expected at least 72 bytes, "
-        "got a tensor with 64 bytes (64 elements of 1 bytes; its storage holds 72 from its first element, but they "
+        "got a tensor with 64 bytes (64 elements of 1 byte; its storage holds 72 from its first element, but they "
         "are not the view's). Pass a tensor whose own elements hold all 72 bytes")
     # The whole struct in a view of a larger storage is fine, and so is the struct itself.
     for whole in (params, params_tensor(fn, 32, 32, 32, tail=16)[:72], params.view(torch.int32)):
@@ -336,11 +336,15 @@ def test_a_slice_shorter_than_a_reference_is_refused(fixtures_lib):
     x, y = data((4,), 0), torch.zeros(4)
     p = torch.tensor([2.0, 0.0])
     p.view(torch.int32)[1] = 4
-    with pytest.raises(tm.DispatchError, match=re.escape("argument 2 'p' (buffer(2), constant Params&): expected at "
-                                                         "least 8 bytes, got a tensor with 4 bytes")):
+    refusal = re.escape("argument 2 'p' (buffer(2), constant Params&): expected at least 8 bytes, got a tensor with "
+                        "4 bytes (1 element of 4 bytes; its storage holds 8 from its first element")
+    with pytest.raises(tm.DispatchError, match=refusal):
         fixtures_lib.struct_arg_axpy(x, y, p[:1])
     assert bool((y == 0).all())
     fixtures_lib.struct_arg_axpy(x, y, p)
+    torch.testing.assert_close(y, 2.0 * x)
+    with pytest.raises(tm.DispatchError, match=refusal):  # calls after the first are bound natively: refused too
+        fixtures_lib.struct_arg_axpy(x, y, p[:1])
     torch.testing.assert_close(y, 2.0 * x)
 
 

@@ -171,8 +171,9 @@ void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& te
   if (bytes < needed) {
     const int64_t storage = available_bytes(tensor);
     throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
-                          std::to_string(bytes) + " bytes (" + std::to_string(tensor.numel()) + " elements of " +
-                          std::to_string(tensor.element_size()) + " bytes" +
+                          std::to_string(bytes) + " bytes (" + std::to_string(tensor.numel()) +
+                          (tensor.numel() == 1 ? " element of " : " elements of ") +
+                          std::to_string(tensor.element_size()) + (tensor.element_size() == 1 ? " byte" : " bytes") +
                           (storage > bytes ? "; its storage holds " + std::to_string(storage) +
                                              " from its first element, but they are not the view's" : "") +
                           "). Pass a tensor whose own elements hold all " + std::to_string(needed) + " bytes");

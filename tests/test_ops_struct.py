@@ -15,7 +15,6 @@
 
 import math
 import re
-import struct
 
 import pytest
 import torch
@@ -33,7 +32,7 @@ GEMM = "steel_gemm_fused_nn_{dtype}_{dtype}_bm32_bn32_bk16_wm2_wn2"
 GEMM_CONSTANTS = dict(has_batch=False, use_out_source=False, do_axpby=False)
 
 
-def gemm_params(M, N, K, **overrides):  # noqa: N803 (MLX's field names)
+def gemm_params(M, N, K, **overrides):
     """GEMMParams of a row-major (M, K) @ (K, N) product, as MLX's steel_matmul fills them."""
     bm, bn, bk, _, _ = TILE
     fields = dict(M=M, N=N, K=K, lda=K, ldb=N, ldd=N, tiles_n=ops.cdiv(N, bn), tiles_m=ops.cdiv(M, bm),

@@ -7,8 +7,8 @@
 extern "C" _Unwind_Reason_Code __gxx_personality_v0(int, _Unwind_Action, _Unwind_Exception_Class, _Unwind_Exception*,
                                                     _Unwind_Context*);
 
-extern "C" __attribute__((visibility("hidden"))) _Unwind_Reason_Code __gnu_objc_personality_v0(
-    int version, _Unwind_Action actions, _Unwind_Exception_Class exception_class, _Unwind_Exception* exception,
-    _Unwind_Context* context) {
+extern "C" __attribute__((visibility("hidden"))) _Unwind_Reason_Code
+__gnu_objc_personality_v0(int version, _Unwind_Action actions, _Unwind_Exception_Class exception_class,
+                          _Unwind_Exception* exception, _Unwind_Context* context) {
   return __gxx_personality_v0(version, actions, exception_class, exception, context);
 }

@@ -14,12 +14,12 @@ namespace metal_sim {
 constexpr uint64_t kGpuAddressTag = 0x5a00000000000000ull;
 
 struct Call {
-  std::string what;            // pipeline | buffer | bytes | threadgroup | resource | dispatch
-  std::string text;            // pipeline: function name; bytes: the data
+  std::string what;              // pipeline | buffer | bytes | threadgroup | resource | dispatch
+  std::string text;              // pipeline: function name; bytes: the data
   std::vector<int64_t> numbers;  // buffer: index, offset, length, buffer id; threadgroup: index, length;
                                  // resource: buffer id, length, MTLResourceUsage;
                                  // bytes: index; dispatch: grid xyz, group xyz
-  uintptr_t address = 0;       // buffer, resource: contents
+  uintptr_t address = 0;         // buffer, resource: contents
   std::vector<std::tuple<int64_t, int64_t, std::string>> constants;  // pipeline: (index, MTLDataType, bytes)
 };
 

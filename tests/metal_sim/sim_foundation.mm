@@ -101,7 +101,9 @@ extern "C" dispatch_data_t dispatch_data_create(const void* buffer, size_t size,
     void* copy = std::malloc(size);
     std::memcpy(copy, buffer, size);
     data->bytes = copy;
-    data->destructor = Block_copy(^{ std::free(copy); });
+    data->destructor = Block_copy(^{
+      std::free(copy);
+    });
   } else {
     data->bytes = buffer;
     data->destructor = Block_copy(destructor);

@@ -24,10 +24,18 @@ using Constants = std::vector<std::tuple<int64_t, int64_t, std::string>>;
 
 static int64_t type_bytes(MTLDataType type) {
   switch (type) {
-    case MTLDataTypeBool: case MTLDataTypeChar: case MTLDataTypeUChar: return 1;
-    case MTLDataTypeHalf: case MTLDataTypeBFloat: case MTLDataTypeShort: case MTLDataTypeUShort: return 2;
-    case MTLDataTypeFloat: case MTLDataTypeInt: case MTLDataTypeUInt: return 4;
-    case MTLDataTypeLong: case MTLDataTypeULong: return 8;
+    case MTLDataTypeBool:
+    case MTLDataTypeChar:
+    case MTLDataTypeUChar: return 1;
+    case MTLDataTypeHalf:
+    case MTLDataTypeBFloat:
+    case MTLDataTypeShort:
+    case MTLDataTypeUShort: return 2;
+    case MTLDataTypeFloat:
+    case MTLDataTypeInt:
+    case MTLDataTypeUInt: return 4;
+    case MTLDataTypeLong:
+    case MTLDataTypeULong: return 8;
     default: return 0;
   }
 }
@@ -38,8 +46,8 @@ static int64_t type_bytes(MTLDataType type) {
   return self;
 }
 - (void)setConstantValue:(const void*)value type:(MTLDataType)type atIndex:(NSUInteger)index {
-  static_cast<Constants*>(_sim_values)->emplace_back(int64_t(index), int64_t(type),
-                                                     std::string(static_cast<const char*>(value), type_bytes(type)));
+  static_cast<Constants*>(_sim_values)
+      ->emplace_back(int64_t(index), int64_t(type), std::string(static_cast<const char*>(value), type_bytes(type)));
 }
 - (void)dealloc {
   delete static_cast<Constants*>(_sim_values);
@@ -123,8 +131,8 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
   if (sim_data_size(_data) < 4 || std::memcmp(sim_data_bytes(_data), "MTLB", 4) != 0) return nil;
   SimFunction* function = [[SimFunction alloc] init];
   function->_name = [name retain];
-  function->_constants = new Constants(constantValues != nil ? *static_cast<Constants*>(constantValues->_sim_values)
-                                                             : Constants());
+  function->_constants =
+      new Constants(constantValues != nil ? *static_cast<Constants*>(constantValues->_sim_values) : Constants());
   std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
   ++metal_sim::recorder().functions;
   return function;
@@ -167,20 +175,30 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
 }
 - (void)setBuffer:(id<MTLBuffer>)buffer offset:(NSUInteger)offset atIndex:(NSUInteger)index {
   SimBuffer* sim = static_cast<SimBuffer*>(buffer);
-  metal_sim::recorder().add({"buffer", "", {int64_t(index), int64_t(offset), int64_t(sim->_length), sim->_id},
-                             reinterpret_cast<uintptr_t>(sim->_contents), {}});
+  metal_sim::recorder().add({"buffer",
+                             "",
+                             {int64_t(index), int64_t(offset), int64_t(sim->_length), sim->_id},
+                             reinterpret_cast<uintptr_t>(sim->_contents),
+                             {}});
 }
 - (void)setThreadgroupMemoryLength:(NSUInteger)length atIndex:(NSUInteger)index {
   metal_sim::recorder().add({"threadgroup", "", {int64_t(index), int64_t(length)}, 0, {}});
 }
 - (void)useResource:(id<MTLResource>)resource usage:(MTLResourceUsage)usage {
   SimBuffer* sim = static_cast<SimBuffer*>(resource);
-  metal_sim::recorder().add({"resource", "", {sim->_id, int64_t(sim->_length), int64_t(usage)},
-                             reinterpret_cast<uintptr_t>(sim->_contents), {}});
+  metal_sim::recorder().add({"resource",
+                             "",
+                             {sim->_id, int64_t(sim->_length), int64_t(usage)},
+                             reinterpret_cast<uintptr_t>(sim->_contents),
+                             {}});
 }
 - (void)dispatchThreads:(MTLSize)grid threadsPerThreadgroup:(MTLSize)group {
-  metal_sim::recorder().add({"dispatch", "", {int64_t(grid.width), int64_t(grid.height), int64_t(grid.depth),
-                                              int64_t(group.width), int64_t(group.height), int64_t(group.depth)}, 0, {}});
+  metal_sim::recorder().add({"dispatch",
+                             "",
+                             {int64_t(grid.width), int64_t(grid.height), int64_t(grid.depth), int64_t(group.width),
+                              int64_t(group.height), int64_t(group.depth)},
+                             0,
+                             {}});
 }
 @end
 

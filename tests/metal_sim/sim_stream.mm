@@ -21,9 +21,7 @@ std::vector<id<MTLBuffer>>& pending_copies() {
 
 namespace torch_metallib::mps {
 
-id<MTLDevice> current_device() {
-  return MTLCreateSystemDefaultDevice();
-}
+id<MTLDevice> current_device() { return MTLCreateSystemDefaultDevice(); }
 
 id<MTLBuffer> tensor_buffer(const at::Tensor& tensor) {
   // On a Mac the storage's data pointer is the MTLBuffer; here the buffer wraps the

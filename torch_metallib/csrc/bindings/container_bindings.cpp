@@ -23,14 +23,12 @@ namespace {
 // report read the whole file once, on first need (full()).
 class LoadedContainer {
  public:
-  explicit LoadedContainer(const py::buffer& source)
-      : buffer_(std::make_unique<py::buffer_info>(source.request())) {
-    if (buffer_->itemsize != 1 || buffer_->ndim != 1 ||
-        (buffer_->ndim == 1 && buffer_->strides[0] != 1)) {
-      throw py::type_error("torch_metallib.load: expected a contiguous byte buffer (bytes, "
-                           "bytearray, mmap or a C-contiguous memoryview of bytes); got itemsize " +
-                           std::to_string(buffer_->itemsize) + ", " +
-                           std::to_string(buffer_->ndim) + " dimension(s)");
+  explicit LoadedContainer(const py::buffer& source) : buffer_(std::make_unique<py::buffer_info>(source.request())) {
+    if (buffer_->itemsize != 1 || buffer_->ndim != 1 || (buffer_->ndim == 1 && buffer_->strides[0] != 1)) {
+      throw py::type_error(
+          "torch_metallib.load: expected a contiguous byte buffer (bytes, "
+          "bytearray, mmap or a C-contiguous memoryview of bytes); got itemsize " +
+          std::to_string(buffer_->itemsize) + ", " + std::to_string(buffer_->ndim) + " dimension(s)");
     }
     const auto* data = static_cast<const uint8_t*>(buffer_->ptr);
     const uint64_t size = static_cast<uint64_t>(buffer_->size);
@@ -48,8 +46,8 @@ class LoadedContainer {
   // throughout: that is what makes a second thread wait instead of reading it again.
   const Container& full() const {
     if (!full_) {
-      full_ = std::make_unique<Container>(read_container(
-          static_cast<const uint8_t*>(buffer_->ptr), static_cast<uint64_t>(buffer_->size), ReadDepth::kFull));
+      full_ = std::make_unique<Container>(read_container(static_cast<const uint8_t*>(buffer_->ptr),
+                                                         static_cast<uint64_t>(buffer_->size), ReadDepth::kFull));
     }
     return *full_;
   }
@@ -156,100 +154,121 @@ static std::array<uint8_t, 32> hashlib_sha256(std::string_view bytes) {
 }
 
 void bind_container(py::module_& m) {
-  py::class_<LoadedContainer>(m, "Container",
-                              "A parsed .metallib over a caller-owned buffer (zero-copy).")
+  py::class_<LoadedContainer>(m, "Container", "A parsed .metallib over a caller-owned buffer (zero-copy).")
       .def(py::init<const py::buffer&>(), py::arg("source"))
       .def("__len__", [](const LoadedContainer& s) { return s.container().entries.size(); })
-      .def_property_readonly("header", [](const LoadedContainer& s) {
-        const Header& h = s.container().header;
-        py::dict d;
-        d["format_version"] = py::make_tuple(h.format_major, h.format_minor, h.format_patch);
-        d["macos_target"] = h.macos_target;
-        d["file_type"] = h.file_type;
-        d["platform"] = h.platform;
-        d["platform_version"] = py::make_tuple(h.platform_major, h.platform_minor, h.platform_patch);
-        d["group_sizes_count_themselves"] =
-            s.container().metadata_sizes == GroupSizeConvention::kCountsItself;
-        return d;
-      })
-      .def("names", [](const LoadedContainer& s) {
-        const Container& c = s.container();
-        py::tuple out(c.entries.size());
-        for (size_t i = 0; i < c.entries.size(); ++i) out[i] = name_to_py(c.name(i));
-        return out;
-      })
-      .def("index_of", [](const LoadedContainer& s, const py::bytes& name) -> int64_t {
-        const std::string_view key(name);
-        return s.container().find(key);
-      })
+      .def_property_readonly(
+          "header",
+          [](const LoadedContainer& s) {
+            const Header& h = s.container().header;
+            py::dict d;
+            d["format_version"] = py::make_tuple(h.format_major, h.format_minor, h.format_patch);
+            d["macos_target"] = h.macos_target;
+            d["file_type"] = h.file_type;
+            d["platform"] = h.platform;
+            d["platform_version"] = py::make_tuple(h.platform_major, h.platform_minor, h.platform_patch);
+            d["group_sizes_count_themselves"] = s.container().metadata_sizes == GroupSizeConvention::kCountsItself;
+            return d;
+          })
+      .def("names",
+           [](const LoadedContainer& s) {
+             const Container& c = s.container();
+             py::tuple out(c.entries.size());
+             for (size_t i = 0; i < c.entries.size(); ++i) out[i] = name_to_py(c.name(i));
+             return out;
+           })
+      .def("index_of",
+           [](const LoadedContainer& s, const py::bytes& name) -> int64_t {
+             const std::string_view key(name);
+             return s.container().find(key);
+           })
       .def("function", &function_record, py::arg("index"))
-      .def("bitcode_range", [](const LoadedContainer& s, size_t i) {
-        const std::string_view bitcode = function_bitcode(s.function(i), i);
-        return py::make_tuple(uint64_t(reinterpret_cast<uintptr_t>(bitcode.data()) - s.address()),
-                              bitcode.size());
-      }, "(offset, size) of the function's LLVM bitcode in the buffer, after validating its wrapper")
-      .def_property_readonly("extension", [](const LoadedContainer& s) -> py::object {
-        const Container& c = s.container();
-        if (!c.has_extension) return py::none();
-        return tag_list(c.extension);
-      })
-      .def_property_readonly("trailing_sections", [](const LoadedContainer& s) {
-        py::list out;
-        for (const TrailingSection& section : s.container().trailing) {
-          out.append(py::make_tuple(tag_name(section.code),
-                                    uint64_t(reinterpret_cast<uintptr_t>(section.bytes.data()) - s.address()),
-                                    section.bytes.size()));
-        }
-        return out;
-      })
-      .def_property_readonly("unknown_tags", [](const LoadedContainer& s) {
-        py::list out;
-        for (const UnknownTag& tag : s.full().unknown_tags) {
-          out.append(py::make_tuple(name_to_py(tag.place), tag_name(tag.code), tag.offset, tag.size));
-        }
-        return out;
-      })
-      .def("module_hashes", [](const LoadedContainer& s) {
-        const Container& c = s.full();
-        py::list out;
-        for (size_t i = 0; i < c.functions.size(); ++i) {
-          const Function& f = c.functions[i];
-          out.append(py::make_tuple(f.module_offset, f.module.size(), py::bytes(f.hash.data(), f.hash.size())));
-        }
-        return out;
-      }, "[(module offset, module size, HASH bytes)] per function, for checking every HASH at once")
+      .def(
+          "bitcode_range",
+          [](const LoadedContainer& s, size_t i) {
+            const std::string_view bitcode = function_bitcode(s.function(i), i);
+            return py::make_tuple(uint64_t(reinterpret_cast<uintptr_t>(bitcode.data()) - s.address()), bitcode.size());
+          },
+          "(offset, size) of the function's LLVM bitcode in the buffer, after validating its wrapper")
+      .def_property_readonly("extension",
+                             [](const LoadedContainer& s) -> py::object {
+                               const Container& c = s.container();
+                               if (!c.has_extension) return py::none();
+                               return tag_list(c.extension);
+                             })
+      .def_property_readonly(
+          "trailing_sections",
+          [](const LoadedContainer& s) {
+            py::list out;
+            for (const TrailingSection& section : s.container().trailing) {
+              out.append(py::make_tuple(tag_name(section.code),
+                                        uint64_t(reinterpret_cast<uintptr_t>(section.bytes.data()) - s.address()),
+                                        section.bytes.size()));
+            }
+            return out;
+          })
+      .def_property_readonly(
+          "unknown_tags",
+          [](const LoadedContainer& s) {
+            py::list out;
+            for (const UnknownTag& tag : s.full().unknown_tags) {
+              out.append(py::make_tuple(name_to_py(tag.place), tag_name(tag.code), tag.offset, tag.size));
+            }
+            return out;
+          })
+      .def(
+          "module_hashes",
+          [](const LoadedContainer& s) {
+            const Container& c = s.full();
+            py::list out;
+            for (size_t i = 0; i < c.functions.size(); ++i) {
+              const Function& f = c.functions[i];
+              out.append(py::make_tuple(f.module_offset, f.module.size(), py::bytes(f.hash.data(), f.hash.size())));
+            }
+            return out;
+          },
+          "[(module offset, module size, HASH bytes)] per function, for checking every HASH at once")
       .def("to_bytes", [](const LoadedContainer& s) { return write_bytes(s.full()); })
-      .def("verify", [](const LoadedContainer& s) {
-        const Container& c = s.full();
-        py::gil_scoped_release unlocked;
-        verify_container(c);
-      }, "Validates every module wrapper and reflection group (HASHes: Library.verify).")
-      .def("subset", [](const LoadedContainer& s, const std::vector<size_t>& indices) {
-        const Container& c = s.full();
-        for (size_t i : indices) {
-          if (i >= c.functions.size()) throw py::index_error("function index out of range");
-        }
-        return write_bytes(select_functions(c, indices, hashlib_sha256));
-      }, py::arg("indices"));
+      .def(
+          "verify",
+          [](const LoadedContainer& s) {
+            const Container& c = s.full();
+            py::gil_scoped_release unlocked;
+            verify_container(c);
+          },
+          "Validates every module wrapper and reflection group (HASHes: Library.verify).")
+      .def(
+          "subset",
+          [](const LoadedContainer& s, const std::vector<size_t>& indices) {
+            const Container& c = s.full();
+            for (size_t i : indices) {
+              if (i >= c.functions.size()) throw py::index_error("function index out of range");
+            }
+            return write_bytes(select_functions(c, indices, hashlib_sha256));
+          },
+          py::arg("indices"));
 
-  m.def("pack", [](const py::dict& header, const py::list& functions) {
-    std::vector<FunctionSource> sources;
-    for (const py::handle item : functions) {
-      const py::dict spec = py::reinterpret_borrow<py::dict>(item);
-      FunctionSource source;
-      source.name = spec["name"].cast<std::string>();
-      source.type = spec["type"].cast<uint8_t>();
-      source.bitcode = spec["bitcode"].cast<std::string>();
-      source.versions = spec["versions"].cast<std::array<uint16_t, 4>>();
-      for (const py::handle c : spec["constants"]) {
-        const auto t = c.cast<std::tuple<std::string, uint8_t, uint16_t, bool>>();
-        source.constants.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)});
-      }
-      sources.push_back(std::move(source));
-    }
-    return write_bytes(build_container(header_from(header), sources, hashlib_sha256));
-  }, py::arg("header"), py::arg("functions"),
-     "Serializes new functions (dicts of name, type, bitcode, versions, constants).");
+  m.def(
+      "pack",
+      [](const py::dict& header, const py::list& functions) {
+        std::vector<FunctionSource> sources;
+        for (const py::handle item : functions) {
+          const py::dict spec = py::reinterpret_borrow<py::dict>(item);
+          FunctionSource source;
+          source.name = spec["name"].cast<std::string>();
+          source.type = spec["type"].cast<uint8_t>();
+          source.bitcode = spec["bitcode"].cast<std::string>();
+          source.versions = spec["versions"].cast<std::array<uint16_t, 4>>();
+          for (const py::handle c : spec["constants"]) {
+            const auto t = c.cast<std::tuple<std::string, uint8_t, uint16_t, bool>>();
+            source.constants.push_back({std::get<0>(t), std::get<1>(t), std::get<2>(t), std::get<3>(t)});
+          }
+          sources.push_back(std::move(source));
+        }
+        return write_bytes(build_container(header_from(header), sources, hashlib_sha256));
+      },
+      py::arg("header"), py::arg("functions"),
+      "Serializes new functions (dicts of name, type, bitcode, versions, constants).");
 }
 
 }  // namespace torch_metallib::bindings

@@ -47,14 +47,16 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
     element->kind_name = "buffer";
     element->binding = argument.binding;
     element->address_space = r["address_space"].is_none() ? "" : r["address_space"].cast<std::string>();
-    element->access = r["access"].is_none() ? dispatch::Access::Read : dispatch::access_of(r["access"].cast<std::string>());
+    element->access =
+        r["access"].is_none() ? dispatch::Access::Read : dispatch::access_of(r["access"].cast<std::string>());
     element->type_name = r["type_name"].cast<std::string>();
     element->type_size = r["type_size"].is_none() ? 0 : r["type_size"].cast<int64_t>();
     element->buffer_size = member.pointer ? -1 : element->type_size;
     element->type = dispatch::find_metal_type(element->type_name);
-    element->description = "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" +
-                           member.name + "' [[id(" + std::to_string(member.id) + ")]] (" +
-                           (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
+    element->description =
+        "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" + member.name +
+        "' [[id(" + std::to_string(member.id) + ")]] (" +
+        (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
     member.element = std::move(element);
     members.push_back(std::move(member));
   }
@@ -69,14 +71,15 @@ py::dict command_record(const dispatch::CommandList& commands) {
   out["constants"] = constants_tuple(commands.constants);
   py::list buffers, bytes, threadgroup;
   for (const dispatch::BufferCommand& b : commands.buffers) {
-    buffers.append(py::make_tuple(b.index, py::reinterpret_steal<py::object>(THPVariable_Wrap(b.tensor)), b.offset,
-                                  b.writable));
+    buffers.append(
+        py::make_tuple(b.index, py::reinterpret_steal<py::object>(THPVariable_Wrap(b.tensor)), b.offset, b.writable));
   }
   for (const dispatch::BytesCommand& b : commands.bytes) {
     bytes.append(py::make_tuple(b.index, py::bytes(static_cast<const char*>(b.data), size_t(b.length)), b.as_buffer,
                                 b.argument_buffer != nullptr));
   }
-  for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) threadgroup.append(py::make_tuple(t.index, t.length));
+  for (const dispatch::ThreadgroupCommand& t : commands.threadgroup)
+    threadgroup.append(py::make_tuple(t.index, t.length));
   out["buffers"] = buffers;
   out["bytes"] = bytes;
   out["threadgroup"] = threadgroup;
@@ -109,9 +112,8 @@ void bind_dispatch(py::module_& m) {
   using dispatch::Plan;
 
   py::class_<KernelSpec>(m, "KernelSpec")
-      .def(py::init([](std::string name, int parameter_count, const py::list& arguments,
-                       const py::list& constants, int64_t max_threads, int64_t static_threadgroup_bytes,
-                       const py::dict& predicates) {
+      .def(py::init([](std::string name, int parameter_count, const py::list& arguments, const py::list& constants,
+                       int64_t max_threads, int64_t static_threadgroup_bytes, const py::dict& predicates) {
              std::vector<ArgumentSpec> specs;
              for (const py::handle& item : arguments) {
                auto a = py::reinterpret_borrow<py::dict>(item);
@@ -153,141 +155,179 @@ void bind_dispatch(py::module_& m) {
            }),
            py::arg("name"), py::arg("parameter_count"), py::arg("arguments"), py::arg("constants"),
            py::arg("max_threads"), py::arg("static_threadgroup_bytes"), py::arg("predicates") = py::dict())
-      .def("bind", [](const KernelSpec& spec, const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
-                      const py::handle& group_size, const py::handle& constants, const py::handle& threadgroup_memory,
-                      const py::handle& storage_bounds) {
-             return spec.bind(read_call(spec, args, kwargs, threads, group_size, constants, threadgroup_memory,
-                                        storage_bounds));
-           }, py::arg("args"), py::arg("kwargs"), py::arg("threads"),
-           py::arg("group_size"), py::arg("constants"), py::arg("threadgroup_memory"),
-           py::arg("storage_bounds") = py::none(),
-           "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError. "
-           "`storage_bounds`: names of tensor arguments checked execution bounds by their storage, not their view.")
-      .def("pipeline_plan", [](const KernelSpec& spec, const py::handle& constants) {
-             return spec.pipeline_plan(read_constants(spec, constants));
-           }, py::arg("constants"),
-           "A Plan whose command list holds only the pipeline key (function, checked constant values)");
+      .def(
+          "bind",
+          [](const KernelSpec& spec, const py::tuple& args, const py::dict& kwargs, const py::handle& threads,
+             const py::handle& group_size, const py::handle& constants, const py::handle& threadgroup_memory,
+             const py::handle& storage_bounds) {
+            return spec.bind(
+                read_call(spec, args, kwargs, threads, group_size, constants, threadgroup_memory, storage_bounds));
+          },
+          py::arg("args"), py::arg("kwargs"), py::arg("threads"), py::arg("group_size"), py::arg("constants"),
+          py::arg("threadgroup_memory"), py::arg("storage_bounds") = py::none(),
+          "Checks a call and returns its Plan; raises KernelArgumentError / DispatchError. "
+          "`storage_bounds`: names of tensor arguments checked execution bounds by their storage, not their view.")
+      .def(
+          "pipeline_plan",
+          [](const KernelSpec& spec, const py::handle& constants) {
+            return spec.pipeline_plan(read_constants(spec, constants));
+          },
+          py::arg("constants"),
+          "A Plan whose command list holds only the pipeline key (function, checked constant values)");
 
   py::class_<Plan>(m, "Plan")
       .def_property_readonly("constants", [](const Plan& plan) { return constants_tuple(plan.constants); })
       .def_property_readonly("device", [](const Plan& plan) { return plan.device.str(); })
       .def_property_readonly("dims", [](const Plan& plan) { return std::vector<uint32_t>(plan.dims, plan.dims + 9); })
       .def_property_readonly("group_count", [](const Plan& plan) { return plan.group_count; })
-      .def_property_readonly("argument_buffers", [](const Plan& plan) {
-        py::list out;
-        for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
-          py::list slots;
-          for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
-            slots.append(py::make_tuple(slot.offset, py::reinterpret_steal<py::object>(THPVariable_Wrap(slot.tensor)),
-                                        slot.writable));
-          }
-          out.append(py::make_tuple(buffer.binding, py::bytes(reinterpret_cast<const char*>(buffer.bytes->data()),
-                                                              buffer.bytes->size() * 8), slots));
+      .def_property_readonly(
+          "argument_buffers",
+          [](const Plan& plan) {
+            py::list out;
+            for (const dispatch::ArgumentBuffer& buffer : plan.argument_buffers) {
+              py::list slots;
+              for (const dispatch::ArgumentBufferSlot& slot : buffer.slots) {
+                slots.append(py::make_tuple(
+                    slot.offset, py::reinterpret_steal<py::object>(THPVariable_Wrap(slot.tensor)), slot.writable));
+              }
+              out.append(py::make_tuple(
+                  buffer.binding,
+                  py::bytes(reinterpret_cast<const char*>(buffer.bytes->data()), buffer.bytes->size() * 8), slots));
+            }
+            return out;
+          },
+          "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes")
+      .def_property_readonly(
+          "commands",
+          [](const Plan& plan) -> py::object {
+            return plan.commands ? py::object(command_record(*plan.commands)) : py::object(py::none());
+          },
+          "The Metal-shaped command list (dispatch/command_list.h) as a dict; None for a replayed plan")
+      .def_property_readonly(
+          "launch_record",
+          [](const Plan& plan) -> py::object {
+            if (!plan.commands) return py::none();
+            const dispatch::CommandList& commands = *plan.commands;
+            py::list buffers, bytes, threadgroup;
+            for (const dispatch::BufferCommand& b : commands.buffers) {
+              auto storage = reinterpret_cast<uintptr_t>(b.tensor.storage().data_ptr().get());
+              buffers.append(py::make_tuple(b.index, storage + uintptr_t(b.offset)));
+            }
+            for (const dispatch::BytesCommand& b : commands.bytes) {
+              bytes.append(py::make_tuple(b.index, py::bytes(static_cast<const char*>(b.data), size_t(b.length))));
+            }
+            for (const dispatch::ThreadgroupCommand& t : commands.threadgroup)
+              threadgroup.append(py::make_tuple(t.index, t.length));
+            return py::make_tuple(buffers, bytes, threadgroup,
+                                  py::make_tuple(commands.grid[0], commands.grid[1], commands.grid[2]),
+                                  py::make_tuple(commands.group[0], commands.group[1], commands.group[2]));
+          },
+          "What a launch needs of the command list, lean: ([(binding, buffer address + offset)], "
+          "[(binding, bytes)], [(binding, threadgroup length)], grid, group); None for a replayed plan");
+
+  m.def(
+      "replayed_plan",
+      [](const Plan& plan, const std::map<int, uintptr_t>& buffers, const std::map<int, py::bytes>& bytes,
+         const std::map<int, int64_t>& threadgroup, std::array<uint32_t, 3> grid, std::array<uint32_t, 3> group) {
+        dispatch::EncodedCommands encoded;
+        for (const auto& [index, address] : buffers) encoded.buffers[index] = reinterpret_cast<void*>(address);
+        for (const auto& [index, data] : bytes) {
+          std::string text = data;
+          encoded.bytes[index] = std::vector<uint8_t>(text.begin(), text.end());
         }
-        return out;
-      }, "[(binding, struct bytes, [(offset, tensor, writable)])]: what a GPU backend re-encodes")
-      .def_property_readonly("commands", [](const Plan& plan) -> py::object {
-        return plan.commands ? py::object(command_record(*plan.commands)) : py::object(py::none());
-      }, "The Metal-shaped command list (dispatch/command_list.h) as a dict; None for a replayed plan")
-      .def_property_readonly("launch_record", [](const Plan& plan) -> py::object {
-        if (!plan.commands) return py::none();
-        const dispatch::CommandList& commands = *plan.commands;
-        py::list buffers, bytes, threadgroup;
-        for (const dispatch::BufferCommand& b : commands.buffers) {
-          auto storage = reinterpret_cast<uintptr_t>(b.tensor.storage().data_ptr().get());
-          buffers.append(py::make_tuple(b.index, storage + uintptr_t(b.offset)));
+        encoded.threadgroup = threadgroup;
+        std::copy(grid.begin(), grid.end(), encoded.grid);
+        std::copy(group.begin(), group.end(), encoded.group);
+        return dispatch::replayed_plan(plan, encoded);
+      },
+      py::arg("plan"), py::arg("buffers"), py::arg("bytes"), py::arg("threadgroup"), py::arg("grid"), py::arg("group"),
+      "`plan` rebuilt from what a Metal encoder was told (dispatch/replay.h): buffers {index: address "
+      "(contents + offset)}, bytes {index: setBytes data}, threadgroup {index: length}, grid and group "
+      "of dispatchThreads. The simulated Metal's recordings run on the CPU backend through it.");
+
+  m.def(
+      "launch_cpu",
+      [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies, bool parallel,
+         const py::object& checked, const std::string& kernel) {
+        auto check = checked_launch(plan, checked, kernel);
+        py::gil_scoped_release release;
+        cpu::launch(plan, launchers, private_copies, parallel, check.get());
+        if (check) check->raise_if_violated();
+      },
+      py::arg("plan"), py::arg("launchers"), py::arg("private_copies"), py::arg("parallel") = true,
+      py::arg("checked") = py::none(), py::arg("kernel") = "",
+      "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy); "
+      "`parallel`: groups on torch's threads, else one by one in order; `checked`: the kernel was "
+      "compiled with bounds checks, and this lists (description, address space) per IR parameter.");
+
+  m.def(
+      "launch_cpu_cooperative",
+      [](const Plan& plan, const std::vector<uintptr_t>& thread_functions, bool private_copies,
+         const std::string& kernel, bool parallel, bool permute, uint64_t seed, const py::object& checked) {
+        auto check = checked_launch(plan, checked, kernel);
+        py::gil_scoped_release release;
+        cpu::launch_cooperative(plan, thread_functions, private_copies, kernel,
+                                cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel}, check.get());
+        if (check) check->raise_if_violated();
+      },
+      py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
+      py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0, py::arg("checked") = py::none(),
+      "Runs every threadgroup of `plan`, each thread a coroutine, with the compiled per-thread entry; "
+      "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
+      "`permute`: shuffled orders from `seed`; `checked` as for launch_cpu.");
+
+  m.def(
+      "launch_cpu_lanes",
+      [](const Plan& plan, const std::vector<uintptr_t>& tables, bool private_copies, const std::string& kernel,
+         bool parallel) {
+        py::gil_scoped_release release;
+        cpu::launch_lanes(plan, tables, private_copies, kernel,
+                          cpu::Schedule{parallel, false, 0, /*strict_barriers=*/!parallel});
+      },
+      py::arg("plan"), py::arg("tables"), py::arg("private_copies"), py::arg("kernel"), py::arg("parallel") = true,
+      "Runs every threadgroup of `plan` with a cooperative kernel compiled as lane loops (its region "
+      "tables, one per loaded copy); `parallel` as for launch_cpu_cooperative.");
+
+  m.def(
+      "metal_type",
+      [](const std::string& name) -> py::object {
+        // (kind, components, accepted dtypes) of a Metal scalar or vector type, None otherwise.
+        const dispatch::MetalType* type = dispatch::find_metal_type(name);
+        if (type == nullptr) return py::none();
+        static const char* kinds[] = {"float", "signed", "unsigned", "bool"};
+        py::list dtypes;
+        for (c10::ScalarType dtype : type->dtypes) {
+          dtypes.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype))));
         }
-        for (const dispatch::BytesCommand& b : commands.bytes) {
-          bytes.append(py::make_tuple(b.index, py::bytes(static_cast<const char*>(b.data), size_t(b.length))));
-        }
-        for (const dispatch::ThreadgroupCommand& t : commands.threadgroup) threadgroup.append(py::make_tuple(t.index, t.length));
-        return py::make_tuple(buffers, bytes, threadgroup, py::make_tuple(commands.grid[0], commands.grid[1], commands.grid[2]),
-                              py::make_tuple(commands.group[0], commands.group[1], commands.group[2]));
-      }, "What a launch needs of the command list, lean: ([(binding, buffer address + offset)], "
-         "[(binding, bytes)], [(binding, threadgroup length)], grid, group); None for a replayed plan");
+        return py::make_tuple(kinds[int(type->kind)], type->components, dtypes);
+      },
+      py::arg("name"));
 
-  m.def("replayed_plan", [](const Plan& plan, const std::map<int, uintptr_t>& buffers,
-                            const std::map<int, py::bytes>& bytes, const std::map<int, int64_t>& threadgroup,
-                            std::array<uint32_t, 3> grid, std::array<uint32_t, 3> group) {
-    dispatch::EncodedCommands encoded;
-    for (const auto& [index, address] : buffers) encoded.buffers[index] = reinterpret_cast<void*>(address);
-    for (const auto& [index, data] : bytes) {
-      std::string text = data;
-      encoded.bytes[index] = std::vector<uint8_t>(text.begin(), text.end());
-    }
-    encoded.threadgroup = threadgroup;
-    std::copy(grid.begin(), grid.end(), encoded.grid);
-    std::copy(group.begin(), group.end(), encoded.group);
-    return dispatch::replayed_plan(plan, encoded);
-  }, py::arg("plan"), py::arg("buffers"), py::arg("bytes"), py::arg("threadgroup"), py::arg("grid"), py::arg("group"),
-     "`plan` rebuilt from what a Metal encoder was told (dispatch/replay.h): buffers {index: address "
-     "(contents + offset)}, bytes {index: setBytes data}, threadgroup {index: length}, grid and group "
-     "of dispatchThreads. The simulated Metal's recordings run on the CPU backend through it.");
+  m.def(
+      "metal_element_bytes",
+      [](const std::string& name) -> int {
+        // Bytes of one component of a Metal scalar or vector type (0 for other types).
+        const dispatch::MetalType* type = dispatch::find_metal_type(name);
+        return type == nullptr ? 0 : type->element_bytes;
+      },
+      py::arg("name"));
 
-  m.def("launch_cpu", [](const Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
-                         bool parallel, const py::object& checked, const std::string& kernel) {
-    auto check = checked_launch(plan, checked, kernel);
-    py::gil_scoped_release release;
-    cpu::launch(plan, launchers, private_copies, parallel, check.get());
-    if (check) check->raise_if_violated();
-  }, py::arg("plan"), py::arg("launchers"), py::arg("private_copies"), py::arg("parallel") = true,
-     py::arg("checked") = py::none(), py::arg("kernel") = "",
-     "Runs every threadgroup of `plan` with the compiled launchers (one per loaded copy); "
-     "`parallel`: groups on torch's threads, else one by one in order; `checked`: the kernel was "
-     "compiled with bounds checks, and this lists (description, address space) per IR parameter.");
-
-  m.def("launch_cpu_cooperative", [](const Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                                     bool private_copies, const std::string& kernel, bool parallel,
-                                     bool permute, uint64_t seed, const py::object& checked) {
-    auto check = checked_launch(plan, checked, kernel);
-    py::gil_scoped_release release;
-    cpu::launch_cooperative(plan, thread_functions, private_copies, kernel,
-                            cpu::Schedule{parallel, permute, seed, /*strict_barriers=*/!parallel}, check.get());
-    if (check) check->raise_if_violated();
-  }, py::arg("plan"), py::arg("thread_functions"), py::arg("private_copies"), py::arg("kernel"),
-     py::arg("parallel") = true, py::arg("permute") = false, py::arg("seed") = 0, py::arg("checked") = py::none(),
-     "Runs every threadgroup of `plan`, each thread a coroutine, with the compiled per-thread entry; "
-     "`parallel`: groups on torch's threads, else one by one and every barrier waits for every thread; "
-     "`permute`: shuffled orders from `seed`; `checked` as for launch_cpu.");
-
-  m.def("launch_cpu_lanes", [](const Plan& plan, const std::vector<uintptr_t>& tables, bool private_copies,
-                               const std::string& kernel, bool parallel) {
-    py::gil_scoped_release release;
-    cpu::launch_lanes(plan, tables, private_copies, kernel, cpu::Schedule{parallel, false, 0, /*strict_barriers=*/!parallel});
-  }, py::arg("plan"), py::arg("tables"), py::arg("private_copies"), py::arg("kernel"), py::arg("parallel") = true,
-     "Runs every threadgroup of `plan` with a cooperative kernel compiled as lane loops (its region "
-     "tables, one per loaded copy); `parallel` as for launch_cpu_cooperative.");
-
-  m.def("metal_type", [](const std::string& name) -> py::object {
-    // (kind, components, accepted dtypes) of a Metal scalar or vector type, None otherwise.
-    const dispatch::MetalType* type = dispatch::find_metal_type(name);
-    if (type == nullptr) return py::none();
-    static const char* kinds[] = {"float", "signed", "unsigned", "bool"};
-    py::list dtypes;
-    for (c10::ScalarType dtype : type->dtypes) {
-      dtypes.append(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(dtype))));
-    }
-    return py::make_tuple(kinds[int(type->kind)], type->components, dtypes);
-  }, py::arg("name"));
-
-  m.def("metal_element_bytes", [](const std::string& name) -> int {
-    // Bytes of one component of a Metal scalar or vector type (0 for other types).
-    const dispatch::MetalType* type = dispatch::find_metal_type(name);
-    return type == nullptr ? 0 : type->element_bytes;
-  }, py::arg("name"));
-
-  m.def("metal_number_problem", [](const std::string& name, const py::handle& value) -> std::string {
-    // "" if `value` packs as one component of Metal type `name`; else what was expected
-    // and found, as "expected an integer that fits int, got 5000000000, out of range".
-    const dispatch::MetalType* type = dispatch::find_metal_type(name);
-    if (type == nullptr) return "'" + name + "' is not a scalar or vector type";
-    dispatch::Number number;
-    if (!read_number(value, number)) return "expected a number";
-    uint8_t scratch[8] = {0};
-    const dispatch::PackProblem problem = dispatch::pack_number(*type, number, scratch);
-    if (problem == dispatch::PackProblem::None) return "";
-    return "expected " + dispatch::wanted(*type) + ", got " + dispatch::found(problem, dispatch::number_text(number));
-  }, py::arg("name"), py::arg("value"));
+  m.def(
+      "metal_number_problem",
+      [](const std::string& name, const py::handle& value) -> std::string {
+        // "" if `value` packs as one component of Metal type `name`; else what was expected
+        // and found, as "expected an integer that fits int, got 5000000000, out of range".
+        const dispatch::MetalType* type = dispatch::find_metal_type(name);
+        if (type == nullptr) return "'" + name + "' is not a scalar or vector type";
+        dispatch::Number number;
+        if (!read_number(value, number)) return "expected a number";
+        uint8_t scratch[8] = {0};
+        const dispatch::PackProblem problem = dispatch::pack_number(*type, number, scratch);
+        if (problem == dispatch::PackProblem::None) return "";
+        return "expected " + dispatch::wanted(*type) + ", got " +
+               dispatch::found(problem, dispatch::number_text(number));
+      },
+      py::arg("name"), py::arg("value"));
 
   m.def("runtime_symbols", []() {
     // What JIT-compiled kernels call, by name -> address (for llvm.add_symbol).

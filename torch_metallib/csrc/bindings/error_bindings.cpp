@@ -41,8 +41,8 @@ void bind_errors(py::module_& m) {
       // The Python class lives in torch_metallib.errors so users can import and catch it
       // without the native module; it carries the byte offset and field as attributes.
       py::object cls = py::module_::import("torch_metallib.errors").attr("MetallibFormatError");
-      py::object error = cls(lenient_str(e.what()), py::arg("offset") = e.offset(),
-                             py::arg("field") = lenient_str(e.field()));
+      py::object error =
+          cls(lenient_str(e.what()), py::arg("offset") = e.offset(), py::arg("field") = lenient_str(e.field()));
       PyErr_SetObject(cls.ptr(), error.ptr());
     } catch (const dispatch::ArgumentError& e) {
       raise("KernelArgumentError", e.what());

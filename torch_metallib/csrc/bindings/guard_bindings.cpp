@@ -60,38 +60,43 @@ class AddressSpaceCap {
 }  // namespace
 
 void bind_guard(py::module_& m) {
-  m.def("parse_bitcode_guarded", [](uintptr_t parse, uintptr_t dispose_string, uintptr_t context,
-                                    const py::bytes& bitcode) {
-    using Parse = void* (*)(void*, const char*, size_t, char**);
-    using Dispose = void (*)(const char*);
-    const std::string_view data(bitcode);
-    void* module = nullptr;
-    char* message = nullptr;
-    AddressSpaceCap cap;
-    const char* thrown = nullptr;  // a C++ exception LLVM let through (an allocation over the cap)
-    const int signal = guard::run_guarded([&] {
-      try {
-        module = reinterpret_cast<Parse>(parse)(reinterpret_cast<void*>(context), data.data(), data.size(), &message);
-      } catch (const std::bad_alloc&) {
-        thrown = "std::bad_alloc";
-      } catch (...) {
-        thrown = "a C++ exception";
-      }
-    });
-    std::string text;
-    if (signal == 0 && thrown == nullptr && message != nullptr) {
-      text = message;
-      reinterpret_cast<Dispose>(dispose_string)(message);
-    }
-    // Why the parse stopped: "" if it returned, else the signal's name or the exception.
-    const std::string stopped = signal != 0 ? (signal == SIGABRT ? "SIGABRT" : signal == SIGSEGV ? "SIGSEGV"
-                                               : "signal " + std::to_string(signal))
-                                            : thrown != nullptr ? thrown : "";
-    // The message may quote bytes of the bitcode: bytes, decoded by the caller.
-    return py::make_tuple(stopped.empty() ? reinterpret_cast<uintptr_t>(module) : uintptr_t(0), py::bytes(text),
-                          stopped);
-  }, py::arg("parse"), py::arg("dispose_string"), py::arg("context"), py::arg("bitcode"),
-  "(module address or 0, LLVM's error message, why the parse stopped: '' if it returned).");
+  m.def(
+      "parse_bitcode_guarded",
+      [](uintptr_t parse, uintptr_t dispose_string, uintptr_t context, const py::bytes& bitcode) {
+        using Parse = void* (*)(void*, const char*, size_t, char**);
+        using Dispose = void (*)(const char*);
+        const std::string_view data(bitcode);
+        void* module = nullptr;
+        char* message = nullptr;
+        AddressSpaceCap cap;
+        const char* thrown = nullptr;  // a C++ exception LLVM let through (an allocation over the cap)
+        const int signal = guard::run_guarded([&] {
+          try {
+            module =
+                reinterpret_cast<Parse>(parse)(reinterpret_cast<void*>(context), data.data(), data.size(), &message);
+          } catch (const std::bad_alloc&) {
+            thrown = "std::bad_alloc";
+          } catch (...) {
+            thrown = "a C++ exception";
+          }
+        });
+        std::string text;
+        if (signal == 0 && thrown == nullptr && message != nullptr) {
+          text = message;
+          reinterpret_cast<Dispose>(dispose_string)(message);
+        }
+        // Why the parse stopped: "" if it returned, else the signal's name or the exception.
+        const std::string stopped = signal != 0         ? (signal == SIGABRT   ? "SIGABRT"
+                                                           : signal == SIGSEGV ? "SIGSEGV"
+                                                                               : "signal " + std::to_string(signal))
+                                    : thrown != nullptr ? thrown
+                                                        : "";
+        // The message may quote bytes of the bitcode: bytes, decoded by the caller.
+        return py::make_tuple(stopped.empty() ? reinterpret_cast<uintptr_t>(module) : uintptr_t(0), py::bytes(text),
+                              stopped);
+      },
+      py::arg("parse"), py::arg("dispose_string"), py::arg("context"), py::arg("bitcode"),
+      "(module address or 0, LLVM's error message, why the parse stopped: '' if it returned).");
 }
 
 }  // namespace torch_metallib::bindings

@@ -69,12 +69,16 @@ void packed_of(const py::tuple& packed, ArgumentSource& source) {
     }
     const std::string kind = f[3].cast<std::string>();
     if (kind == "number") {
-      const dispatch::PackProblem problem = dispatch::pack_number(*field.type, number_of(f[4]), source.packed.data() + field.offset);
-      if (problem != dispatch::PackProblem::None) throw py::value_error("packed argument: " + field.path + " does not fit its type");
+      const dispatch::PackProblem problem =
+          dispatch::pack_number(*field.type, number_of(f[4]), source.packed.data() + field.offset);
+      if (problem != dispatch::PackProblem::None)
+        throw py::value_error("packed argument: " + field.path + " does not fit its type");
       continue;
     }
-    if (kind == "input") field.input = f[4].cast<int>();
-    else field.rule = rule_of(f[4]);
+    if (kind == "input")
+      field.input = f[4].cast<int>();
+    else
+      field.rule = rule_of(f[4]);
     source.fields.push_back(std::move(field));
   }
 }
@@ -90,9 +94,11 @@ std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
     auto s = item.cast<py::tuple>();
     ArgumentSource source;
     std::string kind = s[0].cast<std::string>();
-    source.kind = kind == "input" ? ArgumentSource::Kind::Input : kind == "output" ? ArgumentSource::Kind::Output
-                  : kind == "rule" ? ArgumentSource::Kind::Rule : kind == "packed" ? ArgumentSource::Kind::Packed
-                  : ArgumentSource::Kind::Number;
+    source.kind = kind == "input"    ? ArgumentSource::Kind::Input
+                  : kind == "output" ? ArgumentSource::Kind::Output
+                  : kind == "rule"   ? ArgumentSource::Kind::Rule
+                  : kind == "packed" ? ArgumentSource::Kind::Packed
+                                     : ArgumentSource::Kind::Number;
     source.position = s[1].cast<int>();
     if (kind == "input" || kind == "output") source.index = s[2].cast<int>();
     if (kind == "rule") source.rule = rule_of(s[2]);
@@ -106,9 +112,12 @@ std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
     constant.slot = c[0].cast<size_t>();
     std::string kind = c[1].cast<std::string>();
     constant.is_rule = kind == "rule";
-    if (kind == "input") constant.input = c[2].cast<int>();
-    else if (constant.is_rule) constant.rule = rule_of(c[2]);
-    else constant.number = number_of(c[2]);
+    if (kind == "input")
+      constant.input = c[2].cast<int>();
+    else if (constant.is_rule)
+      constant.rule = rule_of(c[2]);
+    else
+      constant.number = number_of(c[2]);
     kernel->constants.push_back(std::move(constant));
   }
   for (const py::handle& item : k["threadgroup"]) {
@@ -123,44 +132,48 @@ std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
 void bind_ops(py::module_& m) {
   py::class_<OpRegistration>(m, "OpRegistration");
 
-  m.def("register_op", [](const std::string& name, const std::vector<std::string>& argument_names,
-                          const std::vector<bool>& argument_mutable, int dispatch_argument, const py::list& kernels,
-                          const py::list& outputs, const py::list& threads, const py::list& group, py::object compile,
-                          py::object run_on_backend) {
-    auto spec = std::make_shared<ops::OpSpec>();
-    spec->name = name;
-    spec->argument_names = argument_names;
-    spec->argument_mutable = argument_mutable;
-    spec->dispatch_argument = dispatch_argument;
-    for (const py::handle& k : kernels) spec->kernels.push_back(kernel_of(k.cast<py::dict>()));
-    for (const py::handle& item : outputs) {
-      auto o = item.cast<py::dict>();
-      ops::OutputRule rule;
-      rule.mutated = o["mutated"].cast<int>();
-      rule.shape_like = o["shape_like"].cast<int>();
-      for (const py::handle& extent : o["shape"]) rule.shape.push_back(rule_of(extent));
-      rule.dtype_like = o["dtype_like"].cast<int>();
-      if (!o["dtype"].is_none()) rule.dtype = dtype_of(o["dtype"]);
-      spec->outputs.push_back(std::move(rule));
-    }
-    for (const py::handle& rule : threads) spec->threads.push_back(rule_of(rule));
-    for (const py::handle& rule : group) spec->group.push_back(rule_of(rule));
-    spec->compile = std::move(compile);
-    spec->run_on_backend = std::move(run_on_backend);
-    size_t split = name.find("::");
-    auto registration = std::make_unique<OpRegistration>();
-    for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS, c10::DispatchKey::CUDA}) {
-      auto library = std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split), key, __FILE__, __LINE__);
-      library->impl(name.substr(split + 2).c_str(),
-                    torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
-      registration->libraries.push_back(std::move(library));
-    }
-    return registration;
-  }, py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
-     py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
-     py::arg("run_on_backend"),
-     "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively, MPS and "
-     "CUDA through `run_on_backend`; unregistered when the result is dropped.");
+  m.def(
+      "register_op",
+      [](const std::string& name, const std::vector<std::string>& argument_names,
+         const std::vector<bool>& argument_mutable, int dispatch_argument, const py::list& kernels,
+         const py::list& outputs, const py::list& threads, const py::list& group, py::object compile,
+         py::object run_on_backend) {
+        auto spec = std::make_shared<ops::OpSpec>();
+        spec->name = name;
+        spec->argument_names = argument_names;
+        spec->argument_mutable = argument_mutable;
+        spec->dispatch_argument = dispatch_argument;
+        for (const py::handle& k : kernels) spec->kernels.push_back(kernel_of(k.cast<py::dict>()));
+        for (const py::handle& item : outputs) {
+          auto o = item.cast<py::dict>();
+          ops::OutputRule rule;
+          rule.mutated = o["mutated"].cast<int>();
+          rule.shape_like = o["shape_like"].cast<int>();
+          for (const py::handle& extent : o["shape"]) rule.shape.push_back(rule_of(extent));
+          rule.dtype_like = o["dtype_like"].cast<int>();
+          if (!o["dtype"].is_none()) rule.dtype = dtype_of(o["dtype"]);
+          spec->outputs.push_back(std::move(rule));
+        }
+        for (const py::handle& rule : threads) spec->threads.push_back(rule_of(rule));
+        for (const py::handle& rule : group) spec->group.push_back(rule_of(rule));
+        spec->compile = std::move(compile);
+        spec->run_on_backend = std::move(run_on_backend);
+        size_t split = name.find("::");
+        auto registration = std::make_unique<OpRegistration>();
+        for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS, c10::DispatchKey::CUDA}) {
+          auto library =
+              std::make_unique<torch::Library>(torch::Library::IMPL, name.substr(0, split), key, __FILE__, __LINE__);
+          library->impl(name.substr(split + 2).c_str(),
+                        torch::CppFunction::makeFromBoxedFunctor(std::make_unique<ops::MetallibKernel>(spec)));
+          registration->libraries.push_back(std::move(library));
+        }
+        return registration;
+      },
+      py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
+      py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
+      py::arg("run_on_backend"),
+      "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively, MPS and "
+      "CUDA through `run_on_backend`; unregistered when the result is dropped.");
 }
 
 }  // namespace torch_metallib::bindings

@@ -25,14 +25,11 @@ std::string short_repr(const py::handle& value) {
   return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
-bool is_sequence(const py::handle& value) {
-  return PyList_Check(value.ptr()) || PyTuple_Check(value.ptr());
-}
+bool is_sequence(const py::handle& value) { return PyList_Check(value.ptr()) || PyTuple_Check(value.ptr()); }
 
 bool is_bytes(const py::handle& value) {
   return PyBytes_Check(value.ptr()) || PyByteArray_Check(value.ptr()) || PyMemoryView_Check(value.ptr());
 }
-
 
 // threads / group_size: an int or 1-3 of them, each from 1 to 2**32 - 1.
 c10::SmallVector<int64_t, 3> read_dims(const std::string& kernel, const char* what, const py::handle& value) {
@@ -56,7 +53,8 @@ c10::SmallVector<int64_t, 3> read_dims(const std::string& kernel, const char* wh
     dims.push_back(v);
   }
   if (!ok) {
-    throw DispatchFailure(kernel + ": " + what + ": expected a positive int or 1-3 positive ints below 2**32, got " + short_repr(value));
+    throw DispatchFailure(kernel + ": " + what + ": expected a positive int or 1-3 positive ints below 2**32, got " +
+                          short_repr(value));
   }
   return dims;
 }
@@ -72,11 +70,14 @@ std::vector<std::pair<int, int64_t>> read_threadgroup_sizes(const std::string& k
   }
   for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(sizes)) {
     int overflow = 0;
-    long long binding = PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) ? PyLong_AsLongLongAndOverflow(key.ptr(), &overflow) : -1;
+    long long binding =
+        PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) ? PyLong_AsLongLongAndOverflow(key.ptr(), &overflow) : -1;
     if (overflow || binding < 0 || binding > std::numeric_limits<int>::max()) {
       throw DispatchFailure(kernel + ": threadgroup_memory: no threadgroup argument at index " + short_repr(key));
     }
-    long long bytes = PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr()) ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow) : -1;
+    long long bytes = PyLong_Check(value.ptr()) && !PyBool_Check(value.ptr())
+                          ? PyLong_AsLongLongAndOverflow(value.ptr(), &overflow)
+                          : -1;
     if (overflow || bytes <= 0) {
       throw DispatchFailure(kernel + ": threadgroup_memory[" + short_repr(key) +
                             "]: expected a positive multiple of 16 bytes, as Metal requires, got " + short_repr(value));
@@ -85,7 +86,6 @@ std::vector<std::pair<int, int64_t>> read_threadgroup_sizes(const std::string& k
   }
   return read;
 }
-
 
 }  // namespace
 
@@ -96,7 +96,8 @@ bool read_number(const py::handle& value, Number& number) {
     // whose __index__ refuses is not a number.
     PyObject* converted = PyIndex_Check(value.ptr()) ? PyNumber_Index(value.ptr())
                           : Py_TYPE(value.ptr())->tp_as_number && Py_TYPE(value.ptr())->tp_as_number->nb_float
-                              ? PyNumber_Float(value.ptr()) : nullptr;
+                              ? PyNumber_Float(value.ptr())
+                              : nullptr;
     if (converted == nullptr) {
       PyErr_Clear();
       return false;
@@ -140,7 +141,6 @@ py::tuple constants_tuple(const std::vector<dispatch::ConstantValue>& constants)
   return out;
 }
 
-
 std::vector<std::pair<size_t, Number>> read_constants(const dispatch::KernelSpec& spec, const py::handle& values) {
   const std::string& kernel = spec.name();
   const std::vector<ConstantSpec>& constants = spec.constants();
@@ -154,11 +154,13 @@ std::vector<std::pair<size_t, Number>> read_constants(const dispatch::KernelSpec
     for (; i < constants.size(); ++i) {
       const ConstantSpec& c = constants[i];
       if ((PyUnicode_Check(key.ptr()) && key.cast<std::string>() == c.name) ||
-          (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) && key.cast<int64_t>() == c.index)) break;
+          (PyLong_Check(key.ptr()) && !PyBool_Check(key.ptr()) && key.cast<int64_t>() == c.index))
+        break;
     }
     if (i == constants.size()) {
       std::string declared;
-      for (const ConstantSpec& c : constants) declared += (declared.empty() ? "" : ", ") + c.name + " (" + std::to_string(c.index) + ")";
+      for (const ConstantSpec& c : constants)
+        declared += (declared.empty() ? "" : ", ") + c.name + " (" + std::to_string(c.index) + ")";
       throw DispatchFailure(kernel + ": constants: no function constant " + short_repr(key) + "; expected one of: " +
                             (declared.empty() ? "none (the kernel declares no function constants)" : declared));
     }
@@ -172,7 +174,6 @@ std::vector<std::pair<size_t, Number>> read_constants(const dispatch::KernelSpec
   }
   return read;
 }
-
 
 CallValue read_value(const py::handle& value) {
   CallValue out;
@@ -244,13 +245,14 @@ dispatch::CallArguments read_call(const dispatch::KernelSpec& spec, const py::tu
   } else if (py::isinstance<py::iterable>(storage_bounds)) {
     for (const py::handle& item : storage_bounds) items.push_back(item);
   } else {
-    throw ArgumentError(kernel + ": storage_bounds: expected a set of argument names, got " + short_repr(storage_bounds) +
-                        ". Pass e.g. storage_bounds={'out'}");
+    throw ArgumentError(kernel + ": storage_bounds: expected a set of argument names, got " +
+                        short_repr(storage_bounds) + ". Pass e.g. storage_bounds={'out'}");
   }
   for (const py::handle& item : items) {
     if (!PyUnicode_Check(item.ptr())) {
       throw ArgumentError(kernel + ": storage_bounds: expected argument names, got " + short_repr(item) + " (" +
-                          python_type(item) + ") in " + short_repr(storage_bounds) + ". Pass e.g. storage_bounds={'out'}");
+                          python_type(item) + ") in " + short_repr(storage_bounds) +
+                          ". Pass e.g. storage_bounds={'out'}");
     }
     call.storage_bounds.push_back(item.cast<std::string>());
   }

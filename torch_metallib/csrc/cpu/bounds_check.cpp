@@ -140,7 +140,8 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
       return out + against(p, n, position, range) + ". Pass a larger threadgroup_memory, or dispatch fewer threads";
     }
     if (range.start == 0 || (bound_[position].tensor && range.bytes == 0)) {
-      return out + "through " + names_[position] + ", whose view has no elements; expected no "
+      return out + "through " + names_[position] +
+             ", whose view has no elements; expected no "
              "access, got one. Bind a tensor with elements, or dispatch no threads";
     }
     out += against(p, n, position, range);
@@ -151,7 +152,8 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
     if (bound_[position].span.storage || close == std::string::npos) {
       return out + ". Bind a larger tensor, or dispatch fewer threads";
     }
-    return out + ". Bind a larger tensor (or a view over what the kernel reaches), or dispatch fewer threads; a "
+    return out +
+           ". Bind a larger tensor (or a view over what the kernel reaches), or dispatch fewer threads; a "
            "kernel that indexes past the view on purpose may reach its storage with storage_bounds={" +
            described.substr(open, close - open + 1) + "}";
   }
@@ -193,7 +195,8 @@ void set_check_thread(uint32_t x, uint32_t y, uint32_t z) {
 void CheckedLaunch::group_bounds(void* const* addresses, std::vector<Bounds>& out) const {
   out = bounds_;
   for (size_t p = 0; p < out.size(); ++p) {
-    if (threadgroup_bytes_[p] >= 0) out[p] = {reinterpret_cast<uintptr_t>(addresses[p]), uint64_t(threadgroup_bytes_[p])};
+    if (threadgroup_bytes_[p] >= 0)
+      out[p] = {reinterpret_cast<uintptr_t>(addresses[p]), uint64_t(threadgroup_bytes_[p])};
   }
 }
 
@@ -208,8 +211,7 @@ void set_check_group_addresses(void* const* addresses) {
 
 using torch_metallib::cpu::current_launch;
 
-extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags, int32_t x, int32_t y,
-                             int32_t z) {
+extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags, int32_t x, int32_t y, int32_t z) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   const int space = (flags >> 8) & 0xff;
   if (current_launch == nullptr || current_launch->allowed(address, bytes, origin, space)) return p;

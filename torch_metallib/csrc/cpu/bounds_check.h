@@ -29,13 +29,15 @@ class CheckedLaunch {
   // `names[p]` describes IR parameter p for messages ("argument 2 'c' (buffer(2), device
   // float*)"), `spaces[p]` its address space (0 for builtins). Each argument is bounded by
   // the plan's span for it (a tensor's view, unless the call asked for its storage).
-  CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces, std::string kernel);
+  CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string> names, std::vector<int> spaces,
+                std::string kernel);
 
   // While alive, checks on this OS thread report to `launch` (nullptr: checks pass through).
   class Scope {
    public:
     explicit Scope(CheckedLaunch* launch);
     ~Scope();
+
    private:
     CheckedLaunch* previous_;
   };
@@ -69,10 +71,10 @@ class CheckedLaunch {
   // What a violation is told against: the access's offset from the bound address, the span allowed.
   std::string against(uintptr_t p, uint64_t n, size_t position, const Range& range) const;
 
-  std::vector<Range> ranges_;                 // per IR parameter
-  std::vector<Bounds> bounds_;                // per IR parameter, for the inline check
-  std::vector<Range> extra_;                  // argument-buffer members
-  std::vector<int64_t> threadgroup_bytes_;    // per IR parameter, -1 if not threadgroup memory
+  std::vector<Range> ranges_;               // per IR parameter
+  std::vector<Bounds> bounds_;              // per IR parameter, for the inline check
+  std::vector<Range> extra_;                // argument-buffer members
+  std::vector<int64_t> threadgroup_bytes_;  // per IR parameter, -1 if not threadgroup memory
   std::vector<std::string> names_;
   // Per IR parameter, for messages: where it is bound (offsets are told from there), its
   // span, and whether a tensor is bound (else the bytes of a value).

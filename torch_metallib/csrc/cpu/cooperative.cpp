@@ -26,21 +26,22 @@ enum class State { Ready, AtBarrier, InExchange, WaitingToExchange, Done };
 // One exchange's result, as JIT-compiled kernels read it (air/target.py: MASK_OFFSET, CLAIMED_OFFSET).
 struct alignas(64) ExchangePhase {
   unsigned char slots[kSimdWidth][kSlotBytes];  // lane l's value at slots[l]
-  uint32_t mask;     // the lanes that took part
-  uint32_t claimed;  // 0 until a lane has read the result: the first computes shared results
+  uint32_t mask;                                // the lanes that took part
+  uint32_t claimed;                             // 0 until a lane has read the result: the first computes shared results
 };
-static_assert(offsetof(ExchangePhase, mask) == kSimdWidth * kSlotBytes && offsetof(ExchangePhase, claimed) == kSimdWidth * kSlotBytes + 4,
+static_assert(offsetof(ExchangePhase, mask) == kSimdWidth * kSlotBytes &&
+                  offsetof(ExchangePhase, claimed) == kSimdWidth * kSlotBytes + 4,
               "the layout air/target.py reads");
 
 // One GPU thread of the running threadgroup: a coroutine (see backends/cpu/coroutine.py).
 struct Thread {
-  void* frame = nullptr;   // its coroutine frame once started; the first word is its resume function
+  void* frame = nullptr;  // its coroutine frame once started; the first word is its resume function
   uint32_t thread = 0;
   uint32_t simd = 0;
   uint32_t lane = 0;
   State state = State::Ready;
-  uint32_t site = 0;       // the collective it waits at or to enter,
-  uint32_t order = 0;      // and that call site's order
+  uint32_t site = 0;   // the collective it waits at or to enter,
+  uint32_t order = 0;  // and that call site's order
   // InExchange: where to put the slots when the exchange completes. A lane resumed without
   // them (stepped back, or waiting to enter) calls tm_rt_simd_exchange again.
   ExchangeWait* waiting = nullptr;
@@ -49,12 +50,12 @@ struct Thread {
 // One SIMD-group's exchange: lanes deposit into the slots of the current phase; two
 // phases alternate so a lane may start the next exchange while others still read.
 struct SimdGroup {
-  uint32_t live = 0;          // lanes not finished
-  uint32_t arrived = 0;       // lanes deposited in the current phase
+  uint32_t live = 0;     // lanes not finished
+  uint32_t arrived = 0;  // lanes deposited in the current phase
   uint32_t phase = 0;
-  uint32_t site = 0;          // call site of the current phase
-  uint32_t order = 0;         // and its order (reconvergence, see settle_exchanges)
-  uint32_t reserved = 0;      // when set, only this call site may start gathering
+  uint32_t site = 0;      // call site of the current phase
+  uint32_t order = 0;     // and its order (reconvergence, see settle_exchanges)
+  uint32_t reserved = 0;  // when set, only this call site may start gathering
   uint32_t deposited[2] = {0, 0};
   ExchangePhase phases[2];
   std::vector<float> staging[2];  // per phase: what tm_rt_simd_stage hands out (grown, kept)
@@ -90,7 +91,7 @@ struct GroupRun {
   std::vector<uint32_t> position;  // thread -> its index in `order`
   uint64_t intervals = 0;          // barrier intervals so far (seeds the permutations)
   unsigned char* frames = nullptr;
-  size_t frame_stride = 0;         // 0 until the first thread asks for its frame
+  size_t frame_stride = 0;  // 0 until the first thread asks for its frame
   Thread* current = nullptr;
   bool checked = false;            // checked execution: tell the checks which thread runs
   uint32_t origin[3] = {0, 0, 0};  // the group's first thread in the grid
@@ -99,9 +100,9 @@ struct GroupRun {
   uint32_t runnable = 0;           // threads in State::Ready, the running one included
   uint32_t at_barrier = 0;
   uint32_t done = 0;
-  uint32_t barrier_site = 0;       // the barrier the waiting threads wait at (0: none)
-  uint32_t barrier_thread = 0;     // the first of them
-  std::string divergence;          // checked execution: threads waiting at different barriers
+  uint32_t barrier_site = 0;    // the barrier the waiting threads wait at (0: none)
+  uint32_t barrier_thread = 0;  // the first of them
+  std::string divergence;       // checked execution: threads waiting at different barriers
 };
 
 // Read on every barrier and collective: initial-exec skips __tls_get_addr (the extension
@@ -211,7 +212,8 @@ std::string describe_divergence(const GroupRun& run, uint32_t site) {
   return "divergent threadgroup barriers: thread " + position_of(run, run.current->thread) +
          " waits at the kernel's barrier #" + std::to_string(site) + " while thread " +
          position_of(run, run.barrier_thread) + " of the same threadgroup waits at barrier #" +
-         std::to_string(run.barrier_site) + " (barriers numbered in the order of the compiled code). "
+         std::to_string(run.barrier_site) +
+         " (barriers numbered in the order of the compiled code). "
          "Every thread of a threadgroup must reach the same threadgroup_barrier: move the barrier out of "
          "the branch";
 }
@@ -277,8 +279,6 @@ bool settle_exchanges(GroupRun& run, uint32_t simd) {
   return true;
 }
 
-
-
 // Starts `t` (its coroutine runs to its first suspension or its end) or resumes it.
 inline void run_thread(GroupRun& run, Thread& t) {
   run.current = &t;
@@ -297,12 +297,16 @@ inline void run_thread(GroupRun& run, Thread& t) {
 // `run`: this OS thread's group_run, passed to a function GCC does not inline or specialize
 // for it (noipa): GCC recomputes a thread_local's address after every call it can see across,
 // which cost a __tls_get_addr call per resumed thread.
-__attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, const dispatch::Plan& plan, uint32_t group,
-               const std::string& kernel, const Schedule& schedule, bool checked) {
+__attribute__((noipa)) void run_group(GroupRun& run, ThreadFunction function, const dispatch::Plan& plan,
+                                      uint32_t group, const std::string& kernel, const Schedule& schedule,
+                                      bool checked) {
   const uint32_t* dims = plan.dims;
   uint32_t* actual = run.actual;
   for (int axis = 0; axis < 3; ++axis) {
-    uint32_t origin = (axis == 0 ? group % dims[6] : axis == 1 ? (group / dims[6]) % dims[7] : group / (dims[6] * dims[7])) * dims[3 + axis];
+    uint32_t origin = (axis == 0   ? group % dims[6]
+                       : axis == 1 ? (group / dims[6]) % dims[7]
+                                   : group / (dims[6] * dims[7])) *
+                      dims[3 + axis];
     run.origin[axis] = origin;
     actual[axis] = std::min(dims[3 + axis], dims[axis] - origin);
   }
@@ -407,13 +411,12 @@ std::string deadlock_message(const std::string& kernel, const uint32_t* dims, ui
          "it undefined otherwise; Apple GPUs and the parallel schedule let finished threads pass)";
 }
 
-void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel, const Schedule& schedule,
-                        CheckedLaunch* checked) {
+void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions, bool private_copies,
+                        const std::string& kernel, const Schedule& schedule, CheckedLaunch* checked) {
   const bool check = checked != nullptr;
   const int64_t groups = int64_t(plan.group_count);
-  bool parallel = schedule.parallel && groups > 1 &&
-                  (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
+  bool parallel =
+      schedule.parallel && groups > 1 && (!private_copies || thread_functions.size() >= size_t(at::get_num_threads()));
   if (!parallel) {
     CopyLease copy(thread_functions, private_copies);
     CheckedLaunch::Scope scope(checked);

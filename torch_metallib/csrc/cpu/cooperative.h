@@ -28,9 +28,9 @@ using ThreadFunction = void* (*)(void* const* addresses, const uint32_t* dims, u
 // How threads and threadgroups are ordered (torch_metallib.cpu_schedule). Within a barrier
 // interval, threads run one after another up to their next barrier or collective.
 struct Schedule {
-  bool parallel = true;   // threadgroups spread over torch's threads; else one by one, in order
-  bool permute = false;   // shuffle the group order, and the thread order in every barrier interval
-  uint64_t seed = 0;      // of the shuffles: same seed, same orders
+  bool parallel = true;  // threadgroups spread over torch's threads; else one by one, in order
+  bool permute = false;  // shuffle the group order, and the thread order in every barrier interval
+  uint64_t seed = 0;     // of the shuffles: same seed, same orders
   // A barrier waits for every thread, also those that finished without reaching it (a
   // deadlock error); otherwise, as on Apple GPUs, only for the threads still running.
   bool strict_barriers = false;
@@ -40,9 +40,8 @@ struct Schedule {
 // as for cpu::launch. `kernel` names the kernel in errors. Call without the GIL.
 // With `checked`, the kernel was compiled with bounds checks, which report to it.
 class CheckedLaunch;
-void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions,
-                        bool private_copies, const std::string& kernel, const Schedule& schedule,
-                        CheckedLaunch* checked = nullptr);
+void launch_cooperative(const dispatch::Plan& plan, const std::vector<uintptr_t>& thread_functions, bool private_copies,
+                        const std::string& kernel, const Schedule& schedule, CheckedLaunch* checked = nullptr);
 
 // The error of a strict barrier (sequential schedule) that threads finished without reaching.
 std::string deadlock_message(const std::string& kernel, const uint32_t* dims, uint32_t group, uint32_t waiting,
@@ -72,7 +71,8 @@ struct ExchangeWait {
 // took part and a flag for the first reader) if this lane completed it, else null: the
 // kernel suspends, and when resumed reads waiting->slots. `order` ranks the call site
 // (backends/cpu/reconvergence.py): when lanes wait at several sites, the lowest goes first.
-const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ExchangeWait* waiting, uint32_t order, uint32_t site);
+const void* tm_rt_simd_exchange(const void* value, uint32_t bytes, ExchangeWait* waiting, uint32_t order,
+                                uint32_t site);
 // An exchange whose lanes write their values into shared memory instead (simdgroup-matrix
 // products, air/simdgroup_matrix.py): enters and arrives as tm_rt_simd_exchange does, and
 // returns `bytes` of memory for this SIMD-group and phase, which the lane fills before it

@@ -13,8 +13,8 @@ namespace {
 constexpr int64_t kThreadsPerChunk = 1 << 15;
 }  // namespace
 
-void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies,
-            bool parallel, CheckedLaunch* checked) {
+void launch(const dispatch::Plan& plan, const std::vector<uintptr_t>& launchers, bool private_copies, bool parallel,
+            CheckedLaunch* checked) {
   const int64_t groups = int64_t(plan.group_count);
   const int64_t group_threads = int64_t(plan.dims[3]) * plan.dims[4] * plan.dims[5];
   parallel = parallel && groups > 1 && (!private_copies || launchers.size() >= size_t(at::get_num_threads()));

@@ -19,8 +19,11 @@ class CpuLauncher final : public dispatch::Launcher {
   // `scheme` says); `private_copies`: the kernel has threadgroup variables.
   CpuLauncher(std::vector<dispatch::ConstantValue> constants, std::vector<uintptr_t> entries, bool private_copies,
               Scheme scheme, std::string kernel)
-      : constants_(std::move(constants)), entries_(std::move(entries)), private_copies_(private_copies),
-        scheme_(scheme), kernel_(std::move(kernel)) {}
+      : constants_(std::move(constants)),
+        entries_(std::move(entries)),
+        private_copies_(private_copies),
+        scheme_(scheme),
+        kernel_(std::move(kernel)) {}
 
   bool accepts(const dispatch::Plan& plan) const override;
   void launch(const dispatch::Plan& plan) override;

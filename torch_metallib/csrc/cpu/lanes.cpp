@@ -64,12 +64,14 @@ std::vector<uint32_t> exchange_sites(const LanesTable& table) {
   return sites;
 }
 
-void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_t>& sites,
-               const dispatch::Plan& plan, uint32_t group, const std::string& kernel, bool strict_barriers) {
+void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_t>& sites, const dispatch::Plan& plan,
+               uint32_t group, const std::string& kernel, bool strict_barriers) {
   const uint32_t* dims = plan.dims;
   uint32_t count = 1;
   for (int axis = 0; axis < 3; ++axis) {
-    uint32_t index = axis == 0 ? group % dims[6] : axis == 1 ? (group / dims[6]) % dims[7] : group / (dims[6] * dims[7]);
+    uint32_t index = axis == 0   ? group % dims[6]
+                     : axis == 1 ? (group / dims[6]) % dims[7]
+                                 : group / (dims[6] * dims[7]);
     count *= std::min(dims[3 + axis], dims[axis] - index * dims[3 + axis]);
   }
   void* const* addresses = threadgroup_memory().prepare(plan);
@@ -112,7 +114,8 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
         const uint32_t site = sites[p];
         uint32_t& phase = phases[s * table.sites + site];
         phase ^= 1;
-        unsigned char* area = context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
+        unsigned char* area =
+            context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
         std::memcpy(area + kMaskOffset, &mask, sizeof mask);
         region(p, begin, end);
       }
@@ -137,7 +140,8 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
 void launch_lanes(const dispatch::Plan& plan, const std::vector<uintptr_t>& tables, bool private_copies,
                   const std::string& kernel, const Schedule& schedule) {
   const int64_t groups = int64_t(plan.group_count);
-  bool parallel = schedule.parallel && groups > 1 && (!private_copies || tables.size() >= size_t(at::get_num_threads()));
+  bool parallel =
+      schedule.parallel && groups > 1 && (!private_copies || tables.size() >= size_t(at::get_num_threads()));
   // Every loaded copy has the same regions.
   const std::vector<uint32_t> sites = exchange_sites(*reinterpret_cast<const LanesTable*>(tables.at(0)));
   auto run_range = [&](int64_t first, int64_t end) {

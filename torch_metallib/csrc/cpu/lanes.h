@@ -21,9 +21,9 @@ using RegionFunction = void (*)(void* context, void* const* addresses, const uin
 
 // The table a lane-loop kernel exports (@__tm_lanes_<symbol>, regions.py).
 struct LanesTable {
-  uint64_t context_bytes;   // a threadgroup's context: per-thread arrays, then exchange phases and slots
-  uint64_t phases_offset;   // [32][sites] uint32: which of an exchange's two slot areas was completed last
-  uint64_t areas_offset;    // [32][sites][2] ExchangePhase-shaped slot areas
+  uint64_t context_bytes;  // a threadgroup's context: per-thread arrays, then exchange phases and slots
+  uint64_t phases_offset;  // [32][sites] uint32: which of an exchange's two slot areas was completed last
+  uint64_t areas_offset;   // [32][sites][2] ExchangePhase-shaped slot areas
   uint32_t sites;
   uint32_t regions;
   struct Region {

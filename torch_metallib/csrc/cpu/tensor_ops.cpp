@@ -22,9 +22,21 @@ bool supported(const TmMatmul2dDescriptor& d) { return dimension(d.m) && dimensi
 double load_element(const void* at, uint32_t type) {
   if (is_integer(type)) {
     switch (element_bytes(type)) {
-      case 1: { int8_t v; std::memcpy(&v, at, 1); return v; }
-      case 2: { int16_t v; std::memcpy(&v, at, 2); return v; }
-      default: { int32_t v; std::memcpy(&v, at, 4); return v; }
+      case 1: {
+        int8_t v;
+        std::memcpy(&v, at, 1);
+        return v;
+      }
+      case 2: {
+        int16_t v;
+        std::memcpy(&v, at, 2);
+        return v;
+      }
+      default: {
+        int32_t v;
+        std::memcpy(&v, at, 4);
+        return v;
+      }
     }
   }
   if (type == kFloat) {

@@ -31,8 +31,11 @@ std::vector<Part> parts(int64_t grid, int64_t group, int axis) {
 
 CudaLauncher::CudaLauncher(std::vector<dispatch::ConstantValue> constants, KernelHandles kernel,
                            std::vector<ParameterSlot> slots, std::function<Stream(int)> current_stream)
-    : constants_(std::move(constants)), kernel_(kernel), slots_(std::move(slots)),
-      current_stream_(std::move(current_stream)), api_(driver_api()) {
+    : constants_(std::move(constants)),
+      kernel_(kernel),
+      slots_(std::move(slots)),
+      current_stream_(std::move(current_stream)),
+      api_(driver_api()) {
   // The entry's parameters at their natural alignment: a u64 pointer or a u32 offset per
   // slot, then the 9 u32 launch parameters (backends/cuda/backend.py, _parameter_layout).
   size_t offset = 0;
@@ -110,8 +113,15 @@ void CudaLauncher::launch(const dispatch::Plan& plan) {
   }
   int64_t grid[3], group[3];
   shape(commands, grid, group);
-  uint32_t launch_parameters[9] = {commands.grid[0], commands.grid[1], commands.grid[2],
-                                   uint32_t(group[0]), uint32_t(group[1]), uint32_t(group[2]), 0, 0, 0};
+  uint32_t launch_parameters[9] = {commands.grid[0],
+                                   commands.grid[1],
+                                   commands.grid[2],
+                                   uint32_t(group[0]),
+                                   uint32_t(group[1]),
+                                   uint32_t(group[2]),
+                                   0,
+                                   0,
+                                   0};
   size_t size = size_;
   void* extra[] = {reinterpret_cast<void*>(uintptr_t(1)), packed, reinterpret_cast<void*>(uintptr_t(2)), &size,
                    nullptr};

@@ -20,11 +20,11 @@ struct KernelHandles {
   int device = 0;             // the GPU's index
   Context context = nullptr;  // its primary context (torch's)
   Function function = nullptr;
-  int max_threads = 0;        // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-  int static_shared = 0;      // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
-  int dynamic_allowed = 0;    // dynamic shared memory the kernel was opted in to (48 KB without)
-  int coarsening = 1;         // grid positions per CUDA thread along x
-  bool grid_only = false;     // the block is ours to choose (1-D grids: grid_only_block threads)
+  int max_threads = 0;      // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+  int static_shared = 0;    // CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+  int dynamic_allowed = 0;  // dynamic shared memory the kernel was opted in to (48 KB without)
+  int coarsening = 1;       // grid positions per CUDA thread along x
+  bool grid_only = false;   // the block is ours to choose (1-D grids: grid_only_block threads)
   int grid_only_block = 256;
 };
 
@@ -65,7 +65,7 @@ class CudaLauncher final : public dispatch::Launcher {
     Stream stream = nullptr;
     uint64_t used = 0;  // when last used, for eviction
   };
-  static constexpr size_t kKeptBytes = 256;  // distinct contents kept on the device
+  static constexpr size_t kKeptBytes = 256;             // distinct contents kept on the device
   std::unordered_map<std::string, DeviceBytes> bytes_;  // (stream, each command's bytes) -> copy
   uint64_t clock_ = 0;
 };

@@ -17,7 +17,8 @@ DriverApi load() {
   void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* why = dlerror();
-    throw DriverError(std::string("the CUDA backend needs NVIDIA's driver (libcuda.so.1): ") + (why ? why : "not found"));
+    throw DriverError(std::string("the CUDA backend needs NVIDIA's driver (libcuda.so.1): ") +
+                      (why ? why : "not found"));
   }
   DriverApi api;
   resolve(library, "cuCtxGetCurrent", api.ctx_get_current);
@@ -37,8 +38,8 @@ void DriverApi::check(Result status, const char* call) const {
   if (status == 0) return;
   const char* text = nullptr;
   if (get_error_string == nullptr || get_error_string(status, &text) != 0 || text == nullptr) text = "unknown";
-  throw DriverError(std::string("CUDA driver: ") + call + " failed with error " + std::to_string(status) + " (" +
-                    text + ")");
+  throw DriverError(std::string("CUDA driver: ") + call + " failed with error " + std::to_string(status) + " (" + text +
+                    ")");
 }
 
 const DriverApi& driver_api() {

@@ -14,8 +14,7 @@ namespace {
 std::string member_names(const ArgumentSpec& argument) {
   std::string names;
   for (const MemberSpec& m : argument.members) {
-    names += (names.empty() ? "" : ", ") + m.name +
-             " [[id(" + std::to_string(m.id) + ")]]";
+    names += (names.empty() ? "" : ", ") + m.name + " [[id(" + std::to_string(m.id) + ")]]";
   }
   return names;
 }
@@ -52,8 +51,7 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
     auto member_where = [&] { return name_ + ": " + element.describe(); };
     const CallValue* item = values[i];
     if (item == nullptr || !item->given()) {
-      throw ArgumentError(member_where() + ": missing; pass " + argument.name + "={'" +
-                          member.name + "': ..., ...}");
+      throw ArgumentError(member_where() + ": missing; pass " + argument.name + "={'" + member.name + "': ..., ...}");
     }
     if (member.pointer) {
       std::vector<const CallValue*> tensors;
@@ -63,9 +61,12 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
         for (const CallValue& t : item->items) tensors.push_back(&t);
       }
       if (tensors.empty() || int64_t(tensors.size()) > member.count ||
-          !std::all_of(tensors.begin(), tensors.end(), [](const CallValue* t) { return t->kind == CallValue::Kind::Tensor; })) {
-        throw ArgumentError(member_where() + ": expected " + (member.count > 1 ? "1 to " + std::to_string(member.count) +
-                            " tensors" : std::string("a tensor")) + ", got " + item->written());
+          !std::all_of(tensors.begin(), tensors.end(),
+                       [](const CallValue* t) { return t->kind == CallValue::Kind::Tensor; })) {
+        throw ArgumentError(
+            member_where() + ": expected " +
+            (member.count > 1 ? "1 to " + std::to_string(member.count) + " tensors" : std::string("a tensor")) +
+            ", got " + item->written());
       }
       for (size_t k = 0; k < tensors.size(); ++k) {
         const at::Tensor& tensor = tensors[k]->tensor;

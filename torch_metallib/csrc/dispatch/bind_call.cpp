@@ -34,15 +34,18 @@ c10::SmallVector<const CallValue*, 16> KernelSpec::assign(const CallArguments& c
   }
   for (size_t i = 0; i < call.positional.size(); ++i) values[active[i]] = &call.positional[i];
   for (const auto& [name, value] : call.named) {
-    auto found = std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
+    auto found =
+        std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
     if (found == arguments_.end()) {
       std::string names;
       for (const ArgumentSpec& a : arguments_) names += (names.empty() ? "" : ", ") + a.name;
       throw ArgumentError(name_ + ": no argument named '" + name + "'; expected one of: " + names);
     }
     if (found->kind == ArgumentKind::Threadgroup) {
-      throw ArgumentError(name_ + ": " + found->describe() + " is threadgroup memory, not a value; set its size with "
-                          "threadgroup_memory={" + std::to_string(found->binding) + ": nbytes}");
+      throw ArgumentError(name_ + ": " + found->describe() +
+                          " is threadgroup memory, not a value; set its size with "
+                          "threadgroup_memory={" +
+                          std::to_string(found->binding) + ": nbytes}");
     }
     const size_t slot = size_t(found - arguments_.begin());
     if (values[slot] != nullptr) {
@@ -74,7 +77,8 @@ Plan KernelSpec::bind(const CallArguments& call) const {
       if (present && from_python) {
         const bool declared = std::any_of(constants_.begin(), constants_.end(),
                                           [&](const ConstantSpec& c) { return c.name == argument.guard; });
-        throw DispatchFailure(name_ + ": " + argument.describe() + " is left out because " + left_out_because(argument) +
+        throw DispatchFailure(name_ + ": " + argument.describe() + " is left out because " +
+                              left_out_because(argument) +
                               (declared ? "; set constants={'" + argument.guard + "': True} or drop it"
                                         : " with these constants; drop it or change the constants it derives from"));
       }
@@ -102,7 +106,8 @@ Plan KernelSpec::bind(const CallArguments& call) const {
   if (grid.empty()) {
     if (default_threads < 1) {
       throw DispatchFailure(name_ + ": threads: no tensor argument to take the thread count from" +
-                            std::string(default_threads == 0 ? " (the first tensor is empty)" : "") + "; pass threads=N");
+                            std::string(default_threads == 0 ? " (the first tensor is empty)" : "") +
+                            "; pass threads=N");
     }
     if (default_threads > int64_t(std::numeric_limits<uint32_t>::max())) {
       throw DispatchFailure(name_ + ": threads: the first tensor has " + std::to_string(default_threads) +
@@ -116,7 +121,8 @@ Plan KernelSpec::bind(const CallArguments& call) const {
   }
   for (int64_t extent : grid) {
     if (extent < 1 || extent > int64_t(std::numeric_limits<uint32_t>::max())) {
-      throw DispatchFailure(name_ + ": threads: expected 1-3 positive extents below 2**32, got " + std::to_string(extent));
+      throw DispatchFailure(name_ + ": threads: expected 1-3 positive extents below 2**32, got " +
+                            std::to_string(extent));
     }
   }
   for (int64_t extent : call.group) {
@@ -140,7 +146,8 @@ Plan KernelSpec::pipeline_plan(const std::vector<std::pair<size_t, Number>>& con
 
 void KernelSpec::allow_storage(Plan& plan, const std::vector<std::string>& names) const {
   for (const std::string& name : names) {
-    auto found = std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
+    auto found =
+        std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
     if (found == arguments_.end()) {
       std::string all;
       for (const ArgumentSpec& a : arguments_) all += (all.empty() ? "" : ", ") + a.name;

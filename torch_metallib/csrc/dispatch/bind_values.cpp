@@ -13,7 +13,8 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const Call
                             bool& device_seen) const {
   if (argument.kind == ArgumentKind::IndirectBuffer) {
     if (origin == CallOrigin::Operator) {
-      throw ArgumentError(name_ + ": " + argument.describe() + ": operators cannot bind argument buffers yet; "
+      throw ArgumentError(name_ + ": " + argument.describe() +
+                          ": operators cannot bind argument buffers yet; "
                           "call the kernel with a dict of its members instead");
     }
     bind_argument_buffer(plan, argument, value, device_seen);
@@ -25,7 +26,8 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const Call
     const at::Tensor& tensor = value.tensor;
     if (origin == CallOrigin::Python && argument.writable() && tensor.requires_grad() && tensor.is_leaf() &&
         at::GradMode::is_enabled()) {
-      throw ArgumentError(where() + ": the kernel writes to it, and it is a leaf tensor that requires grad, "
+      throw ArgumentError(where() +
+                          ": the kernel writes to it, and it is a leaf tensor that requires grad, "
                           "which torch does not let an operation change in place. Pass a tensor that does not "
                           "require grad, or call under torch.no_grad()");
     }
@@ -49,8 +51,9 @@ void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const Call
     return;
   }
   if (argument.type == nullptr) {
-    throw ArgumentError(where() + ": '" + argument.type_name + "' is not a scalar or vector type; expected a tensor or " +
-                        "bytes of its " + std::to_string(argument.type_size) + "-byte layout, got " + value.written());
+    throw ArgumentError(where() + ": '" + argument.type_name +
+                        "' is not a scalar or vector type; expected a tensor or " + "bytes of its " +
+                        std::to_string(argument.type_size) + "-byte layout, got " + value.written());
   }
   bind_numbers(plan, argument, value);
 }
@@ -66,8 +69,9 @@ void KernelSpec::bind_numbers(Plan& plan, const ArgumentSpec& argument, const Ca
     numbers.push_back(&value);
   }
   if (numbers.empty() || numbers.size() % size_t(type.components)) {
-    throw ArgumentError(where() + ": expected " + (type.components > 1 ? std::to_string(type.components) +
-                        " numbers per " + type.name : std::string("a number or a sequence of numbers")) +
+    throw ArgumentError(where() + ": expected " +
+                        (type.components > 1 ? std::to_string(type.components) + " numbers per " + type.name
+                                             : std::string("a number or a sequence of numbers")) +
                         ", got " + value.written() +
                         (sequence ? " (" + std::to_string(numbers.size()) + " numbers)" : " (one number)"));
   }

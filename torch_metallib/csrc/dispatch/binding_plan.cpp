@@ -20,8 +20,10 @@ constexpr int64_t kMetalMaxGroupDim[3] = {1024, 1024, 64};
 }  // namespace
 
 ArgumentKind argument_kind(const std::string& name) {
-  return name == "buffer" ? ArgumentKind::Buffer : name == "indirect_buffer" ? ArgumentKind::IndirectBuffer
-         : name == "threadgroup" ? ArgumentKind::Threadgroup : ArgumentKind::Other;
+  return name == "buffer"            ? ArgumentKind::Buffer
+         : name == "indirect_buffer" ? ArgumentKind::IndirectBuffer
+         : name == "threadgroup"     ? ArgumentKind::Threadgroup
+                                     : ArgumentKind::Other;
 }
 
 Access access_of(const std::string& name) {
@@ -67,8 +69,9 @@ std::string ArgumentSpec::describe() const {
   if (kind == ArgumentKind::IndirectBuffer) {
     return head + "buffer(" + std::to_string(binding) + "), argument buffer " + type_name + ")";
   }
-  std::string out = head + (kind == ArgumentKind::Threadgroup ? "threadgroup" : "buffer") + "(" + std::to_string(binding) + "), " +
-                    address_space + (access == Access::Read && address_space == "device" ? " const " : " ") + type_name;
+  std::string out = head + (kind == ArgumentKind::Threadgroup ? "threadgroup" : "buffer") + "(" +
+                    std::to_string(binding) + "), " + address_space +
+                    (access == Access::Read && address_space == "device" ? " const " : " ") + type_name;
   if (buffer_size < 0) {
     out += "*";
   } else if (type_size > 0 && buffer_size > type_size) {
@@ -124,8 +127,9 @@ static std::string layout_name(c10::Layout layout) {
 
 void KernelSpec::check_layout(const ArgumentSpec& argument, const at::Tensor& tensor) const {
   if (tensor.layout() != c10::kStrided) {
-    throw ArgumentError(name_ + ": " + argument.describe() + ": expected a dense (strided) tensor, got one with layout " +
-                        layout_name(tensor.layout()) + ", whose elements have no address a kernel can use. "
+    throw ArgumentError(name_ + ": " + argument.describe() +
+                        ": expected a dense (strided) tensor, got one with layout " + layout_name(tensor.layout()) +
+                        ", whose elements have no address a kernel can use. "
                         "Pass x.to_dense()");
   }
 }
@@ -139,8 +143,10 @@ void KernelSpec::bind_tensor(Plan& plan, const ArgumentSpec& argument, const at:
   if (tensor.dim() == 0 && tensor.device().is_cpu() && !argument.writable() && argument.type != nullptr &&
       (tensor.scalar_type() != argument.type->dtypes.front() || beside_gpu_tensors)) {
     at::Scalar item = tensor.item();
-    bind_number(plan, argument, item.isFloatingPoint() ? Number::of(item.toDouble())
-                                : item.isBoolean() ? Number::of_bool(item.toBool()) : Number::of(item.toLong()));
+    bind_number(plan, argument,
+                item.isFloatingPoint() ? Number::of(item.toDouble())
+                : item.isBoolean()     ? Number::of_bool(item.toBool())
+                                       : Number::of(item.toLong()));
     return;
   }
   check_device(plan, argument, tensor, device_seen);
@@ -175,7 +181,8 @@ void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& te
                           (tensor.numel() == 1 ? " element of " : " elements of ") +
                           std::to_string(tensor.element_size()) + (tensor.element_size() == 1 ? " byte" : " bytes") +
                           (storage > bytes ? "; its storage holds " + std::to_string(storage) +
-                                             " from its first element, but they are not the view's" : "") +
+                                                 " from its first element, but they are not the view's"
+                                           : "") +
                           "). Pass a tensor whose own elements hold all " + std::to_string(needed) + " bytes");
   }
 }
@@ -191,14 +198,16 @@ std::string overlap_refusal(const at::Tensor& tensor) {
   // torch's own test (Yes: a stride 0 over more than one element); TooHard passes, as in torch.
   if (at::has_internal_overlap(tensor) != at::MemOverlap::Yes) return "";
   return "expected a tensor whose elements do not overlap, got sizes " + int_list(tensor.sizes()) + " and strides " +
-         int_list(tensor.strides()) + ", in which several indices reach one element (torch refuses in-place "
+         int_list(tensor.strides()) +
+         ", in which several indices reach one element (torch refuses in-place "
          "writes into such a tensor too). Pass a tensor of its own, e.g. x.clone()";
 }
 
 void KernelSpec::refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const {
   if (!argument.writable()) return;  // reading one element twice is fine
   const std::string problem = overlap_refusal(tensor);
-  if (!problem.empty()) throw ArgumentError(name_ + ": " + argument.describe() + ": the kernel writes to it; " + problem);
+  if (!problem.empty())
+    throw ArgumentError(name_ + ": " + argument.describe() + ": the kernel writes to it; " + problem);
 }
 
 void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const {
@@ -213,7 +222,8 @@ void KernelSpec::bind_number(Plan& plan, const ArgumentSpec& argument, const Num
   auto storage = allocate(size_t(std::max<int64_t>(argument.type_size, argument.type->element_bytes)));
   PackProblem problem = pack_number(*argument.type, number, reinterpret_cast<uint8_t*>(storage->data()));
   if (problem != PackProblem::None) {
-    throw ArgumentError(where() + ": expected " + wanted(*argument.type) + ", got " + found(problem, number_text(number)));
+    throw ArgumentError(where() + ": expected " + wanted(*argument.type) + ", got " +
+                        found(problem, number_text(number)));
   }
   bind_bytes(plan, argument, std::move(storage), argument.type_size, [&] { return number_text(number); });
 }
@@ -261,7 +271,9 @@ std::vector<ConstantValue> KernelSpec::check_constants(const std::vector<std::pa
     if (problem != PackProblem::None) {
       throw DispatchFailure(name_ + ": function constant " + c.name + " (" + c.type_name + ", index " +
                             std::to_string(c.index) + "): expected " +
-                            (c.type->kind == ScalarKind::Bool ? "a bool" : c.type->kind == ScalarKind::Float ? "a number" : "an integer") +
+                            (c.type->kind == ScalarKind::Bool    ? "a bool"
+                             : c.type->kind == ScalarKind::Float ? "a number"
+                                                                 : "an integer") +
                             ", got " + found(problem, number_text(value)));
     }
     ConstantValue cv{c.index, c.type->kind == ScalarKind::Float, 0, 0.0, c.type};
@@ -284,13 +296,15 @@ std::vector<ConstantValue> KernelSpec::check_constants(const std::vector<std::pa
     throw DispatchFailure(name_ + ": missing function constants: " + missing +
                           ". Pass them as constants={name: value, ...}");
   }
-  std::sort(bound.begin(), bound.end(), [](const ConstantValue& a, const ConstantValue& b) { return a.index < b.index; });
+  std::sort(bound.begin(), bound.end(),
+            [](const ConstantValue& a, const ConstantValue& b) { return a.index < b.index; });
   return bound;
 }
 
 // --- grid -----------------------------------------------------------------------------------
 
-void KernelSpec::bind_grid(Plan& plan, c10::ArrayRef<int64_t> grid_extents, c10::ArrayRef<int64_t> group_extents) const {
+void KernelSpec::bind_grid(Plan& plan, c10::ArrayRef<int64_t> grid_extents,
+                           c10::ArrayRef<int64_t> group_extents) const {
   int64_t grid[3] = {1, 1, 1}, group[3] = {std::min(grid_extents[0], max_threads_), 1, 1};
   std::copy(grid_extents.begin(), grid_extents.end(), grid);
   if (!group_extents.empty()) std::copy(group_extents.begin(), group_extents.end(), group);
@@ -298,8 +312,8 @@ void KernelSpec::bind_grid(Plan& plan, c10::ArrayRef<int64_t> grid_extents, c10:
   if (total > max_threads_ || group[0] > kMetalMaxGroupDim[0] || group[1] > kMetalMaxGroupDim[1] ||
       group[2] > kMetalMaxGroupDim[2]) {
     throw DispatchFailure(name_ + ": group_size: expected at most " + std::to_string(max_threads_) +
-                          " threads per threadgroup (at most 1024 x 1024 x 64), got " + std::to_string(group[0]) + " x " +
-                          std::to_string(group[1]) + " x " + std::to_string(group[2]));
+                          " threads per threadgroup (at most 1024 x 1024 x 64), got " + std::to_string(group[0]) +
+                          " x " + std::to_string(group[1]) + " x " + std::to_string(group[2]));
   }
   uint64_t count = 1;
   for (int axis = 0; axis < 3; ++axis) {
@@ -343,7 +357,8 @@ void KernelSpec::refuse_unbindable(const std::vector<ConstantValue>& constants) 
     const bool bindable = argument.kind != ArgumentKind::Other;
     if (bindable || !guard_on(argument, constants)) continue;
     std::string because = argument.guard.empty() ? "" : " (present because " + argument.guard + " is true)";
-    throw UnsupportedCall(name_ + ": cannot be called: " + argument.describe() + because + " is a " + argument.kind_name +
+    throw UnsupportedCall(name_ + ": cannot be called: " + argument.describe() + because + " is a " +
+                          argument.kind_name +
                           ", which the binding plan does not bind yet. Run it on a Mac with MPS tensors" +
                           (argument.guard.empty() ? "" : ", or choose constants that leave it out"));
   }
@@ -352,8 +367,10 @@ void KernelSpec::refuse_unbindable(const std::vector<ConstantValue>& constants) 
 void KernelSpec::refuse_empty(const Plan& plan, const std::vector<const ArgumentSpec*>& empty) const {
   const uint64_t threads = uint64_t(plan.dims[0]) * plan.dims[1] * plan.dims[2];
   if (threads > 0 && !empty.empty()) {
-    throw DispatchFailure(name_ + ": " + empty.front()->describe() + ": expected a tensor with elements, got an "
-                          "empty one; the kernel uses this argument, and its " + std::to_string(threads) +
+    throw DispatchFailure(name_ + ": " + empty.front()->describe() +
+                          ": expected a tensor with elements, got an "
+                          "empty one; the kernel uses this argument, and its " +
+                          std::to_string(threads) +
                           " threads would read or write past the tensor. Pass a tensor with elements");
   }
 }
@@ -372,9 +389,11 @@ void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair
   for (const auto& [binding, bytes] : sizes) {
     if (std::none_of(wanted.begin(), wanted.end(), [&](const ArgumentSpec* a) { return a->binding == binding; })) {
       std::string slots;
-      for (const ArgumentSpec* a : wanted) slots += (slots.empty() ? "" : ", ") + std::to_string(a->binding) + " (" + a->name + ")";
-      throw DispatchFailure(name_ + ": threadgroup_memory: no threadgroup argument at index " + std::to_string(binding) +
-                            "; expected " + (slots.empty() ? "none (the kernel takes no threadgroup memory)" : slots));
+      for (const ArgumentSpec* a : wanted)
+        slots += (slots.empty() ? "" : ", ") + std::to_string(a->binding) + " (" + a->name + ")";
+      throw DispatchFailure(name_ + ": threadgroup_memory: no threadgroup argument at index " +
+                            std::to_string(binding) + "; expected " +
+                            (slots.empty() ? "none (the kernel takes no threadgroup memory)" : slots));
     }
   }
   int64_t total = static_threadgroup_bytes_;
@@ -387,7 +406,8 @@ void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair
     int64_t bytes = given->second;
     if (bytes <= 0 || bytes % 16) {
       throw DispatchFailure(name_ + ": threadgroup_memory[" + std::to_string(a->binding) + "] (" + a->name +
-                            "): expected a positive multiple of 16 bytes, as Metal requires, got " + std::to_string(bytes));
+                            "): expected a positive multiple of 16 bytes, as Metal requires, got " +
+                            std::to_string(bytes));
     }
     // What the kernel's own type says is there: a fixed array or struct (a reference), or
     // at least one element.
@@ -402,9 +422,10 @@ void KernelSpec::bind_threadgroup_memory(Plan& plan, const std::vector<std::pair
     plan.bindings[size_t(a->position)] = {ParameterBinding::Kind::Threadgroup, a->binding, {}, true};
   }
   if (total > kMetalMaxThreadgroupBytes) {
-    throw DispatchFailure(name_ + ": threadgroup memory: expected at most " + std::to_string(kMetalMaxThreadgroupBytes) +
-                          " bytes per threadgroup (Apple GPUs), got " + std::to_string(total) + " (" +
-                          std::to_string(static_threadgroup_bytes_) + " declared by the kernel)");
+    throw DispatchFailure(name_ + ": threadgroup memory: expected at most " +
+                          std::to_string(kMetalMaxThreadgroupBytes) + " bytes per threadgroup (Apple GPUs), got " +
+                          std::to_string(total) + " (" + std::to_string(static_threadgroup_bytes_) +
+                          " declared by the kernel)");
   }
 }
 

@@ -40,11 +40,11 @@ struct ArgumentSpec;
 
 // One member of an argument buffer (a struct argument whose members carry [[id(n)]]).
 struct MemberSpec {
-  std::string name;         // the member's name in the struct
+  std::string name;  // the member's name in the struct
   int id = 0;
-  bool pointer = true;      // device/constant T* (`count` of them); else a value of `element`'s type
-  int64_t offset = 0;       // byte offset in the struct
-  int64_t count = 1;        // pointers in an array member
+  bool pointer = true;                    // device/constant T* (`count` of them); else a value of `element`'s type
+  int64_t offset = 0;                     // byte offset in the struct
+  int64_t count = 1;                      // pointers in an array member
   std::shared_ptr<ArgumentSpec> element;  // name, type, access, address space (for checks and messages)
 };
 
@@ -61,24 +61,24 @@ Access access_of(const std::string& name);
 // One bindable kernel argument (everything but builtins), from reflection.
 struct ArgumentSpec {
   std::string name;
-  int position = 0;             // IR parameter index
+  int position = 0;  // IR parameter index
   ArgumentKind kind = ArgumentKind::Buffer;
-  std::string kind_name;        // reflection's word for it: "buffer", "texture", ...
+  std::string kind_name;  // reflection's word for it: "buffer", "texture", ...
   int binding = 0;
-  std::string address_space;    // "device", "constant", "threadgroup"
+  std::string address_space;  // "device", "constant", "threadgroup"
   Access access = Access::Read;
   std::string type_name;
   int64_t type_size = 0;
-  int64_t buffer_size = -1;     // bytes of a reference, -1 for pointers
-  std::string guard;            // function constant (or predicate derived from them) that must be
-                                // true for it to exist
+  int64_t buffer_size = -1;  // bytes of a reference, -1 for pointers
+  std::string guard;         // function constant (or predicate derived from them) that must be
+                             // true for it to exist
   bool unused = false;
   const MetalType* type = nullptr;  // nullptr for structs and other non-scalar types
   std::vector<MemberSpec> members;  // IndirectBuffer: the argument buffer's members, by id
   std::string description;          // set for argument-buffer members: what describe() says
   bool writable() const { return access != Access::Read; }
   bool buffer_slot() const { return kind == ArgumentKind::Buffer || kind == ArgumentKind::IndirectBuffer; }
-  std::string describe() const;     // "argument 2 'c' (buffer(2), device float*)"
+  std::string describe() const;  // "argument 2 'c' (buffer(2), device float*)"
 };
 
 struct ConstantSpec {
@@ -103,7 +103,7 @@ struct ConstantValue {
 // view reaches nothing), or its whole storage where the caller asked (storage_bounds); the
 // bytes of a value. Users pass slices, and a slice's neighbours are other slices.
 struct Span {
-  int64_t begin = 0;     // below 0 where the memory starts before the bound address
+  int64_t begin = 0;  // below 0 where the memory starts before the bound address
   int64_t bytes = 0;
   bool storage = false;  // the tensor's storage, not its view
 };
@@ -137,8 +137,8 @@ struct ArgumentBuffer {
 // How one IR parameter is bound, for the command list (command_list.h).
 struct ParameterBinding {
   enum class Kind { None, Tensor, Bytes, Threadgroup, ArgumentBuffer } kind = Kind::None;
-  int index = 0;          // the Metal binding index
-  at::Tensor tensor;      // Kind::Tensor
+  int index = 0;      // the Metal binding index
+  at::Tensor tensor;  // Kind::Tensor
   bool writable = false;
 };
 
@@ -146,15 +146,15 @@ struct CommandList;
 
 // What a call binds: the backend-neutral plan.
 struct Plan {
-  std::vector<void*> addresses;             // per IR parameter; nullptr for builtins/unbound
-  std::vector<ParameterBinding> bindings;   // per IR parameter
-  std::vector<int64_t> extents;             // per IR parameter: bytes reachable from its address
+  std::vector<void*> addresses;            // per IR parameter; nullptr for builtins/unbound
+  std::vector<ParameterBinding> bindings;  // per IR parameter
+  std::vector<int64_t> extents;            // per IR parameter: bytes reachable from its address
   // Per IR parameter: the call named it in storage_bounds (empty when it named none).
   std::vector<bool> storage_bounds;
   std::vector<std::shared_ptr<std::vector<uint64_t>>> packed;  // owned bytes, 8-aligned
-  uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};  // grid xyz, group xyz, groups xyz
+  uint32_t dims[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};              // grid xyz, group xyz, groups xyz
   uint64_t group_count = 1;
-  std::vector<ConstantValue> constants;     // by index, every declared constant that is set
+  std::vector<ConstantValue> constants;  // by index, every declared constant that is set
   // Threadgroup-memory arguments: (IR parameter, bytes), allocated per threadgroup by the backend.
   std::vector<std::pair<int, int64_t>> threadgroup_buffers;
   std::vector<ArgumentBuffer> argument_buffers;
@@ -217,8 +217,7 @@ class KernelSpec {
   void refuse_overlap(const ArgumentSpec& argument, const at::Tensor& tensor) const;
   // Marks the arguments named in `names` as bounded by their storage (Plan::span).
   void allow_storage(Plan& plan, const std::vector<std::string>& names) const;
-  void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const CallValue& value,
-                            bool& device_seen) const;
+  void bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, const CallValue& value, bool& device_seen) const;
   void bind_number(Plan& plan, const ArgumentSpec& argument, const Number& number) const;
   // An argument left out (guard false, or unused and not given): zeros of its size.
   void bind_absent(Plan& plan, const ArgumentSpec& argument) const;

@@ -20,7 +20,7 @@ namespace torch_metallib::dispatch {
 
 struct CallValue {
   enum class Kind {
-    Missing,   // not given, or None
+    Missing,  // not given, or None
     Tensor,
     Number,
     Sequence,  // a list or tuple: `items`
@@ -34,7 +34,7 @@ struct CallValue {
   at::Tensor tensor;
   Number number;
   std::vector<CallValue> items;
-  std::string key;  // an item of a Mapping: its name
+  std::string key;                               // an item of a Mapping: its name
   std::shared_ptr<std::vector<uint64_t>> bytes;  // 8-aligned copy
   int64_t byte_count = 0;
   std::string type_name;              // the caller's type, for messages ("str", "list", ...)
@@ -65,8 +65,8 @@ struct CallArguments {
   // Operator: by IR parameter position.
   c10::SmallVector<CallValue, 8> positional;
   std::vector<std::pair<std::string, CallValue>> named;
-  c10::SmallVector<int64_t, 3> threads;  // 1-3 extents; empty: the first tensor's numel
-  c10::SmallVector<int64_t, 3> group;    // empty: the default
+  c10::SmallVector<int64_t, 3> threads;                     // 1-3 extents; empty: the first tensor's numel
+  c10::SmallVector<int64_t, 3> group;                       // empty: the default
   std::vector<std::pair<size_t, Number>> constants;         // (index into KernelSpec::constants(), value)
   std::vector<std::pair<int, int64_t>> threadgroup_memory;  // ([[threadgroup(i)]] index, bytes)
   std::vector<std::string> storage_bounds;                  // argument names (checked execution)

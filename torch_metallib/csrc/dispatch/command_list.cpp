@@ -32,14 +32,12 @@ CommandList command_list(const Plan& plan, const std::string& function) {
         for (const ArgumentBuffer& buffer : plan.argument_buffers) {
           if (buffer.position == p) argument_buffer = &buffer;
         }
-        out.bytes.push_back({binding.index, p, plan.addresses[position], length, length > kSetBytesLimit,
-                             argument_buffer});
+        out.bytes.push_back(
+            {binding.index, p, plan.addresses[position], length, length > kSetBytesLimit, argument_buffer});
         break;
       }
-      case ParameterBinding::Kind::Threadgroup:
-        break;  // from plan.threadgroup_buffers, below
-      case ParameterBinding::Kind::None:
-        break;
+      case ParameterBinding::Kind::Threadgroup: break;  // from plan.threadgroup_buffers, below
+      case ParameterBinding::Kind::None: break;
     }
   }
   for (const auto& [position, bytes] : plan.threadgroup_buffers) {

@@ -22,10 +22,10 @@ constexpr int64_t kSetBytesLimit = 4096;
 
 // setBuffer:offset:atIndex: with the tensor's storage (its MTLBuffer on a Mac).
 struct BufferCommand {
-  int index = 0;          // [[buffer(n)]]
-  int position = 0;       // IR parameter (for the CPU backend)
-  at::Tensor tensor;      // keeps the storage alive; the buffer is its storage
-  int64_t offset = 0;     // bytes from the storage's start: storage_offset * itemsize
+  int index = 0;       // [[buffer(n)]]
+  int position = 0;    // IR parameter (for the CPU backend)
+  at::Tensor tensor;   // keeps the storage alive; the buffer is its storage
+  int64_t offset = 0;  // bytes from the storage's start: storage_offset * itemsize
   bool writable = false;
 };
 
@@ -36,7 +36,7 @@ struct BytesCommand {
   int position = 0;
   const void* data = nullptr;  // owned by the plan
   int64_t length = 0;
-  bool as_buffer = false;      // length > kSetBytesLimit
+  bool as_buffer = false;                           // length > kSetBytesLimit
   const ArgumentBuffer* argument_buffer = nullptr;  // its pointer slots, to re-encode
 };
 
@@ -51,12 +51,12 @@ struct CommandList {
   // The pipeline key: the function and its constant values (by index).
   std::string function;
   std::vector<ConstantValue> constants;
-  std::vector<BufferCommand> buffers;       // by index
-  std::vector<BytesCommand> bytes;          // by index
+  std::vector<BufferCommand> buffers;  // by index
+  std::vector<BytesCommand> bytes;     // by index
   std::vector<ThreadgroupCommand> threadgroup;
-  uint32_t grid[3] = {1, 1, 1};             // dispatchThreads: threads per grid
-  uint32_t group[3] = {1, 1, 1};            //   threads per threadgroup (the last ones may be partial)
-  int64_t threadgroup_total = 0;            // what the commands set, for the device limit
+  uint32_t grid[3] = {1, 1, 1};   // dispatchThreads: threads per grid
+  uint32_t group[3] = {1, 1, 1};  //   threads per threadgroup (the last ones may be partial)
+  int64_t threadgroup_total = 0;  // what the commands set, for the device limit
 };
 
 // The commands of `plan` (whose arguments were bound by KernelSpec `function`).

@@ -94,8 +94,10 @@ ConstantPredicate ConstantPredicate::node(const std::string& kind, int bits, int
     p.name_ = kind;
     binary(kind, 0, 1, p.bits_);  // throws for an unknown operator
   }
-  const size_t arity = p.op_ == Op::Select ? 3 : p.op_ == Op::Icmp || p.op_ == Op::Binary ? 2
-                       : p.op_ == Op::Int || p.op_ == Op::Const || p.op_ == Op::Defined ? 0 : 1;
+  const size_t arity = p.op_ == Op::Select                                              ? 3
+                       : p.op_ == Op::Icmp || p.op_ == Op::Binary                       ? 2
+                       : p.op_ == Op::Int || p.op_ == Op::Const || p.op_ == Op::Defined ? 0
+                                                                                        : 1;
   if (p.operands_.size() != arity) throw std::invalid_argument("predicate node " + kind + ": wrong operand count");
   return p;
 }
@@ -103,8 +105,7 @@ ConstantPredicate ConstantPredicate::node(const std::string& kind, int bits, int
 uint64_t ConstantPredicate::evaluate(const std::vector<ConstantValue>& constants) const {
   auto operand = [&](size_t i) { return operands_[i].evaluate(constants); };
   switch (op_) {
-    case Op::Int:
-      return truncate(uint64_t(value_), bits_);
+    case Op::Int: return truncate(uint64_t(value_), bits_);
     case Op::Const:
     case Op::Defined:
       for (const ConstantValue& c : constants) {
@@ -114,18 +115,12 @@ uint64_t ConstantPredicate::evaluate(const std::vector<ConstantValue>& constants
         return truncate(uint64_t(c.integer), bits_);
       }
       return 0;
-    case Op::Binary:
-      return truncate(binary(name_, operand(0), operand(1), bits_), bits_);
-    case Op::Icmp:
-      return compare(name_, operand(0), operand(1), operands_[0].bits_) ? 1 : 0;
-    case Op::Select:
-      return operand(0) ? operand(1) : operand(2);
-    case Op::Zext:
-      return truncate(operand(0), source_bits_);
-    case Op::Sext:
-      return truncate(uint64_t(sign_extend(operand(0), source_bits_)), bits_);
-    case Op::Trunc:
-      return truncate(operand(0), bits_);
+    case Op::Binary: return truncate(binary(name_, operand(0), operand(1), bits_), bits_);
+    case Op::Icmp: return compare(name_, operand(0), operand(1), operands_[0].bits_) ? 1 : 0;
+    case Op::Select: return operand(0) ? operand(1) : operand(2);
+    case Op::Zext: return truncate(operand(0), source_bits_);
+    case Op::Sext: return truncate(uint64_t(sign_extend(operand(0), source_bits_)), bits_);
+    case Op::Trunc: return truncate(operand(0), bits_);
   }
   return 0;
 }

@@ -28,10 +28,10 @@ class ConstantPredicate {
  private:
   enum class Op { Int, Const, Defined, Binary, Icmp, Select, Zext, Sext, Trunc };
   Op op_ = Op::Int;
-  std::string name_;        // the binary operator or icmp predicate
-  int bits_ = 1;            // width of the result
-  int source_bits_ = 0;     // casts: width of the operand
-  int64_t value_ = 0;       // Int: the literal; Const/Defined: the constant index
+  std::string name_;     // the binary operator or icmp predicate
+  int bits_ = 1;         // width of the result
+  int source_bits_ = 0;  // casts: width of the operand
+  int64_t value_ = 0;    // Int: the literal; Const/Defined: the constant index
   std::vector<ConstantPredicate> operands_;
 };
 

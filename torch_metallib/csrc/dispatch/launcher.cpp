@@ -23,7 +23,8 @@ std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
 }
 
 bool Launchers::covers(const Plan& plan) const {
-  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& launcher) { return launcher->current() && launcher->accepts(plan); });
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [&](const auto& launcher) { return launcher->current() && launcher->accepts(plan); });
 }
 
 void Launchers::clear() {
@@ -35,7 +36,8 @@ bool same_constants(const std::vector<ConstantValue>& a, const std::vector<Const
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i].index != b[i].index || a[i].is_float != b[i].is_float || a[i].integer != b[i].integer ||
-        (a[i].is_float && a[i].real != b[i].real)) return false;
+        (a[i].is_float && a[i].real != b[i].real))
+      return false;
   }
   return true;
 }

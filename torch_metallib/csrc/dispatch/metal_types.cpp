@@ -39,10 +39,10 @@ const std::vector<Scalar>& scalars() {
 // Other spellings kernels use for the same scalar types.
 const std::unordered_map<std::string, std::string>& aliases() {
   static const std::unordered_map<std::string, std::string> table = {
-      {"int8_t", "char"},    {"uint8_t", "uchar"},  {"int16_t", "short"}, {"uint16_t", "ushort"},
-      {"int32_t", "int"},    {"uint32_t", "uint"},  {"int64_t", "long"},  {"uint64_t", "ulong"},
-      {"size_t", "ulong"},   {"unsigned int", "uint"}, {"float16_t", "half"}, {"bfloat16_t", "bfloat"},
-      {"float32_t", "float"}, {"signed char", "char"}, {"unsigned char", "uchar"},
+      {"int8_t", "char"},     {"uint8_t", "uchar"},     {"int16_t", "short"},       {"uint16_t", "ushort"},
+      {"int32_t", "int"},     {"uint32_t", "uint"},     {"int64_t", "long"},        {"uint64_t", "ulong"},
+      {"size_t", "ulong"},    {"unsigned int", "uint"}, {"float16_t", "half"},      {"bfloat16_t", "bfloat"},
+      {"float32_t", "float"}, {"signed char", "char"},  {"unsigned char", "uchar"},
   };
   return table;
 }

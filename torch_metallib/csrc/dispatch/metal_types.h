@@ -12,11 +12,11 @@ namespace torch_metallib::dispatch {
 enum class ScalarKind { Float, Signed, Unsigned, Bool };
 
 struct MetalType {
-  std::string name;                       // "float", "uint3", "bfloat"
+  std::string name;  // "float", "uint3", "bfloat"
   ScalarKind kind;
-  int element_bytes;                      // bytes of one component
-  int components;                         // 1 for scalars, 2-4 for vectors
-  std::vector<c10::ScalarType> dtypes;    // tensor dtypes accepted, preferred first
+  int element_bytes;                    // bytes of one component
+  int components;                       // 1 for scalars, 2-4 for vectors
+  std::vector<c10::ScalarType> dtypes;  // tensor dtypes accepted, preferred first
 };
 
 // The type named `name` ("float", "uint", "half4", "int64_t", ...), nullptr if it is not

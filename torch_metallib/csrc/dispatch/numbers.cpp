@@ -25,7 +25,8 @@ PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out
     const bool finite = std::isfinite(real);
     if (type.element_bytes == 4) {
       float v = finite && std::fabs(real) > double(std::numeric_limits<float>::max()) * (1 + 0x1p-25)
-                    ? std::numeric_limits<float>::infinity() : float(real);
+                    ? std::numeric_limits<float>::infinity()
+                    : float(real);
       if (finite && std::isinf(v)) return PackProblem::OutOfRange;
       std::memcpy(out, &v, 4);
     } else if (type.name.rfind("half", 0) == 0 || type.name == "float16_t") {
@@ -67,8 +68,9 @@ PackProblem pack_number(const MetalType& type, const Number& value, uint8_t* out
 
 // "an integer that fits uint" and the like: what `type` wants.
 std::string wanted(const MetalType& type) {
-  return type.kind == ScalarKind::Float ? "a number within " + type.name + "'s range"
-         : type.kind == ScalarKind::Bool ? "a bool" : "an integer that fits " + type.name;
+  return type.kind == ScalarKind::Float  ? "a number within " + type.name + "'s range"
+         : type.kind == ScalarKind::Bool ? "a bool"
+                                         : "an integer that fits " + type.name;
 }
 
 // What the caller gave, worded for `problem`: `text` is the value as written.

@@ -29,8 +29,7 @@ Plan replayed_plan(const Plan& plan, const EncodedCommands& encoded) {
         break;
       }
       case ParameterBinding::Kind::Threadgroup:
-      case ParameterBinding::Kind::None:
-        break;
+      case ParameterBinding::Kind::None: break;
     }
   }
   for (auto& [position, bytes] : out.threadgroup_buffers) {

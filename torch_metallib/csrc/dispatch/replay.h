@@ -14,9 +14,9 @@
 namespace torch_metallib::dispatch {
 
 struct EncodedCommands {
-  std::map<int, void*> buffers;                    // index -> buffer contents + offset
-  std::map<int, std::vector<uint8_t>> bytes;       // index -> setBytes data
-  std::map<int, int64_t> threadgroup;              // index -> threadgroup memory length
+  std::map<int, void*> buffers;               // index -> buffer contents + offset
+  std::map<int, std::vector<uint8_t>> bytes;  // index -> setBytes data
+  std::map<int, int64_t> threadgroup;         // index -> threadgroup memory length
   uint32_t grid[3] = {1, 1, 1};
   uint32_t group[3] = {1, 1, 1};
 };

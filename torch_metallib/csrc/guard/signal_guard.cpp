@@ -23,7 +23,7 @@ void on_signal(int signal, siginfo_t*, void*) {
 }  // namespace
 
 int run_guarded(c10::function_ref<void()> body) {
-  struct sigaction action {};
+  struct sigaction action{};
   action.sa_sigaction = on_signal;
   action.sa_flags = SA_SIGINFO | SA_NODEFER;
   sigemptyset(&action.sa_mask);

@@ -27,12 +27,12 @@ std::string_view raw_bitcode(const FunctionSource& source, const std::string& wh
 }
 
 void check_source(const FunctionSource& source, std::string_view bitcode, const std::string& where) {
-  if (source.name.empty() || source.name.find('\0') != std::string::npos ||
-      source.name.size() > 0xfffe) {
+  if (source.name.empty() || source.name.find('\0') != std::string::npos || source.name.size() > 0xfffe) {
     throw std::invalid_argument(where + ": name must be 1 to 65534 bytes without NUL");
   }
   if (bitcode.size() < 4 || bitcode.substr(0, 4) != std::string_view("BC\xC0\xDE", 4)) {
-    throw std::invalid_argument(where + ": bitcode must start with the LLVM bitcode magic "
+    throw std::invalid_argument(where +
+                                ": bitcode must start with the LLVM bitcode magic "
                                 "'BC' 0xC0DE (raw bitcode, e.g. llvmlite's "
                                 "module.as_bitcode(), not text IR or a wrapped module)");
   }
@@ -57,8 +57,7 @@ Container build_container(const Header& header, const std::vector<FunctionSource
     f.name = c.own(source.name);
     if (const int64_t earlier = c.index.insert(f.name, [&c](size_t k) { return c.functions[k].name; }); earlier >= 0) {
       throw std::invalid_argument("function " + std::to_string(i) + " '" + source.name +
-                                  "': duplicate name (also function " + std::to_string(earlier) +
-                                  ")");
+                                  "': duplicate name (also function " + std::to_string(earlier) + ")");
     }
     f.module = c.own(wrap_bitcode(bitcode));
     const std::array<uint8_t, 32> digest = sha256(f.module);
@@ -79,8 +78,7 @@ Container build_container(const Header& header, const std::vector<FunctionSource
     if (!source.constants.empty()) {
       const std::string constants = encode_constants(source.constants);
       if (constants.size() > 0xffff) {
-        throw std::invalid_argument(where + ": function constants take " +
-                                    std::to_string(constants.size()) +
+        throw std::invalid_argument(where + ": function constants take " + std::to_string(constants.size()) +
                                     " bytes; the CNST tag holds at most 65535");
       }
       f.public_metadata = c.own(encode_tag_group({{kTagConstants, constants, 0}}));

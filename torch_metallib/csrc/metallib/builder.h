@@ -15,7 +15,7 @@ namespace torch_metallib::metallib {
 
 struct FunctionSource {
   std::string name;
-  uint8_t type = 2;  // kernel
+  uint8_t type = 2;     // kernel
   std::string bitcode;  // LLVM bitcode, raw ('BC' 0xC0DE) or already Darwin-wrapped
   std::vector<FunctionConstant> constants;
   std::array<uint16_t, 4> versions{2, 6, 3, 1};  // AIR major, minor, MSL major, minor

@@ -13,9 +13,7 @@
 namespace torch_metallib::metallib {
 
 // True when [offset, offset + n) lies inside [0, size); immune to overflow.
-inline bool range_fits(uint64_t offset, uint64_t n, uint64_t size) {
-  return offset <= size && n <= size - offset;
-}
+inline bool range_fits(uint64_t offset, uint64_t n, uint64_t size) { return offset <= size && n <= size - offset; }
 
 // Little-endian load from bytes already known to be long enough.
 template <typename T>
@@ -54,11 +52,10 @@ class ByteReader {
   }
 
  private:
-  [[noreturn]] __attribute__((noinline, cold)) void out_of_range(uint64_t offset, uint64_t n,
-                                                                  const char* field) const {
+  [[noreturn]] __attribute__((noinline, cold)) void out_of_range(uint64_t offset, uint64_t n, const char* field) const {
     throw FormatError(offset, field, std::to_string(n) + " bytes inside the file",
-                      "only " + std::to_string(offset <= size_ ? size_ - offset : 0) +
-                          " bytes left (file size " + std::to_string(size_) + ")");
+                      "only " + std::to_string(offset <= size_ ? size_ - offset : 0) + " bytes left (file size " +
+                          std::to_string(size_) + ")");
   }
 
   const uint8_t* data_;

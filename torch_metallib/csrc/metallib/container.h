@@ -25,12 +25,12 @@ struct Tag {
 };
 
 struct Header {
-  uint16_t format_major = 1;      // bits 0-14 of the u16 at byte 4
-  bool macos_target = true;       // bit 15 of the same u16
+  uint16_t format_major = 1;  // bits 0-14 of the u16 at byte 4
+  bool macos_target = true;   // bit 15 of the same u16
   uint16_t format_minor = 2;
   uint16_t format_patch = 7;
-  uint8_t file_type = 0;          // 0 executable, 1 CoreImage, 2 dynamic, 3 symbol companion; bit 7 stub
-  uint8_t platform = 0x81;        // Mach-O platform id; bit 7 = 64-bit
+  uint8_t file_type = 0;    // 0 executable, 1 CoreImage, 2 dynamic, 3 symbol companion; bit 7 stub
+  uint8_t platform = 0x81;  // Mach-O platform id; bit 7 = 64-bit
   uint16_t platform_major = 14;
   uint8_t platform_minor = 0;
   uint8_t platform_patch = 0;
@@ -46,14 +46,14 @@ struct Function {
   std::string_view public_metadata;
   std::string_view private_metadata;
   uint64_t tags_offset = 0, public_offset = 0, private_offset = 0;  // file offsets of the above
-  std::string_view module;      // wrapper + bitcode + padding: exactly MDSZ bytes
+  std::string_view module;                                          // wrapper + bitcode + padding: exactly MDSZ bytes
   // From the function's reflection-list group to the end of that list (empty if none).
   // The group's own size is read and validated when needed (writing, verifying), not at
   // load, so loading touches no page of the reflection list.
   std::string_view reflection;
   uint64_t reflection_offset = 0;  // absolute file offset of that group
-  std::string_view hash;        // 32 bytes: SHA-256 of `module` (read, or set by the builder)
-  uint64_t module_offset = 0;   // absolute file offset of `module` (0 for new functions)
+  std::string_view hash;           // 32 bytes: SHA-256 of `module` (read, or set by the builder)
+  uint64_t module_offset = 0;      // absolute file offset of `module` (0 for new functions)
 };
 
 // A section after the modules that a header-extension tag points to (RLST, HSRC, ...).

@@ -5,8 +5,7 @@
 
 namespace torch_metallib::metallib {
 
-std::vector<FunctionConstant> decode_constants(std::string_view payload, uint64_t offset,
-                                               const std::string& function) {
+std::vector<FunctionConstant> decode_constants(std::string_view payload, uint64_t offset, const std::string& function) {
   const std::string field = function + " CNST";
   const uint64_t payload_offset = offset + 6;  // code + u16 length
   if (payload.size() < 2) {
@@ -32,8 +31,8 @@ std::vector<FunctionConstant> decode_constants(std::string_view payload, uint64_
     at = nul + 5;
   }
   if (at != payload.size()) {
-    throw FormatError(payload_offset + at, field, std::to_string(count) + " constants filling " +
-                                                  std::to_string(payload.size()) + " bytes",
+    throw FormatError(payload_offset + at, field,
+                      std::to_string(count) + " constants filling " + std::to_string(payload.size()) + " bytes",
                       std::to_string(payload.size() - at) + " bytes left over");
   }
   return constants;

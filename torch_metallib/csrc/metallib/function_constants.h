@@ -17,8 +17,7 @@ struct FunctionConstant {
 };
 
 // Throws FormatError (at `offset`, the tag's file offset) naming `function` on bad bytes.
-std::vector<FunctionConstant> decode_constants(std::string_view payload, uint64_t offset,
-                                               const std::string& function);
+std::vector<FunctionConstant> decode_constants(std::string_view payload, uint64_t offset, const std::string& function);
 
 std::string encode_constants(const std::vector<FunctionConstant>& constants);
 

@@ -16,8 +16,7 @@ std::string hex32(uint32_t value) {
 
 }  // namespace
 
-std::string_view unwrap_bitcode(std::string_view module, uint64_t offset,
-                                const std::string& function) {
+std::string_view unwrap_bitcode(std::string_view module, uint64_t offset, const std::string& function) {
   const std::string place = function + " module";
   if (module.size() < kWrapperSize + 4) {
     throw FormatError(offset, place + " size (MDSZ)", "at least 24 bytes (wrapper + bitcode magic)",
@@ -32,8 +31,7 @@ std::string_view unwrap_bitcode(std::string_view module, uint64_t offset,
   if (bitcode_offset < kWrapperSize || !range_fits(bitcode_offset, bitcode_size, module.size())) {
     throw FormatError(offset + 8, place + " wrapper bitcode range",
                       "offset >= 20 and offset + size <= MDSZ (" + std::to_string(module.size()) + ")",
-                      "offset " + std::to_string(bitcode_offset) + ", size " +
-                          std::to_string(bitcode_size));
+                      "offset " + std::to_string(bitcode_offset) + ", size " + std::to_string(bitcode_size));
   }
   std::string_view bitcode = module.substr(bitcode_offset, bitcode_size);
   if (bitcode.size() < 4 || bitcode.substr(0, 4) != std::string_view("BC\xC0\xDE", 4)) {

@@ -15,8 +15,7 @@ constexpr uint64_t kModuleAlignment = 16;  // modules are zero-padded to this
 
 // Validates the wrapper of `module` (MDSZ bytes at absolute file offset `offset`) and
 // returns the bitcode it wraps. Throws FormatError naming `function`.
-std::string_view unwrap_bitcode(std::string_view module, uint64_t offset,
-                                const std::string& function);
+std::string_view unwrap_bitcode(std::string_view module, uint64_t offset, const std::string& function);
 
 // Wrapper + bitcode + zero padding to kModuleAlignment.
 std::string wrap_bitcode(std::string_view bitcode);

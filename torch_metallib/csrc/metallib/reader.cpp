@@ -40,8 +40,7 @@ std::string range_text(uint64_t offset, uint64_t size) {
 Region region_in_file(const ByteReader& in, uint64_t offset, uint64_t size, uint64_t field_at,
                       const std::string& field) {
   if (!range_fits(offset, size, in.size())) {
-    throw FormatError(field_at, field,
-                      "a range inside the " + std::to_string(in.size()) + "-byte file",
+    throw FormatError(field_at, field, "a range inside the " + std::to_string(in.size()) + "-byte file",
                       range_text(offset, size));
   }
   return {offset, size};
@@ -52,12 +51,11 @@ Region read_region(const ByteReader& in, uint64_t field_at, const std::string& f
                         in.read<uint64_t>(field_at + 8, "section size"), field_at, field);
 }
 
-void require_after(uint64_t previous_end, const std::string& previous, const Region& region,
-                   uint64_t field_at, const std::string& field) {
+void require_after(uint64_t previous_end, const std::string& previous, const Region& region, uint64_t field_at,
+                   const std::string& field) {
   if (region.offset < previous_end) {
     throw FormatError(field_at, field + " offset",
-                      "at or after the end of the " + previous + " (byte " +
-                          std::to_string(previous_end) + ")",
+                      "at or after the end of the " + previous + " (byte " + std::to_string(previous_end) + ")",
                       "byte " + std::to_string(region.offset) + " (sections overlap or are out of order)");
   }
 }
@@ -70,8 +68,7 @@ void require_size(const Tag& tag, const TagSpec& spec, const Place& where) {
 }
 
 void record_unknown(Container& container, const Tag& tag, const Place& where) {
-  container.unknown_tags.push_back(
-      UnknownTag{where.describe(), tag.code, tag.offset, uint64_t(tag.payload.size())});
+  container.unknown_tags.push_back(UnknownTag{where.describe(), tag.code, tag.offset, uint64_t(tag.payload.size())});
 }
 
 // Checks each tag of one group against the table as read_tag_group visits it: known
@@ -120,8 +117,7 @@ Header read_header(const ByteReader& in) {
   }
   const uint32_t magic = in.read<uint32_t>(0, "magic");
   if (magic != kMagic) {
-    throw FormatError(0, "magic", "'MTLB' (4D 54 4C 42)",
-                      hex_bytes(in.bytes(0, 4, "magic")) + " (not a .metallib)");
+    throw FormatError(0, "magic", "'MTLB' (4D 54 4C 42)", hex_bytes(in.bytes(0, 4, "magic")) + " (not a .metallib)");
   }
   Header header;
   const uint16_t target_and_major = in.read<uint16_t>(4, "format version");
@@ -153,9 +149,8 @@ Header read_header(const ByteReader& in) {
 }
 
 // Header-extension tags; returns the sections after the modules that they point to.
-std::vector<std::pair<const Tag*, Region>> read_extension(const ByteReader& in, Container& c,
-                                                          uint64_t begin, uint64_t end,
-                                                          const Region& modules) {
+std::vector<std::pair<const Tag*, Region>> read_extension(const ByteReader& in, Container& c, uint64_t begin,
+                                                          uint64_t end, const Region& modules) {
   const Place where{"header extension"};
   c.has_extension = true;
   TagChecker checker(c, kHeaderExtension, where);
@@ -168,16 +163,15 @@ std::vector<std::pair<const Tag*, Region>> read_extension(const ByteReader& in, 
     const TagSpec* spec = find_tag(tag.code);
     if (spec == nullptr || spec->kind != TagKind::kSectionRef) continue;
     const std::string field = "header extension " + std::string(spec->name) + " section";
-    const Region region = region_in_file(in, load_le<uint64_t>(tag.payload, 0),
-                                         load_le<uint64_t>(tag.payload, 8), tag.offset, field);
+    const Region region =
+        region_in_file(in, load_le<uint64_t>(tag.payload, 0), load_le<uint64_t>(tag.payload, 8), tag.offset, field);
     require_after(modules.end(), "module section", region, tag.offset, field);
     sections.emplace_back(&tag, region);
   }
   return sections;
 }
 
-void place_trailing_sections(const ByteReader& in, Container& c,
-                             std::vector<std::pair<const Tag*, Region>> sections,
+void place_trailing_sections(const ByteReader& in, Container& c, std::vector<std::pair<const Tag*, Region>> sections,
                              uint64_t modules_end) {
   std::sort(sections.begin(), sections.end(),
             [](const auto& a, const auto& b) { return a.second.offset < b.second.offset; });
@@ -186,9 +180,8 @@ void place_trailing_sections(const ByteReader& in, Container& c,
   for (const auto& [tag, region] : sections) {
     const std::string field = "header extension " + tag_name(tag->code) + " section";
     require_after(previous_end, previous, region, tag->offset, field);
-    c.trailing.push_back(TrailingSection{
-        tag->code, in.bytes(previous_end, region.offset - previous_end, "section gap"),
-        in.bytes(region.offset, region.size, "section")});
+    c.trailing.push_back(TrailingSection{tag->code, in.bytes(previous_end, region.offset - previous_end, "section gap"),
+                                         in.bytes(region.offset, region.size, "section")});
     previous_end = region.end();
     previous = tag_name(tag->code) + " section";
   }
@@ -202,8 +195,7 @@ bool ends_with_endt(const ByteReader& in, uint64_t group_at, uint64_t group_size
 
 // The file's metadata group-size convention, from its first group: the one under which the
 // group's last 4 bytes are ENDT (the current one when both or neither fit).
-GroupSizeConvention detect_convention(const ByteReader& in, uint64_t at, uint32_t size,
-                                      uint64_t section_end) {
+GroupSizeConvention detect_convention(const ByteReader& in, uint64_t at, uint32_t size, uint64_t section_end) {
   if (!ends_with_endt(in, at, size, section_end) && ends_with_endt(in, at, uint64_t(size) + 4, section_end)) {
     return GroupSizeConvention::kExcludesItself;
   }
@@ -213,9 +205,8 @@ GroupSizeConvention detect_convention(const ByteReader& in, uint64_t at, uint32_
 // One per-function metadata group: u32 size, tags, ENDT. The size counts its own 4 bytes
 // or not, as the file's convention says (Container::metadata_sizes).
 template <typename Visit>
-std::string_view read_metadata_group(const ByteReader& in, Container& c, const Region& section,
-                                     uint64_t relative, const Place& where,
-                                     uint64_t offsets_tag_at, Visit&& visit) {
+std::string_view read_metadata_group(const ByteReader& in, Container& c, const Region& section, uint64_t relative,
+                                     const Place& where, uint64_t offsets_tag_at, Visit&& visit) {
   if (!range_fits(relative, 4, section.size)) {
     throw FormatError(offsets_tag_at, where.describe() + " offset (OFFT)",
                       "an offset inside the " + std::to_string(section.size) + "-byte section",
@@ -231,10 +222,12 @@ std::string_view read_metadata_group(const ByteReader& in, Container& c, const R
   const uint64_t extent = uint64_t(size) + (counts_itself ? 0 : 4);
   if (extent < 8 || !range_fits(relative, extent, section.size)) {
     const uint64_t room = section.size - relative;
-    throw FormatError(at, where.describe() + " group size",
-                      counts_itself ? "8 to " + std::to_string(room) + " bytes (counting its own 4, as this file's first group does)"
-                                    : "4 to " + std::to_string(room - 4) + " bytes (not counting its own 4, as this file's first group does)",
-                      std::to_string(size));
+    throw FormatError(
+        at, where.describe() + " group size",
+        counts_itself
+            ? "8 to " + std::to_string(room) + " bytes (counting its own 4, as this file's first group does)"
+            : "4 to " + std::to_string(room - 4) + " bytes (not counting its own 4, as this file's first group does)",
+        std::to_string(size));
   }
   return read_tag_group(in, at + 4, at + extent, where, visit);
 }
@@ -246,8 +239,8 @@ struct FunctionFields {
   uint64_t reflection_offset = 0, reflection_tag_at = 0;
 };
 
-FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& f,
-                                  const Place& where, uint64_t group_at, uint64_t group_end) {
+FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& f, const Place& where,
+                                  uint64_t group_at, uint64_t group_end) {
   FunctionFields fields;
   bool has_name = false, has_type = false, has_offsets = false, has_size = false;
   TagChecker checker(c, kFunctionList, where);
@@ -259,11 +252,9 @@ FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& 
       case TagKind::kName: {
         const size_t nul = tag.payload.find('\0');
         if (tag.payload.size() < 2 || nul != tag.payload.size() - 1) {
-          throw FormatError(tag.offset, where.describe() + " NAME",
-                            "a non-empty name ending in its only NUL byte",
+          throw FormatError(tag.offset, where.describe() + " NAME", "a non-empty name ending in its only NUL byte",
                             nul == std::string_view::npos ? "no NUL terminator"
-                                                          : "a NUL at payload byte " +
-                                                                std::to_string(nul) + " of " +
+                                                          : "a NUL at payload byte " + std::to_string(nul) + " of " +
                                                                 std::to_string(tag.payload.size()));
         }
         f.name = tag.payload.substr(0, tag.payload.size() - 1);
@@ -274,9 +265,7 @@ FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& 
         f.type = uint8_t(tag.payload[0]);
         has_type = true;
         break;
-      case TagKind::kHash:
-        f.hash = tag.payload;
-        break;
+      case TagKind::kHash: f.hash = tag.payload; break;
       case TagKind::kOffsets:
         fields.public_offset = load_le<uint64_t>(tag.payload, 0);
         fields.private_offset = load_le<uint64_t>(tag.payload, 8);
@@ -293,12 +282,15 @@ FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& 
         fields.reflection_offset = load_le<uint64_t>(tag.payload, 0);
         fields.reflection_tag_at = tag.offset;
         break;
-      default:
-        break;
+      default: break;
     }
   });
-  const char* missing = !has_name ? "NAME" : !has_type ? "TYPE" : f.hash.empty() ? "HASH"
-                        : !has_offsets ? "OFFT" : !has_size ? "MDSZ" : nullptr;
+  const char* missing = !has_name        ? "NAME"
+                        : !has_type      ? "TYPE"
+                        : f.hash.empty() ? "HASH"
+                        : !has_offsets   ? "OFFT"
+                        : !has_size      ? "MDSZ"
+                                         : nullptr;
   if (missing != nullptr) {
     throw FormatError(group_at, where.describe(), std::string("the required ") + missing + " tag",
                       "a group without one");
@@ -307,9 +299,8 @@ FunctionFields read_function_tags(const ByteReader& in, Container& c, Function& 
 }
 
 // Reads one metadata group of `f` and checks its tags; CNST must decode.
-std::string_view read_metadata(const ByteReader& in, Container& c, const Region& section,
-                               uint64_t relative, TagPlace place, const Place& where,
-                               uint64_t offsets_tag_at) {
+std::string_view read_metadata(const ByteReader& in, Container& c, const Region& section, uint64_t relative,
+                               TagPlace place, const Place& where, uint64_t offsets_tag_at) {
   TagChecker checker(c, place, where);
   return read_metadata_group(in, c, section, relative, where, offsets_tag_at, [&](const Tag& tag) {
     const TagSpec* spec = checker.check(tag);
@@ -333,8 +324,8 @@ void check_modules_disjoint(const std::vector<std::pair<uint64_t, uint64_t>>& mo
     const auto& after = modules[order[k]];
     if (after.first < before.first + before.second) {
       throw FormatError(after.first, describe(order[k]) + " module", "a module disjoint from the others",
-                        "overlap with " + describe(order[k - 1]) + " (bytes " + std::to_string(before.first) +
-                            "-" + std::to_string(before.first + before.second) + ")");
+                        "overlap with " + describe(order[k - 1]) + " (bytes " + std::to_string(before.first) + "-" +
+                            std::to_string(before.first + before.second) + ")");
     }
   }
 }
@@ -385,16 +376,13 @@ bool read_list_group_fast(const uint8_t* data, uint64_t at, uint64_t end, ListFi
         out.module_offset = load_le<uint64_t>(bytes + 16);
         out.offsets_tag_at = at;
         break;
-      case kTagModuleSize:
-        out.module_size = load_le<uint64_t>(bytes);
-        break;
+      case kTagModuleSize: out.module_size = load_le<uint64_t>(bytes); break;
       case kTagReflection:
         out.has_reflection = true;
         out.reflection_offset = load_le<uint64_t>(bytes);
         out.reflection_tag_at = at;
         break;
-      default:
-        break;
+      default: break;
     }
     at = payload + length;
   }
@@ -417,8 +405,8 @@ void check_module_range(const Container& c, const Place& where, uint64_t offset,
                                                  uint64_t tag_at) {
   const Place where{"reflection-list group", function.function, function.name};
   if (!c.has_reflection_list) {
-    throw FormatError(tag_at, where.describe() + " RFLT",
-                      "a header-extension RLST tag locating the reflection list", "no reflection list");
+    throw FormatError(tag_at, where.describe() + " RFLT", "a header-extension RLST tag locating the reflection list",
+                      "no reflection list");
   }
   throw FormatError(tag_at, where.describe() + " RFLT offset",
                     "an offset inside the " + std::to_string(c.reflection_list.size) + "-byte reflection list",
@@ -459,8 +447,8 @@ Function read_function_group(const ByteReader& in, Container& c, size_t i, uint6
                                       fields.offsets_tag_at);
     f.public_offset = c.public_section.offset + fields.public_offset + 4;
     const Place private_place{"private metadata", int64_t(i), f.name};
-    f.private_metadata = read_metadata(in, c, c.private_section, fields.private_offset, kPrivateMetadata,
-                                       private_place, fields.offsets_tag_at);
+    f.private_metadata = read_metadata(in, c, c.private_section, fields.private_offset, kPrivateMetadata, private_place,
+                                       fields.offsets_tag_at);
     f.private_offset = c.private_section.offset + fields.private_offset + 4;
   }
   if (fields.has_reflection) {
@@ -538,8 +526,7 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
   const Region modules = read_region(in, 72, "module section");
   require_after(kHeaderSize, "header", list_count, 24, "function list");
   require_after(list.end(), "function list", public_md, 40, "public metadata section");
-  require_after(public_md.end(), "public metadata section", private_md, 56,
-                "private metadata section");
+  require_after(public_md.end(), "public metadata section", private_md, 56, "private metadata section");
   require_after(private_md.end(), "private metadata section", modules, 72, "module section");
   c.gaps[0] = in.bytes(kHeaderSize, list_offset - kHeaderSize, "gap");
   c.gaps[1] = in.bytes(public_md.end(), private_md.offset - public_md.end(), "gap");
@@ -573,8 +560,8 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
   const uint32_t count = in.read<uint32_t>(list_offset, "function count");
   if (count > list.size / 8) {
     throw FormatError(list_offset, "function count",
-                      "at most " + std::to_string(list.size / 8) + " functions in a " +
-                          std::to_string(list.size) + "-byte function list (8 bytes minimum each)",
+                      "at most " + std::to_string(list.size / 8) + " functions in a " + std::to_string(list.size) +
+                          "-byte function list (8 bytes minimum each)",
                       std::to_string(count));
   }
   const bool full = depth == ReadDepth::kFull;
@@ -591,8 +578,7 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
   for (uint32_t i = 0; i < count; ++i) {
     if (at == list.end()) {
       throw FormatError(list_offset, "function count",
-                        std::to_string(i) + " (the groups the " + byte_count(list.size) +
-                            " function list holds)",
+                        std::to_string(i) + " (the groups the " + byte_count(list.size) + " function list holds)",
                         std::to_string(count));
     }
     Place where{"function-list group", int64_t(i)};
@@ -606,8 +592,10 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
       where.name = f.name;
       module_offset = f.module_offset;
       module_size = f.module.size();
-      if (full) c.functions.push_back(std::move(f));
-      else fast.name = f.name;
+      if (full)
+        c.functions.push_back(std::move(f));
+      else
+        fast.name = f.name;
     } else {
       where.name = fast.name;
       check_module_range(c, where, fast.module_offset, fast.module_size, fast.offsets_tag_at);
@@ -615,7 +603,8 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
       module_offset = modules.offset + fast.module_offset;
       module_size = fast.module_size;
     }
-    c.entries[i] = {uint32_t(at - list.offset), uint32_t(where.name.data() - reinterpret_cast<const char*>(data) - list.offset)};
+    c.entries[i] = {uint32_t(at - list.offset),
+                    uint32_t(where.name.data() - reinterpret_cast<const char*>(data) - list.offset)};
     if (const int64_t earlier = c.index.insert(where.name, [&c](size_t k) { return c.name(k); }); earlier >= 0) {
       throw FormatError(at, where.describe() + " NAME", "unique function names",
                         "the same name as function " + std::to_string(earlier));
@@ -639,9 +628,7 @@ Container read_container(const uint8_t* data, uint64_t size, ReadDepth depth) {
                       "groups ending at byte " + std::to_string(at));
   }
   if (!in_order) {
-    check_modules_disjoint(modules_seen, [&](size_t k) {
-      return describe_function(k, read_function(c, k).name);
-    });
+    check_modules_disjoint(modules_seen, [&](size_t k) { return describe_function(k, read_function(c, k).name); });
   }
   return c;
 }

@@ -12,8 +12,8 @@ std::string Place::describe() const {
   return text + group;
 }
 
-void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t code,
-                     uint64_t length, const Place& where) {
+void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t code, uint64_t length,
+                     const Place& where) {
   const std::string group = where.describe();
   const std::string before_end = "before the group ends at byte " + std::to_string(end);
   const std::string tag = group + " tag " + tag_name(code);
@@ -30,9 +30,9 @@ void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t c
     case GroupProblem::kPayloadTooLong:
     default: {
       const uint64_t payload_at = at + 4 + (has_u32_length(code) ? 4 : 2);
-      throw FormatError(at, tag, "a payload that ends " + before_end,
-                        "length " + std::to_string(length) + " with " +
-                            std::to_string(end - payload_at) + " bytes left");
+      throw FormatError(
+          at, tag, "a payload that ends " + before_end,
+          "length " + std::to_string(length) + " with " + std::to_string(end - payload_at) + " bytes left");
     }
   }
 }

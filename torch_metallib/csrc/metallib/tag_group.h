@@ -17,23 +17,22 @@ namespace torch_metallib::metallib {
 // Names a tag group in error messages. Built cheaply per group; the text is only
 // composed when an error is thrown.
 struct Place {
-  const char* group;          // "function-list group", "public metadata", "header extension"
-  int64_t function = -1;      // index of the function the group belongs to, or -1
-  std::string_view name{};    // that function's name, when known
+  const char* group;        // "function-list group", "public metadata", "header extension"
+  int64_t function = -1;    // index of the function the group belongs to, or -1
+  std::string_view name{};  // that function's name, when known
   std::string describe() const;
 };
 
 enum class GroupProblem { kNoEndTag, kBytesAfterEndTag, kNoLength, kPayloadTooLong };
 
 // The FormatError for a malformed group (kept out of line: the loop below stays small).
-[[noreturn]] void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t code,
-                                  uint64_t length, const Place& where);
+[[noreturn]] void throw_bad_group(GroupProblem problem, uint64_t at, uint64_t end, uint32_t code, uint64_t length,
+                                  const Place& where);
 
 // Validates the group from `begin` to `end` (ENDT must be its last 4 bytes), calling
 // visit(Tag) for every tag; returns the encoded group, ENDT included.
 template <typename Visit>
-std::string_view read_tag_group(const ByteReader& in, uint64_t begin, uint64_t end,
-                                const Place& where, Visit&& visit) {
+std::string_view read_tag_group(const ByteReader& in, uint64_t begin, uint64_t end, const Place& where, Visit&& visit) {
   in.require(begin, end - begin, "tag group");  // callers pass begin <= end <= size
   const uint8_t* data = in.data();
   uint64_t at = begin;

@@ -9,8 +9,8 @@
 namespace torch_metallib::metallib {
 
 constexpr uint32_t fourcc(const char (&s)[5]) {
-  return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 |
-         uint32_t(uint8_t(s[2])) << 16 | uint32_t(uint8_t(s[3])) << 24;
+  return uint32_t(uint8_t(s[0])) | uint32_t(uint8_t(s[1])) << 8 | uint32_t(uint8_t(s[2])) << 16 |
+         uint32_t(uint8_t(s[3])) << 24;
 }
 
 // Where a tag may appear. A table entry may allow several places.
@@ -42,7 +42,7 @@ constexpr int64_t kVariableSize = -1;
 struct TagSpec {
   uint32_t code;
   const char* name;
-  uint8_t places;      // TagPlace bits
+  uint8_t places;  // TagPlace bits
   TagKind kind;
   int64_t fixed_size;  // payload size, or kVariableSize
   bool u32_length;     // payload length stored as u32 (else u16)
@@ -67,7 +67,8 @@ inline constexpr TagSpec kTagTable[kTagCount] = {
     {fourcc("LAYR"), "LAYR", kFunctionList, TagKind::kRaw, kVariableSize, false, "render target array index type"},
     {fourcc("RLST"), "RLST", kHeaderExtension, TagKind::kSectionRef, 16, false, "reflection list section"},
     {fourcc("HSRC"), "HSRC", kHeaderExtension, TagKind::kSectionRef, 16, false, "embedded source section"},
-    {fourcc("HSRD"), "HSRD", kHeaderExtension, TagKind::kSectionRef, 16, false, "embedded source section with working dir"},
+    {fourcc("HSRD"), "HSRD", kHeaderExtension, TagKind::kSectionRef, 16, false,
+     "embedded source section with working dir"},
     {fourcc("HDYN"), "HDYN", kHeaderExtension, TagKind::kSectionRef, 16, false, "dynamic header section"},
     {fourcc("UUID"), "UUID", kHeaderExtension, TagKind::kUuid, 16, false, "library UUID"},
     {fourcc("SLST"), "SLST", kHeaderExtension, TagKind::kRaw, kVariableSize, false, "script list"},
@@ -84,8 +85,6 @@ inline constexpr TagSpec kTagTable[kTagCount] = {
     {fourcc("SBUF"), "SBUF", kReflectionList, TagKind::kRaw, kVariableSize, true, "source buffer"},
     {fourcc("SARC"), "SARC", kReflectionList, TagKind::kRaw, kVariableSize, true, "source archive"},
 };
-
-
 
 // nullptr for a tag the table does not know. Linear, with the per-function tags first:
 // a typical lookup ends within a few comparisons.

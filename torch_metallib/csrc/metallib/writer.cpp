@@ -53,17 +53,14 @@ Layout plan(const Container& c, std::vector<std::string_view>& reflections) {
 
 // The function-list tags with computed payloads substituted; `storage` owns them (a
 // deque: growing it never moves the strings earlier payload views point into).
-std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layout,
-                               std::deque<std::string>& storage) {
+std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layout, std::deque<std::string>& storage) {
   const Function& f = c.functions[i];
   std::vector<Tag> tags = decode_tags(f.tags, f.tags_offset);
   for (Tag& tag : tags) {
     const TagSpec* spec = find_tag(tag.code);
     if (spec == nullptr || (spec->places & kFunctionList) == 0) continue;
     switch (spec->kind) {
-      case TagKind::kHash:
-        tag.payload = f.hash;
-        break;
+      case TagKind::kHash: tag.payload = f.hash; break;
       case TagKind::kOffsets:
         storage.push_back(le_bytes(layout.public_offsets[i]) + le_bytes(layout.private_offsets[i]) +
                           le_bytes(layout.module_offsets[i]));
@@ -77,8 +74,7 @@ std::vector<Tag> function_tags(const Container& c, size_t i, const Layout& layou
         storage.push_back(le_bytes(layout.reflection_offsets[i]));
         tag.payload = view(storage.back());
         break;
-      default:
-        break;
+      default: break;
     }
   }
   return tags;
@@ -117,8 +113,7 @@ std::string write_container(const Container& c) {
   }
   std::vector<std::string_view> trailing_bytes;
   for (const TrailingSection& section : c.trailing) {
-    trailing_bytes.push_back(section.code == kTagReflectionList ? view(reflection_list)
-                                                                : section.bytes);
+    trailing_bytes.push_back(section.code == kTagReflectionList ? view(reflection_list) : section.bytes);
   }
 
   uint64_t extension_size = c.has_extension ? tag_group_size(c.extension) : 0;

@@ -25,8 +25,8 @@ std::string reencoded_argument_buffer(id<MTLComputeCommandEncoder> encoder, cons
     }
     const uint64_t address = buffer.gpuAddress + uint64_t(slot.tensor.storage_offset()) * slot.tensor.itemsize();
     std::memcpy(out.data() + slot.offset, &address, sizeof(address));
-    [encoder useResource:buffer usage:slot.writable ? (MTLResourceUsageRead | MTLResourceUsageWrite)
-                                                    : MTLResourceUsageRead];
+    [encoder useResource:buffer
+                   usage:slot.writable ? (MTLResourceUsageRead | MTLResourceUsageWrite) : MTLResourceUsageRead];
   }
   return out;
 }
@@ -51,7 +51,8 @@ std::vector<id<MTLBuffer>> encode_commands(id<MTLComputeCommandEncoder> encoder,
       [encoder setBytes:data length:NSUInteger(bytes.length) atIndex:NSUInteger(bytes.index)];
       continue;
     }
-    id<MTLBuffer> copy = [device newBufferWithBytes:data length:NSUInteger(bytes.length)
+    id<MTLBuffer> copy = [device newBufferWithBytes:data
+                                             length:NSUInteger(bytes.length)
                                             options:MTLResourceStorageModeShared];
     [encoder setBuffer:copy offset:0 atIndex:NSUInteger(bytes.index)];
     copies.push_back(copy);

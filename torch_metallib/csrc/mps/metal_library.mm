@@ -20,16 +20,19 @@ namespace {
 MTLDataType data_type(const dispatch::MetalType& type) {
   using dispatch::ScalarKind;
   switch (type.kind) {
-    case ScalarKind::Bool:
-      return MTLDataTypeBool;
+    case ScalarKind::Bool: return MTLDataTypeBool;
     case ScalarKind::Float:
       return type.element_bytes == 4 ? MTLDataTypeFloat : type.name == "bfloat" ? MTLDataTypeBFloat : MTLDataTypeHalf;
     case ScalarKind::Signed:
-      return type.element_bytes == 1 ? MTLDataTypeChar : type.element_bytes == 2 ? MTLDataTypeShort
-           : type.element_bytes == 4 ? MTLDataTypeInt : MTLDataTypeLong;
+      return type.element_bytes == 1   ? MTLDataTypeChar
+             : type.element_bytes == 2 ? MTLDataTypeShort
+             : type.element_bytes == 4 ? MTLDataTypeInt
+                                       : MTLDataTypeLong;
     case ScalarKind::Unsigned:
-      return type.element_bytes == 1 ? MTLDataTypeUChar : type.element_bytes == 2 ? MTLDataTypeUShort
-           : type.element_bytes == 4 ? MTLDataTypeUInt : MTLDataTypeULong;
+      return type.element_bytes == 1   ? MTLDataTypeUChar
+             : type.element_bytes == 2 ? MTLDataTypeUShort
+             : type.element_bytes == 4 ? MTLDataTypeUInt
+                                       : MTLDataTypeULong;
   }
   return MTLDataTypeNone;
 }
@@ -56,14 +59,15 @@ std::string size_text(const uint32_t size[3]) {
 
 struct MetalLibrary::State {
   std::shared_ptr<const void> owner;
-  id<MTLDevice> device = nil;     // torch's; not ours to release
+  id<MTLDevice> device = nil;  // torch's; not ours to release
   dispatch_data_t data = nullptr;
   id<MTLLibrary> library = nil;
-  mutable std::mutex mutex;       // guards pipelines and built
+  mutable std::mutex mutex;  // guards pipelines and built
   std::map<std::string, id<MTLComputePipelineState>> pipelines;
   int64_t built = 0;
 
-  id<MTLComputePipelineState> pipeline(const std::string& function, const std::vector<dispatch::ConstantValue>& constants);
+  id<MTLComputePipelineState> pipeline(const std::string& function,
+                                       const std::vector<dispatch::ConstantValue>& constants);
 
   ~State() {
     for (auto& entry : pipelines) [entry.second release];
@@ -77,20 +81,21 @@ MetalLibrary::MetalLibrary(std::shared_ptr<const void> owner, const void* bytes,
   state_->owner = std::move(owner);
   state_->device = current_device();
   // A no-op destructor: the bytes are `owner`'s, read in place.
-  state_->data = dispatch_data_create(bytes, length, nullptr, ^{});
+  state_->data = dispatch_data_create(bytes, length, nullptr,
+                                      ^{
+                                      });
   NSError* error = nil;
   state_->library = [state_->device newLibraryWithData:state_->data error:&error];
   if (state_->library == nil) {
-    throw dispatch::UnsupportedCall("the Metal device refused the library (" + std::to_string(length) +
-                                    " bytes): " + describe(error) +
-                                    ". Check that it was built for this macOS and GPU family");
+    throw dispatch::UnsupportedCall("the Metal device refused the library (" + std::to_string(length) + " bytes): " +
+                                    describe(error) + ". Check that it was built for this macOS and GPU family");
   }
 }
 
 MetalLibrary::~MetalLibrary() = default;
 
 id<MTLComputePipelineState> MetalLibrary::State::pipeline(const std::string& function,
-                                                         const std::vector<dispatch::ConstantValue>& constants) {
+                                                          const std::vector<dispatch::ConstantValue>& constants) {
   const std::string key = pipeline_key(function, constants);
   // Built under the lock, so each (function, constants) is compiled once even when several
   // threads ask at the same time; pipelines of other keys wait (compiles are rare).
@@ -123,7 +128,8 @@ id<MTLComputePipelineState> MetalLibrary::State::pipeline(const std::string& fun
   return pipeline;
 }
 
-PipelineLimits MetalLibrary::limits(const std::string& function, const std::vector<dispatch::ConstantValue>& constants) {
+PipelineLimits MetalLibrary::limits(const std::string& function,
+                                    const std::vector<dispatch::ConstantValue>& constants) {
   id<MTLComputePipelineState> pipeline = state_->pipeline(function, constants);
   return {int64_t(pipeline.maxTotalThreadsPerThreadgroup), int64_t(pipeline.threadExecutionWidth),
           int64_t(pipeline.staticThreadgroupMemoryLength)};
@@ -149,9 +155,8 @@ void MetalLibrary::run(const dispatch::CommandList& commands) {
   }
   std::vector<id<MTLBuffer>> copies;
   id<MTLDevice> device = state_->device;
-  encode_on_current_stream([&](id<MTLComputeCommandEncoder> encoder) {
-    copies = encode_commands(encoder, pipeline, device, commands);
-  });
+  encode_on_current_stream(
+      [&](id<MTLComputeCommandEncoder> encoder) { copies = encode_commands(encoder, pipeline, device, commands); });
   for (id<MTLBuffer> copy : copies) release_when_completed(copy);
 }
 

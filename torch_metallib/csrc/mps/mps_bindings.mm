@@ -32,24 +32,30 @@ void register_metal_backend(py::module_& m) {
              return std::make_shared<MetalLibrary>(owner, info.ptr, size_t(info.size) * size_t(info.itemsize));
            }),
            py::arg("data"))
-      .def("limits", [](MetalLibrary& library, const dispatch::Plan& plan) {
-             const dispatch::CommandList& commands = commands_of(plan);
-             PipelineLimits limits;
-             {
-               py::gil_scoped_release release;
-               limits = library.limits(commands.function, commands.constants);
-             }
-             py::dict out;
-             out["max_total_threads_per_threadgroup"] = limits.max_total_threads;
-             out["thread_execution_width"] = limits.execution_width;
-             out["static_threadgroup_memory_length"] = limits.static_threadgroup_memory;
-             return out;
-           }, py::arg("plan"), "The pipeline's limits for the plan's function and constant values")
-      .def("run", [](MetalLibrary& library, const dispatch::Plan& plan) {
-             const dispatch::CommandList& commands = commands_of(plan);
-             py::gil_scoped_release release;
-             library.run(commands);
-           }, py::arg("plan"), "Encodes the plan's command list into the current MPS stream")
+      .def(
+          "limits",
+          [](MetalLibrary& library, const dispatch::Plan& plan) {
+            const dispatch::CommandList& commands = commands_of(plan);
+            PipelineLimits limits;
+            {
+              py::gil_scoped_release release;
+              limits = library.limits(commands.function, commands.constants);
+            }
+            py::dict out;
+            out["max_total_threads_per_threadgroup"] = limits.max_total_threads;
+            out["thread_execution_width"] = limits.execution_width;
+            out["static_threadgroup_memory_length"] = limits.static_threadgroup_memory;
+            return out;
+          },
+          py::arg("plan"), "The pipeline's limits for the plan's function and constant values")
+      .def(
+          "run",
+          [](MetalLibrary& library, const dispatch::Plan& plan) {
+            const dispatch::CommandList& commands = commands_of(plan);
+            py::gil_scoped_release release;
+            library.run(commands);
+          },
+          py::arg("plan"), "Encodes the plan's command list into the current MPS stream")
       .def_property_readonly("pipelines_built", &MetalLibrary::pipelines_built);
 }
 

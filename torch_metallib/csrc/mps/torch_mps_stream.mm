@@ -12,9 +12,7 @@
 
 namespace torch_metallib::mps {
 
-id<MTLDevice> current_device() {
-  return at::mps::MPSDevice::getInstance()->device();
-}
+id<MTLDevice> current_device() { return at::mps::MPSDevice::getInstance()->device(); }
 
 id<MTLBuffer> tensor_buffer(const at::Tensor& tensor) {
   return (id<MTLBuffer>)const_cast<void*>(tensor.storage().data());

@@ -43,13 +43,15 @@ Number number_of(const c10::IValue& value) {
 
 std::string dtype_list(const OpSpec& spec) {
   std::string names;
-  for (const auto& kernel : spec.kernels) names += (names.empty() ? "" : ", ") + dispatch::torch_dtype_name(kernel->dtype);
+  for (const auto& kernel : spec.kernels)
+    names += (names.empty() ? "" : ", ") + dispatch::torch_dtype_name(kernel->dtype);
   return names;
 }
 
 // The compiled entry for `constants`, compiling through Python on first use.
-const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const std::vector<dispatch::ConstantValue>& constants,
-                           bool cooperative, bool lanes, size_t copies) {
+const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel,
+                                  const std::vector<dispatch::ConstantValue>& constants, bool cooperative, bool lanes,
+                                  size_t copies) {
   {
     std::lock_guard<std::mutex> lock(kernel.mutex);
     for (const CompiledEntry& entry : kernel.compiled) {
@@ -87,7 +89,8 @@ dispatch::CallValue packed_value(const ArgumentSource& source, c10::ArrayRef<c10
                                            : Number::of(field.rule.evaluate(arguments, names));
     const dispatch::PackProblem problem = dispatch::pack_number(*field.type, number, out + field.offset);
     if (problem != dispatch::PackProblem::None) {
-      const std::string from = field.input >= 0 ? "argument '" + names[size_t(field.input)] + "'" : "rule " + field.rule.text;
+      const std::string from =
+          field.input >= 0 ? "argument '" + names[size_t(field.input)] + "'" : "rule " + field.rule.text;
       throw ArgumentError(kspec.name() + ": " + field.path + " (" + field.type->name + "): expected " +
                           dispatch::wanted(*field.type) + ", got " +
                           dispatch::found(problem, dispatch::number_text(number)) + ", from " + from +
@@ -103,7 +106,8 @@ void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
   bool parallel = schedule.mode == "parallel", permuted = schedule.mode == "permuted";
   bool cooperative = kernel.cooperative || permuted;  // permuted runs need every thread as a coroutine
   size_t copies = kernel.serial && parallel ? size_t(at::get_num_threads()) : 1;
-  const CompiledEntry& entry = compiled_for(spec, kernel, plan.constants, cooperative, cooperative && !permuted, copies);
+  const CompiledEntry& entry =
+      compiled_for(spec, kernel, plan.constants, cooperative, cooperative && !permuted, copies);
   if (entry.lanes) {
     cpu::launch_lanes(plan, entry.launchers, entry.serial, kernel.spec->name(),
                       cpu::Schedule{parallel, false, schedule.seed, /*strict_barriers=*/!parallel});
@@ -134,7 +138,9 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
   // Registered for CPU, MPS and CUDA: the key it was dispatched for picks the backend (the
   // GPUs' through the Python backend seam).
   const c10::DispatchKey dispatched = keys.highestPriorityTypeId();
-  const char* gpu = dispatched == c10::DispatchKey::MPS ? "mps" : dispatched == c10::DispatchKey::CUDA ? "cuda" : nullptr;
+  const char* gpu = dispatched == c10::DispatchKey::MPS    ? "mps"
+                    : dispatched == c10::DispatchKey::CUDA ? "cuda"
+                                                           : nullptr;
   std::vector<at::Tensor> outputs;
   try {
     std::vector<c10::IValue> arguments(stack->end() - long(count), stack->end());
@@ -178,11 +184,13 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
       } else {
         for (const SizeRule& extent : rule.shape) {
           int64_t size = extent.evaluate(arguments, spec.argument_names);
-          if (size < 0) throw DispatchFailure("output shape: " + extent.text + " is " + std::to_string(size) + ", below 0");
+          if (size < 0)
+            throw DispatchFailure("output shape: " + extent.text + " is " + std::to_string(size) + ", below 0");
           shape.push_back(size);
         }
       }
-      c10::ScalarType dtype = rule.dtype_like >= 0 ? arguments[size_t(rule.dtype_like)].toTensor().scalar_type() : rule.dtype;
+      c10::ScalarType dtype =
+          rule.dtype_like >= 0 ? arguments[size_t(rule.dtype_like)].toTensor().scalar_type() : rule.dtype;
       if (rule.mutated < 0) {
         outputs.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).device(device)));
         continue;
@@ -224,7 +232,8 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
     bool empty = std::any_of(call.threads.begin(), call.threads.end(), [](int64_t t) { return t == 0; });
     for (const ConstantSource& c : kernel->constants) {
       call.constants.emplace_back(c.slot, c.input >= 0 ? number_of(arguments[size_t(c.input)])
-                                          : c.is_rule ? Number::of(c.rule.evaluate(arguments, spec.argument_names)) : c.number);
+                                          : c.is_rule  ? Number::of(c.rule.evaluate(arguments, spec.argument_names))
+                                                       : c.number);
     }
     for (const auto& [binding, rule] : kernel->threadgroup) {
       call.threadgroup_memory.emplace_back(binding, rule.evaluate(arguments, spec.argument_names));

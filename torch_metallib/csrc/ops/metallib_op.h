@@ -33,10 +33,10 @@ struct PackedField {
 // Where one kernel argument's value comes from.
 struct ArgumentSource {
   enum class Kind { Input, Output, Rule, Number, Packed } kind = Kind::Input;
-  int position = 0;        // the kernel argument's IR parameter
-  int index = 0;           // Input: schema argument; Output: returned tensor
-  SizeRule rule;           // Rule
-  dispatch::Number number; // Number: fixed when registering
+  int position = 0;         // the kernel argument's IR parameter
+  int index = 0;            // Input: schema argument; Output: returned tensor
+  SizeRule rule;            // Rule
+  dispatch::Number number;  // Number: fixed when registering
   // Packed (ops.struct, an array's tuple): the bytes with what is fixed already packed,
   // and the fields each call packs into a copy of them.
   std::vector<uint8_t> packed;
@@ -88,14 +88,14 @@ struct DtypeKernel {
 
 // Hidden like pybind11's own types: it holds a Python object (and so does MetallibKernel).
 struct __attribute__((visibility("hidden"))) OpSpec {
-  std::string name;                        // "mylib::softmax"
-  std::vector<std::string> argument_names; // schema order
-  std::vector<bool> argument_mutable;      // Tensor(a!)
+  std::string name;                         // "mylib::softmax"
+  std::vector<std::string> argument_names;  // schema order
+  std::vector<bool> argument_mutable;       // Tensor(a!)
   int dispatch_argument = 0;
   std::vector<std::unique_ptr<DtypeKernel>> kernels;
-  std::vector<OutputRule> outputs;         // returned tensors and mutated-argument checks, schema order
+  std::vector<OutputRule> outputs;  // returned tensors and mutated-argument checks, schema order
   std::vector<SizeRule> threads;
-  std::vector<SizeRule> group;             // empty: the binding plan's default
+  std::vector<SizeRule> group;  // empty: the binding plan's default
   // (kernel index, constants tuple, cooperative, copies) -> (launchers, serial)
   pybind11::object compile;
   // (kernel index, plan, device type) -> None: a call dispatched for a device whose backend

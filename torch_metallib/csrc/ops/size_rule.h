@@ -21,7 +21,19 @@ enum class RuleOp : int {
   Dim = 4,       // of argument a
   Argument = 5,  // the int or bool argument a
   Present = 6,   // 1 if optional argument a is given, else 0
-  Add = 10, Sub, Mul, FloorDiv, Mod, Min, Max, Eq, Ne, Lt, Le, Gt, Ge,
+  Add = 10,
+  Sub,
+  Mul,
+  FloorDiv,
+  Mod,
+  Min,
+  Max,
+  Eq,
+  Ne,
+  Lt,
+  Le,
+  Gt,
+  Ge,
 };
 
 struct RuleToken {

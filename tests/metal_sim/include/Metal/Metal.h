@@ -108,4 +108,4 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 #ifdef __cplusplus
 extern "C"
 #endif
-id<MTLDevice> MTLCreateSystemDefaultDevice(void);
+    id<MTLDevice> MTLCreateSystemDefaultDevice(void);

@@ -14,7 +14,8 @@ typedef void (^dispatch_block_t)(void);
 #ifdef __cplusplus
 extern "C" {
 #endif
-dispatch_data_t dispatch_data_create(const void* buffer, size_t size, dispatch_queue_t queue, dispatch_block_t destructor);
+dispatch_data_t dispatch_data_create(const void* buffer, size_t size, dispatch_queue_t queue,
+                                     dispatch_block_t destructor);
 void dispatch_release(dispatch_object_t object);
 void dispatch_sync(dispatch_queue_t queue, dispatch_block_t block);
 #ifdef __cplusplus

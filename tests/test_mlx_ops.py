@@ -226,7 +226,7 @@ def test_rope(defined, dtype, traditional, offset):
     positions = start + torch.arange(t, dtype=torch.float64)
     reference, x1, x2, theta = _rope_reference(x.double(), positions, base, 0.5, traditional)
     pair, half = _rope_bound(x1, x2, theta, base, dtype, traditional)
-    _assert_close(y, reference, pair + half * reference.abs() + _floor(dtype), f"rope {dtype} {offset}")
+    _assert_close(y, reference, pair + half * reference.abs() + _floor(dtype), f"rope {dtype} {offset} traditional={traditional}")
 
 
 @dtypes
@@ -313,16 +313,21 @@ def _attention_reference(q, k, v, scale, causal):
 
 
 def _attention_bound(q, k, v, scale, reference, dtype):
-    """The kernel computes in float32: each score, a dot of D products, is off by about
-    (D + 2) E32 times the largest |score| could be (scale |q| . |k|); the running max and
-    sum over N keys add N E32; exp a few. Softmax weights are then off relatively by up to
-    twice that, so the output moves by (at most) 4 delta max|v|, plus the rounding into T."""
+    """The kernel computes in float32 (sdpa_vector.h): each of a SIMD-group's 32 lanes holds
+    D/32 elements of q (pre-scaled) and of a key, and their partial dots meet in a simd_sum
+    (5 levels), so a score is off by Delta = (D/32 + 7) E32 times the largest scale |q|.|k|,
+    and exp and the max subtraction add a few E32. Weights p_j perturbed by exp(delta_j)
+    move the output by at most 2 Delta max|v|. Each SIMD-group then sums its N/32 keys'
+    p_j v_j one after the other (rescaled as the running max grows) and the 32 groups'
+    sums meet through threadgroup memory and simd_sum: (N/32 + 14) E32 relative to
+    max|v|. One rounding into T."""
     gqa = q.shape[1] // k.shape[1]
     kd = k.double().repeat_interleave(gqa, 1)
     score_abs = scale * float((q.double().abs() @ kd.abs().transpose(-1, -2)).max())
     n, d = k.shape[-2], q.shape[-1]
-    delta = (d + 2) * E32 * score_abs + n * E32 + 16 * E32
-    return 4 * delta * float(v.double().abs().max()) + _half_ulp(dtype) * reference.abs() + _floor(dtype)
+    delta = (d / 32 + 7) * E32 * score_abs + 4 * E32
+    v_max = float(v.double().abs().max())
+    return (2 * delta + (n / 32 + 14) * E32) * v_max + _half_ulp(dtype) * reference.abs() + _floor(dtype)
 
 
 @dtypes

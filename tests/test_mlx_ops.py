@@ -68,7 +68,8 @@ def _assert_close(actual, reference, bound, what):
     ratio = error / bound
     worst = int(ratio.flatten().argmax())
     assert bool((error <= bound).all()), (
-        f"{what}: element {worst} is {actual.flatten()[worst].item()!r}, reference {reference.flatten()[worst].item()!r}: "
+        f"{what}: element {worst} is {actual.flatten()[worst].item()!r}, "
+        f"reference {reference.flatten()[worst].item()!r}: "
         f"error {error.flatten()[worst].item():.3g} exceeds the bound {bound.flatten()[worst].item():.3g} "
         f"({ratio.flatten()[worst].item():.2f}x)")
 
@@ -226,7 +227,8 @@ def test_rope(defined, dtype, traditional, offset):
     positions = start + torch.arange(t, dtype=torch.float64)
     reference, x1, x2, theta = _rope_reference(x.double(), positions, base, 0.5, traditional)
     pair, half = _rope_bound(x1, x2, theta, base, dtype, traditional)
-    _assert_close(y, reference, pair + half * reference.abs() + _floor(dtype), f"rope {dtype} {offset} traditional={traditional}")
+    _assert_close(y, reference, pair + half * reference.abs() + _floor(dtype),
+                  f"rope {dtype} {offset} traditional={traditional}")
 
 
 @dtypes

@@ -7,8 +7,6 @@ the backward sums over the rows in torch (as MLX's host code does); layer norm's
 gradient is the sum of g over the rows.
 """
 
-import torch
-
 from .. import ops
 from ._launch import FLOATS, row_launch, row_limits, rows
 

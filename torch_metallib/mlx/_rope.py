@@ -12,8 +12,6 @@ rules are integers, so the operator takes them as a 3-element int64 tensor the w
 (torch_metallib.mlx.rope) makes.
 """
 
-import torch
-
 from .. import ops
 from ._launch import FLOATS
 

@@ -11,6 +11,9 @@ the magnitudes the error scales with, plus half an ulp of T for the final roundi
 ulp where the kernel rounds twice, as the norms do before multiplying by the weight)."""
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -390,6 +393,44 @@ def test_one_graph_through_norm_rope_attention_and_softmax(defined):
     assert torch.equal(compiled(x, w, k, v), block(x, w, k, v))   # the same kernels run
     explained = torch._dynamo.explain(block)(x, w, k, v)
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+@pytest.mark.usefixtures("fresh_dynamo")
+def test_dynamic_shapes_compile_once_for_every_sequence_length(defined):
+    def f(x, w):
+        return mlx.rope(mlx.rms_norm(x, w, EPS), 3)
+
+    compiled = torch.compile(f, fullgraph=True, dynamic=True)
+    w = _data((64,), seed=74)
+    for t in (3, 5, 8):
+        x = _data((1, 2, t, 64), seed=75 + t)
+        assert torch.equal(compiled(x, w), f(x, w)), t
+
+
+_FIRST_USE_CHILD = """
+import sys, torch
+from torch_metallib import mlx
+def f(x, w):
+    return mlx.rms_norm(x, w, 1e-5)
+x, w = torch.randn(2, 64), torch.randn(64)
+try:
+    torch.compile(f, fullgraph=True)(x, w)
+except Exception as error:
+    print("refused" if "call torch_metallib.mlx.load()" in str(error) else "other: " + str(error)[-500:])
+torch._dynamo.reset()
+mlx.load(sys.argv[1])
+print("compiled" if torch.equal(torch.compile(f, fullgraph=True)(x, w), f(x, w)) else "differs")
+"""
+
+
+def test_first_use_while_compiling_says_to_load_first(mlx_path):
+    """Defining operators cannot happen inside a traced graph: a first use under
+    torch.compile(fullgraph=True) is refused with a message naming load(); after load()
+    the same function compiles. In a child process, where nothing is defined yet."""
+    child = subprocess.run([sys.executable, "-c", _FIRST_USE_CHILD, mlx_path], capture_output=True, text=True,
+                           cwd=os.path.dirname(__file__), timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.split() == ["refused", "compiled"], child.stdout
 
 
 # --- opcheck -------------------------------------------------------------------------------

@@ -57,7 +57,9 @@ def rope(x: torch.Tensor, offset: Union[int, torch.Tensor] = 0, *, base: float =
     Hugging Face port does."""
     batch = x.shape[0]
     if isinstance(offset, torch.Tensor):
-        offsets = offset.to(torch.int32).reshape(-1).expand(batch) if offset.numel() == 1 else offset
+        offsets = offset.to(device=x.device, dtype=torch.int32).reshape(-1)
+        if offsets.numel() == 1:
+            offsets = offsets.expand(batch)
     else:
         offsets = torch.full((batch,), offset, dtype=torch.int32, device=x.device)
     t, d = x.shape[-2], x.shape[-1]

@@ -358,6 +358,37 @@ def test_attention_head_dimensions_without_a_kernel_are_refused(defined):
         defined["sdpa_vector_64_64"](q, k, k, 0.1, False)
 
 
+# --- variants and edge cases ----------------------------------------------------------------
+
+def test_looped_kernels_take_short_rows_too(defined):
+    """The functions switch to the looped kernels above 4,096 elements, as MLX does; the
+    looped operators take any row, and agree with the block ones (float32, 100 elements)."""
+    x, w = _data((3, 100), seed=90), _data((100,), seed=91)
+    # Each is within its float32 bound of the exact result (the tests above): their
+    # difference within twice that, relative to what the error scales with (layer norm's
+    # output can cancel against its bias, so its scale is the forward test's).
+    _, layer_norm_scale, _, _ = _layer_norm_scales(x.double(), w.double())
+    for name, args in [("rms_norm", (x, w, EPS)), ("layer_norm", (x, w, w, EPS)), ("softmax", (x,)),
+                       ("logsumexp", (x,))]:
+        block, looped = defined[name](*args), defined[name + "_looped"](*args)
+        scale = layer_norm_scale + w.double().abs() if name == "layer_norm" else block.double().abs()
+        _assert_close(looped, block.double(), 2 * (_sum_part(100) + E32) * scale + 1e-30,
+                      f"{name}_looped against {name}")
+
+
+def test_empty_inputs_give_empty_outputs(defined):
+    w = torch.ones(8)
+    assert mlx.rms_norm(torch.zeros(0, 8), w).shape == (0, 8)
+    assert mlx.layer_norm(torch.zeros(2, 0, 8), w, w).shape == (2, 0, 8)
+    assert mlx.softmax(torch.zeros(0, 8)).shape == (0, 8)
+    assert mlx.logsumexp(torch.zeros(3, 0, 8)).shape == (3, 0)
+    assert mlx.rope(torch.zeros(0, 2, 3, 8)).shape == (0, 2, 3, 8)
+    q, k = torch.zeros(1, 2, 0, 64), torch.zeros(1, 2, 3, 64)
+    assert mlx.scaled_dot_product_attention(q, k, k).shape == (1, 2, 0, 64)
+    with pytest.raises(tm.KernelArgumentError, match=r"expected size\(x, -1\) >= 1, got 0"):
+        mlx.softmax(torch.zeros(2, 0))
+
+
 # --- preconditions -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])

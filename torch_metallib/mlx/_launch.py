@@ -29,7 +29,8 @@ def row_launch(name: str, looped: bool) -> dict:
 
 
 def row_limits(name: str, looped: bool) -> list:
-    """The block kernels hold a row in one threadgroup (n <= 4096); the looped ones take
-    any row, and MLX uses them above that."""
+    """Rows the kernels handle: the block kernels hold a row in one threadgroup (n <= 4096);
+    the looped ones take any row (MLX uses them above 4096). An empty row has no
+    threadgroup to run."""
     size = ops.size(name, -1)
-    return [size > LOOPED_LIMIT] if looped else [size >= 1, size <= LOOPED_LIMIT]
+    return [size >= 1] if looped else [size >= 1, size <= LOOPED_LIMIT]

@@ -69,22 +69,21 @@ def assert_same(name: str, cpu: torch.Tensor, other: torch.Tensor) -> None:
 def mirrored_calls(device: str):
     """While active, each kernel call also runs on `device`; yields the list of mirrored
     kernel names (a test asserts it is not empty)."""
-    original = function_module.call
+    kernel_function = function_module.KernelFunction
+    original = kernel_function.__call__
     names = []
 
-    def call(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked=None,
-             storage_bounds=None):
+    def call(function, *args, **kwargs):
         mirror = _Mirror(device)
         other_args, other_kwargs = mirror.value(args), mirror.value(kwargs)
-        original(function, args, kwargs, threads, group_size, constants, threadgroup_memory, checked, storage_bounds)
-        original(function, other_args, other_kwargs, threads, group_size, constants, threadgroup_memory, checked,
-                 storage_bounds)
+        original(function, *args, **kwargs)
+        original(function, *other_args, **other_kwargs)
         for cpu, other in zip(_tensors((args, kwargs)), _tensors((other_args, other_kwargs))):
             assert_same(function.name, cpu, other)
         names.append(function.name)
 
-    function_module.call = call
+    kernel_function.__call__ = call
     try:
         yield names
     finally:
-        function_module.call = original
+        kernel_function.__call__ = original

@@ -136,3 +136,17 @@ def test_the_import_parser_sees_every_way_to_reach_the_other_backend():
     assert {"torch_metallib.backends.cpu.jit", "torch_metallib.backends.cpu", "torch_metallib.air",
             "torch_metallib.backends.cpu.lowering"} <= found
     assert sum(_within(module, "torch_metallib.backends.cpu") for module in found) == 3
+
+
+PYTHON_HEADERS = ("pybind11/", "Python.h", "torch/csrc/", "torch/extension.h", "bindings/")
+
+
+@pytest.mark.parametrize("folder", ["dispatch", "cpu", "cuda"])
+def test_the_native_core_includes_no_python(folder):
+    """Python values are read in csrc/bindings only: the binding plan and the backends'
+    native code take plain values, so they run (and can be tested) without an interpreter."""
+    csrc = Path(tm.__file__).parent / "csrc" / folder
+    found = [f"{path.name}: {line.strip()}" for path in sorted(csrc.iterdir()) if path.suffix in (".h", ".cpp")
+             for line in path.read_text().splitlines()
+             if line.startswith("#include") and any(header in line for header in PYTHON_HEADERS)]
+    assert found == []

@@ -81,3 +81,97 @@ def test_each_constant_value_has_its_launcher(fixtures_lib):
             kernel(x, out, constants={"use_bias": False, "alpha": alpha})
             assert torch.equal(out, alpha * x + 0.0), alpha
     assert len(_launchers(kernel)) == len(ALPHAS)
+
+
+# --- CUDA: the same launches as the Python path, from the command list -----------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_calls_run_natively_and_match_torch(add):
+    for n, group in ((16, None), (1000, None), (1000, 96), (70000, None), (3, None)):
+        a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        c = torch.full((n,), float("nan"), device="cuda")
+        add(a, b, c, group_size=group)
+        assert torch.equal(c, a + b), (n, group)
+    assert _launchers(add).last_ran_natively
+    assert len(_launchers(add)) == 1
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_threadgroup_memory_and_edge_groups_natively(fixtures_lib):
+    kernel = fixtures_lib.threadgroup_sum_float
+    for group in (32, 64, 32, 64):  # each group size again: the second time through a launcher
+        groups = 37
+        x = torch.randint(-1000, 1000, (groups * group,)).float().cuda()
+        out = torch.full((groups + 1,), -7.0, device="cuda")
+        kernel(x, out, threads=groups * group, group_size=group, threadgroup_memory={0: group * 4})
+        assert torch.equal(out[:groups].cpu(), x.view(groups, group).sum(1).cpu()), group
+        assert out[groups].item() == -7.0
+    assert _launchers(kernel).last_ran_natively
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_calls_on_another_stream(add):
+    a = torch.randn(4096, device="cuda")
+    c = torch.empty_like(a)
+    add(a, a, c)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            add(a, a, c)
+    stream.synchronize()
+    assert torch.equal(c, a + a)
+    assert _launchers(add).last_ran_natively
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_values_reach_each_native_call(fixtures_lib):
+    """Each call's values (constant float&) are copied to the device once per content and
+    stream; a copy made for one call must never serve another's values."""
+    kernel = fixtures_lib.scale_shift_float
+    x = torch.arange(300, dtype=torch.float32, device="cuda")
+    out = torch.empty_like(x)
+    side = torch.cuda.Stream()
+    for round_ in range(3):
+        for scale, shift in ((2.0, 1.0), (0.5, -3.0), (2.0, 1.0), (-1.0, 0.25)):
+            with torch.cuda.stream(side if round_ == 1 else torch.cuda.current_stream()):
+                kernel(x, out, scale, shift)
+                assert torch.equal(out, x * scale + shift), (round_, scale, shift)
+    assert _launchers(kernel).last_ran_natively
+    assert len(_launchers(kernel)) == 1
+
+
+def test_a_backend_registered_later_gets_the_calls(add):
+    """Launchers belong to the backend that made them: one registered for their device
+    afterwards (the simulated Metal does this in tests) must see every call."""
+    from torch_metallib.dispatch import backend as seam
+
+    cpu = seam.backend_for("cpu", "")
+    a, c = torch.ones(8), torch.empty(8)
+    add(a, a, c)
+
+    class Counting(seam.Backend):
+        device_type = "cpu"
+        runs = 0
+
+        def prepare(self, function, state, constants, checked=False):
+            return cpu.prepare(function, state, constants, checked)
+
+        def run(self, function, prepared, plan):
+            Counting.runs += 1
+            cpu.run(function, prepared, plan)
+
+    seam.register_backend(Counting())
+    try:
+        add(a, a, c)
+        add(a, a, c)
+    finally:
+        seam.register_backend(cpu)
+    assert Counting.runs == 2
+    assert torch.equal(c, a + a)

@@ -43,7 +43,8 @@ def cached_wheel(version: str, cache: pathlib.Path):
     """The newest cached macOS arm64 cp311 wheel of torch `version` (e.g. "2.4"), or None."""
     wheels = [path for path in cache.glob(f"torch-{version}.*-cp311-*macosx_*_arm64.whl")
               if path.name.split("-")[1].split(".")[:2] == version.split(".")]
-    patch = lambda path: int(path.name.split("-")[1].split(".")[2].split("+")[0])
+    def patch(path):
+        return int(path.name.split("-")[1].split(".")[2].split("+")[0])
     return max(wheels, key=patch, default=None)
 
 

@@ -90,8 +90,7 @@ def _token(text: str, at: int) -> int:
             return text.index('"', at + 2) + 1
         return at + 1
     if head in "{([":
-        close = {"{": "}", "(": ")", "[": "]"}[head]
-        depth, at = 0, at
+        depth = 0
         while True:
             if text[at] in "{([":
                 depth += 1

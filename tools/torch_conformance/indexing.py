@@ -32,7 +32,7 @@ import torch
 
 from .buffers import bindable, exact, sentinel_view, untouched
 from .compare import mismatch
-from .dtypes import METAL_DTYPES, is_complex, is_integral, wide
+from .dtypes import METAL_DTYPES, is_complex, wide
 from .elementwise import NoHarness
 from .inputs import generator
 from .shape import convertible_values

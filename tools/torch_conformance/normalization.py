@@ -15,7 +15,6 @@ N_times_HxW (idx_T each), eps (float). The references are torch's ``native_group
 and ``native_group_norm_backward`` in float64, given the same (rounded) mean and rstd.
 """
 
-import math
 import re
 from typing import Optional, Tuple
 

@@ -9,7 +9,7 @@ specialization (``function_constants``, ``constant_globals``), builtins as IR va
 (``builtins``), retargeting and defining the intrinsics (``module``), integer division that
 cannot trap (``integer_division``), exact bfloat rounding (``bfloat_rounding``), private
 arrays' stray indices (``private_arrays``), convergent waits (``convergence``), and editing
-function bodies (``ir_functions``).
+reading function bodies (``ir_model``).
 
 The backends spell it for their target: ``backends/cpu/`` for the host (lane loops,
 coroutines, the runtime in ``csrc/cpu/``), ``backends/cuda/`` for NVPTX (warp shuffles,

@@ -11,9 +11,11 @@ call of an integer-only helper here. A double operand is rounded to float first.
 import re
 from typing import Dict
 
+from .ir_model import NAME
+
 __all__ = ["round_bfloat_exactly"]
 
-_FPTRUNC = re.compile(r"^(\s*%[-\w.$]+ = )fptrunc (double|float|<(\d+) x (?:float|double)>) (.+?) to "
+_FPTRUNC = re.compile(rf"^(\s*%{NAME} = )fptrunc (double|float|<(\d+) x (?:float|double)>) (.+?) to "
                       r"(bfloat|<\d+ x bfloat>)(.*)$", re.M)
 
 

@@ -12,23 +12,19 @@ import re
 from typing import Dict, List, Set
 
 from ..errors import UnsupportedKernelError
+from .ir_model import functions
 
 __all__ = ["check_constant_globals"]
 
 # `@name = ... addrspace(2) [externally_initialized] global|constant T undef|poison[, ...]`
 _UNDEFINED = re.compile(r'^@([-\w$.]+) = [^\n]*?addrspace\(2\) (?:externally_initialized )?(?:global|constant) '
                         r'([^\n]+?) (?:undef|poison)(?:,[^\n]*)?$', re.M)
-_DEFINE = re.compile(r"^define [^\n]*?@([-\w$.]+)\([^\n]*\{$", re.M)
 _NAME = re.compile(r"@([-\w$.]+)")
 
 
 def _bodies(text: str) -> Dict[str, List[str]]:
-    """Function name -> the lines of its body (LLVM prints the closing brace alone)."""
-    bodies = {}
-    for match in _DEFINE.finditer(text):
-        end = text.find("\n}\n", match.end())
-        bodies[match.group(1)] = text[match.end():end if end >= 0 else len(text)].split("\n")
-    return bodies
+    """Function name -> the lines of its body."""
+    return {found.name: found.body for found in functions(text.split("\n"))}
 
 
 def _constructor_closure(bodies: Dict[str, List[str]], constructors: List[str]) -> Set[str]:

@@ -17,7 +17,9 @@ convergent (the kernel's entry too).
 """
 
 import re
-from typing import Dict, Set
+from typing import Dict
+
+from .ir_model import callee, functions
 
 __all__ = ["mark_convergent", "WAITS"]
 
@@ -26,9 +28,7 @@ __all__ = ["mark_convergent", "WAITS"]
 # barriers, shuffles, votes and active masks. Declared convergent here or by LLVM.
 WAITS = re.compile(r"tm_rt_(?:barrier|simd_exchange|simd_stage)|tm\.lanes\.\w+|"
                    r"llvm\.nvvm\.(?:barrier\w*|bar\.[\w.]+|shfl\.[\w.]+|vote\.[\w.]+|activemask|match\.[\w.]+)")
-_DEFINE = re.compile(r"^define [^\n]*?@([-\w$.]+)\([^\n]*\{\n(.*?)^\}$", re.M | re.S)
 _DECLARE = re.compile(r"^declare [^\n]*?@([-\w$.]+)\([^\n]*$", re.M)
-_CALLEE = re.compile(r"\b(?:call|invoke|callbr)\b[^\n]*?@([-\w$.]+)\(")
 _GROUPS = re.compile(r"^attributes (#\d+) = \{([^\n]*)\}$", re.M)
 
 
@@ -56,7 +56,7 @@ def mark_convergent(text: str, nounwind: bool = False) -> str:
     declared = {m.group(1): m.group(0) for m in _DECLARE.finditer(text)}
     meets = {name for name, line in declared.items()
              if WAITS.fullmatch(name) or _has("convergent", _function_attributes(line), groups)}
-    defined = {m.group(1): (m.group(0).split("\n", 1)[0], set(_CALLEE.findall(m.group(2)))) for m in _DEFINE.finditer(text)}
+    defined = {f.name: (f.header, set(filter(None, map(callee, f.body)))) for f in functions(text.split("\n"))}
     changed = True
     while changed:  # to a fixed point: callers of functions that meet, meet
         changed = False

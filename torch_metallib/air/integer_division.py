@@ -12,9 +12,11 @@ above, deterministic, and the quotient of every other pair unchanged.
 import itertools
 import re
 
+from .ir_model import NAME
+
 __all__ = ["guard_integer_division"]
 
-_DIVISION = re.compile(r"^(\s*)(%[-\w$.]+) = (sdiv|udiv|srem|urem)( exact)? (i\d+|<\d+ x i\d+>) ([^,]+), (%[-\w$.]+)\s*$",
+_DIVISION = re.compile(rf"^(\s*)(%{NAME}) = (sdiv|udiv|srem|urem)( exact)? (i\d+|<\d+ x i\d+>) ([^,]+), (%{NAME})\s*$",
                        re.M)
 
 

@@ -13,12 +13,12 @@ dimensions and accesses through other pointer arithmetic are left as they are.
 import re
 from typing import Dict, List, Tuple
 
-from .ir_functions import edit_function_bodies
+from .ir_model import NAME, edit_function_bodies
 
 __all__ = ["clamp_private_array_indices"]
 
-_ALLOCA = re.compile(r"^(\s*(%[-\w$.]+) = alloca )\[(\d+) x (.*)\](, align \d+)?$")
-_GEP = re.compile(r"getelementptr (inbounds )?\[(\d+) x (.*?)\], ptr (%[-\w$.]+), (i\d+) 0, (i\d+) (%[-\w$.]+)")
+_ALLOCA = re.compile(rf"^(\s*(%{NAME}) = alloca )\[(\d+) x (.*)\](, align \d+)?$")
+_GEP = re.compile(rf"getelementptr (inbounds )?\[(\d+) x (.*?)\], ptr (%{NAME}), (i\d+) 0, (i\d+) (%{NAME})")
 
 
 def _clamp_function(body: List[str], counter: List[int]) -> List[str]:

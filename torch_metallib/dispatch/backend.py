@@ -13,6 +13,7 @@ imports a backend, so the import graph stays one-way.
 import abc
 from typing import Dict, Tuple
 
+from .. import _C
 from ..errors import UnsupportedDeviceError
 
 __all__ = ["Backend", "register_backend", "backend_for", "available_backends"]
@@ -63,6 +64,7 @@ _backends: Dict[str, Backend] = {}
 def register_backend(backend: Backend) -> None:
     """Makes `backend` run the calls whose tensors are on ``backend.device_type``."""
     _backends[backend.device_type] = backend
+    _C.backends_changed()  # the native launchers of the backend it replaces stop running calls
 
 
 def available_backends() -> Tuple[str, ...]:

@@ -63,6 +63,7 @@ def run_plan(function, plan, device: str, checked=None) -> None:
     prepared = backend.prepare(function, state, plan.constants, checks)
     backend.run(function, prepared, plan)
     state.launchers.forget_last()
-    launcher = backend.launcher(function, prepared, plan, checks)
-    if launcher is not None:
-        state.launchers.add(launcher)
+    if not state.launchers.covers(plan):
+        launcher = backend.launcher(function, prepared, plan, checks)
+        if launcher is not None:
+            state.launchers.add(launcher)

@@ -19,7 +19,7 @@ module's own constant and threadgroup globals (registered by ``__tm_init``).
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ...air.ir_functions import edit_function_bodies
+from ...air.ir_model import NAME, edit_functions
 
 __all__ = ["instrument_accesses", "check_definitions", "static_ranges_init"]
 
@@ -34,18 +34,18 @@ CHECK_DECLARATIONS = ["declare ptr @tm_rt_check(ptr, i64, i32, i32, i32, i32, i3
                       "!tm.check.empty = !{!9000001}", "!9000001 = !{}"]
 
 _SPACES = (1, 2, 3)
-_LOAD = re.compile(r"^(\s*%[-\w.$]+ = load (?:atomic )?(?:volatile )?)(.+?), ptr addrspace\(([123])\) (.+?)(, align \d+.*|, !.*|)$")
+_LOAD = re.compile(rf"^(\s*%{NAME} = load (?:atomic )?(?:volatile )?)(.+?), ptr addrspace\(([123])\) (.+?)(, align \d+.*|, !.*|)$")
 _STORE = re.compile(r"^(\s*store (?:atomic )?(?:volatile )?)(.+?) (\S+|<[^>]*>), ptr addrspace\(([123])\) (.+?)(, align \d+.*|, !.*|)$")
-_RMW = re.compile(r"^(\s*%[-\w.$]+ = (?:atomicrmw|cmpxchg) (?:weak )?(?:volatile )?(?:\w+ )?)ptr addrspace\(([123])\) ([^,]+)(, (\S+) .*)$")
-_ATOMIC_CALL = re.compile(r"^(\s*(?:%[-\w.$]+ = )?(?:tail )?call (\S+) @air\.atomic\.[\w.]+\()ptr addrspace\(([123])\)"
-                          r"((?: [a-z]+(?:\([^)]*\))?)*) (%[-\w.$]+)(.*)$")
-_NAME = r"(%[-\w.$]+|@[-\w.$]+|@\"[^\"]+\")"
+_RMW = re.compile(rf"^(\s*%{NAME} = (?:atomicrmw|cmpxchg) (?:weak )?(?:volatile )?(?:\w+ )?)ptr addrspace\(([123])\) ([^,]+)(, (\S+) .*)$")
+_ATOMIC_CALL = re.compile(rf"^(\s*(?:%{NAME} = )?(?:tail )?call (\S+) @air\.atomic\.[\w.]+\()ptr addrspace\(([123])\)"
+                          rf"((?: [a-z]+(?:\([^)]*\))?)*) (%{NAME})(.*)$")
+_NAME = rf"(%{NAME}|@{NAME})"
 _GEP_BASE = re.compile(r"^getelementptr (?:inbounds |nuw |nusw |inrange\(\d+, ?\d+\) )*[^,]+, ptr addrspace\(\d\) " + _NAME)
 _CAST = re.compile(r"^(?:addrspacecast|bitcast) ptr(?: addrspace\(\d\))? " + _NAME + " to ")
-_PHI_VALUES = re.compile(r"\[ (%[-\w.$]+|@[-\w.$]+|@\"[^\"]+\"|null|undef|poison), %[-\w.$\"]+ \]")
+_PHI_VALUES = re.compile(rf"\[ (%{NAME}|@{NAME}|null|undef|poison), %{NAME} \]")
 _SELECT = re.compile(r"^select [^,]+, ptr(?: addrspace\(\d\))? " + _NAME + r", ptr(?: addrspace\(\d\))? " + _NAME)
 _LOOP = -2  # an origin that depends only on itself (a pointer stepped around a loop)
-_ASSIGN = re.compile(r"^\s*(%[-\w.$]+) = (.*)$")
+_ASSIGN = re.compile(rf"^\s*(%{NAME}) = (.*)$")
 
 
 def _size(type_text: str) -> str:
@@ -107,20 +107,11 @@ class _Provenance:
         return known.pop() if len(known) == 1 else -1
 
 
-def _parameters(define_line: str) -> Dict[str, int]:
+def _parameters(function) -> Dict[str, int]:
     """Names of a definition's pointer parameters -> their positions."""
-    inside = define_line[define_line.index("(", define_line.index("@")) + 1:define_line.rindex(")")]
-    names, depth, start, position = {}, 0, 0, 0
-    parts = []
-    for i, ch in enumerate(inside):
-        depth += ch in "(<[{"
-        depth -= ch in ")>]}"
-        if ch == "," and depth == 0:
-            parts.append(inside[start:i])
-            start = i + 1
-    parts.append(inside[start:])
-    for position, part in enumerate(parts):
-        match = re.search(r"(%[-\w.$]+)\s*$", part.strip())
+    names = {}
+    for position, part in enumerate(function.parameters()):
+        match = re.search(rf"(%{NAME})\s*$", part.strip())
         if match and part.strip().startswith("ptr"):
             names[match.group(1)] = position
     return names
@@ -140,22 +131,20 @@ def instrument_accesses(text: str, kernel: str) -> Tuple[str, bool]:
     counter = [0]
     helpers_checked = [False]
     kernel_header = re.compile(rf"^define [^\n]*@{re.escape(kernel)}\(")
-    headers = iter([line for line in text.split("\n") if line.startswith("define ") and line.endswith("{")])
     statics = _statics(text)
 
-    def edit(body: List[str]) -> List[str]:
-        header = next(headers)
-        is_kernel = bool(kernel_header.match(header))
-        provenance = _Provenance(_parameters(header) if is_kernel else {}, body, statics)
+    def edit(function) -> List[str]:
+        is_kernel = bool(kernel_header.match(function.header))
+        provenance = _Provenance(_parameters(function) if is_kernel else {}, function.body, statics)
         thread = ", ".join(f"i32 {name}" for name in THREAD_PARAMETERS) if is_kernel else _NO_THREAD
         out = []
-        for line in body:
+        for line in function.body:
             checked = _instrument(line, provenance, counter, thread)
             helpers_checked[0] |= checked is not None and not is_kernel
             out += [line] if checked is None else checked
         return out
 
-    text = edit_function_bodies(text, edit)
+    text = edit_functions(text, edit)
     return _with_thread_parameters(text, kernel_header), helpers_checked[0]
 
 

@@ -24,7 +24,7 @@ It happens in two steps, because a suspension point must be in the coroutine its
 import re
 from typing import Dict, List
 
-from ...air.ir_functions import LABEL, retarget_phis
+from ...air.ir_model import LABEL, function, opcode, retarget_phis
 from ...errors import UnsupportedKernelError
 
 __all__ = ["SUSPEND", "SITE_PLACEHOLDER", "thread_entry", "split_at_suspends"]
@@ -49,7 +49,6 @@ declare void @tm.suspend()
 _MARKER = re.compile(r"^\s*(?:tail |notail )?call void @tm\.suspend\(\)")
 _EXCHANGE_SITE = re.compile(r"(@tm_rt_simd_(?:exchange|stage)\(.*), " + SITE_PLACEHOLDER + r"\)")
 _BARRIER_SITE = "@tm_rt_barrier(" + SITE_PLACEHOLDER + ")"
-_ALLOCA = re.compile(r"^\s*%[-\w$.]+ = alloca ")
 _DYNAMIC_ALLOCA = re.compile(r"= alloca [^,]+, i\d+ %")
 _STACK = re.compile(r"@llvm\.stack(save|restore)")
 
@@ -89,8 +88,8 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
     """The printed module `text`, after inlining, with every ``@tm.suspend()`` marker in
     the coroutine `entry` a suspension point, and every exchange and barrier call site numbered."""
     lines = text.split("\n")
-    start = next(i for i, line in enumerate(lines) if line.startswith("define ") and f"@{entry}(" in line)
-    end = lines.index("}", start)
+    found = function(lines, entry)
+    start, end = found.start, found.end
     outside = lines[:start] + lines[end:]
     if any(_MARKER.match(line) for line in outside):
         raise UnsupportedKernelError(
@@ -101,11 +100,11 @@ def split_at_suspends(text: str, entry: str, kernel: str) -> str:
     hoisted: List[str] = []
     moved: Dict[str, str] = {}  # block -> the block its terminator now ends
     block, suspends, sites, barriers = "entry", 0, 0, 0
-    for line in lines[start + 1:end]:
+    for line in found.body:
         label = LABEL.match(line)
         if label:
             block = label.group(1)
-        elif _ALLOCA.match(line) and block != "entry":
+        elif opcode(line) == "alloca" and block != "entry":
             if _DYNAMIC_ALLOCA.search(line):
                 raise UnsupportedKernelError(
                     f"{kernel}: allocates thread memory of a size known only at run time, which the CPU "

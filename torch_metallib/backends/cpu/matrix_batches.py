@@ -26,21 +26,18 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...air.ir_functions import LABEL, edit_function_bodies
+from ...air.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode
 from ...air.simdgroup_matrix import BATCH_PREFIX
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
 
 MAX_BATCH = 32  # products per exchange: staged in 768 bytes each, per SIMD-group and phase
 
-_PRODUCT = re.compile(r"^\s*(%[-\w$.]+) = (?:tail )?call (<64 x \w+>) "
+_PRODUCT = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (<64 x \w+>) "
                       r"@air\.simdgroup_matrix_8x8_multiply_accumulate\.([\w.]+)\((.*)\)(?: #\d+)?$")
-_DEFINES = re.compile(r'^\s*(%[-\w$.]+|%"[^"]*") = ')
-_VALUE = re.compile(r'%[-\w$.]+|%"[^"]*"')
-_OPCODE = re.compile(r"^\s*(?:%[-\w$.]+ = |%\"[^\"]*\" = )?(?:tail |notail |musttail )?(\w+)")
 _VECTOR = re.compile(r"<\d+ x \w+>")
 # A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
-_KEEPS_FRAGMENT = re.compile(r"^\s*(%[-\w$.]+) = shufflevector <64 x \w+> (%[-\w$.]+), .*<64 x i32> <i32 0, i32 1[,>]")
+_KEEPS_FRAGMENT = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
          "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
@@ -112,26 +109,25 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
     run = _Run()
     for line in lines:
         product = _PRODUCT.match(line)
-        defines = _DEFINES.match(line)
-        uses = set(_VALUE.findall(line[defines.end():] if defines else line))
+        defines = DEFINITION.match(line)
+        uses = set(LOCAL.findall(line[defines.end():] if defines else line))
         depends = bool(uses & run.results)
         if product:
             args = _arguments(product.group(4))
-            accumulator = set(_VALUE.findall(args[2])) & run.results
+            accumulator = set(LOCAL.findall(args[2])) & run.results
             source = run.fragments.get(args[2].split(" ")[-1]) if accumulator else None
-            factors_depend = bool(set(_VALUE.findall(args[0] + " " + args[1])) & run.results)
+            factors_depend = bool(set(LOCAL.findall(args[0] + " " + args[1])) & run.results)
             same = not run.products or run.products[0][2] == product.group(3)
             if factors_depend or (accumulator and source is None) or not same or len(run.products) == MAX_BATCH:
                 run.emit(out, numbers, declarations)
                 source = None
             run.add(product.group(1), product.group(2), product.group(3), args, source)
             continue
-        opcode = _OPCODE.match(line)
-        opcode = opcode.group(1) if opcode else ""
-        if depends and opcode in _PURE:
+        code = opcode(line) or ""
+        if depends and code in _PURE:
             run.defer(line, defines.group(1))
             continue
-        if depends or (opcode == "call" and not _HARMLESS_CALL.search(line)) or opcode in (
+        if depends or (code == "call" and not _HARMLESS_CALL.search(line)) or code in (
                 "br", "switch", "ret", "unreachable", "indirectbr", "resume", "invoke", "callbr"):
             run.emit(out, numbers, declarations)
         out.append(line)
@@ -141,14 +137,9 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
 
 def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
     out: List[str] = []
-    block: List[str] = []
-    for line in body:
-        if LABEL.match(line):
-            out += _batch_block(block, numbers, declarations) + [line]
-            block = []
-        else:
-            block.append(line)
-    return out + _batch_block(block, numbers, declarations)
+    for block in blocks(body).values():
+        out += ([block.label] if block.label is not None else []) + _batch_block(block.lines, numbers, declarations)
+    return out
 
 
 def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:

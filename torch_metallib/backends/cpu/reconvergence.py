@@ -20,12 +20,11 @@ import sys
 from typing import Dict, List, Set
 
 from ...air.target import SITE_ORDER
-from ...air.ir_functions import blocks, edit_function_bodies, successors
+from ...air.ir_model import CALLEE, blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 
 _EXCHANGING = re.compile(r"^define internal [^\n]*?@([-\w$.]+)\([^\n]*" + re.escape(SITE_ORDER) + r"\)", re.M)
-_CALLEE = re.compile(r"@([-\w$.]+)\(")
 _SLOTS_PER_BLOCK = 1024  # call sites numbered within a block (more share the last number)
 
 
@@ -72,8 +71,8 @@ def weak_topological_order(successors: Dict[str, List[str]], entry: str) -> List
 
 def _call_with_order(line: str, names: Set[str], order: int) -> str:
     """`line` with ``i32 order`` appended to the arguments of its call to one of `names`."""
-    match = _CALLEE.search(line)
-    if match is None or match.group(1) not in names or " call " not in f" {line[:match.start()]}":
+    match = CALLEE.search(line)
+    if match is None or match.group(1) not in names:
         return line
     depth, at = 1, match.end()
     while depth:
@@ -90,12 +89,12 @@ def _number_sites(body: List[str], names: Set[str]) -> List[str]:
     found = blocks(body)
     position = {name: index for index, name in enumerate(weak_topological_order(successors(found), next(iter(found))))}
     out: List[str] = []
-    for name, (label, block) in found.items():
-        if label is not None:
-            out.append(label)
+    for name, block in found.items():
+        if block.label is not None:
+            out.append(block.label)
         base = position.get(name, len(position)) * _SLOTS_PER_BLOCK  # unreachable blocks last
         site = 0
-        for line in block:
+        for line in block.lines:
             numbered = _call_with_order(line, names, base + site)
             if numbered is not line:
                 site = min(site + 1, _SLOTS_PER_BLOCK - 1)

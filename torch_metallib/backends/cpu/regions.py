@@ -44,9 +44,9 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
-from ...air import ir_functions
+from ...air import ir_model
 from ...air.intrinsics import SIMD_WIDTH, type_bytes
-from ...air.ir_functions import LABEL, retarget_phis
+from ...air.ir_model import LABEL, LOCAL, NAME, function, retarget_phis, substitute
 from ...air.target import MASK_OFFSET, SLOT_BYTES
 from .reconvergence import weak_topological_order
 from .target import NotLanes
@@ -61,17 +61,16 @@ MAX_COPY_ELEMENTS = 16  # ... element by element up to this length, else as one 
 assert MASK_OFFSET == SIMD_WIDTH * 64, "%tm.xphase's slots are [32 x <16 x i32>]"
 _PADS = {1: "i8", 2: "i16", 4: "i32", 8: "i64", 16: "<4 x i32>", 32: "<8 x i32>", 64: "<16 x i32>"}
 
-_NAME = re.compile(r'%([-\w$.]+|"[^"]*")')
 _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
-_EXCHANGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.exchanged\(\)")
+_EXCHANGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.exchanged\(\)")
 _RET = re.compile(r"^\s*ret void")
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.
-_STAGE = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
-_STAGED = re.compile(r"^(\s*%[-\w$.]+) = call ptr @tm\.lanes\.staged\(\)")
+_STAGE = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
+_STAGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.staged\(\)")
 _THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
-_ALLOCA = re.compile(r"^\s*(%[-\w$.]+) = alloca (.*)$")
+_ALLOCA = re.compile(rf"^\s*(%{NAME}) = alloca (.*)$")
 # Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
 # to the context may not have (and which would tie a region's buffer to the next region).
 _STACK = re.compile(r"@llvm\.(stacksave|stackrestore|lifetime\.(start|end))")
@@ -80,8 +79,8 @@ _ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
 
 
 def _function_span(lines: List[str], entry: str) -> Tuple[int, int]:
-    start = next(i for i, line in enumerate(lines) if line.startswith("define ") and f"@{entry}(" in line)
-    return start, lines.index("}", start)
+    found = function(lines, entry)
+    return found.start, found.end
 
 
 def cut_at_markers(text: str, entry: str) -> str:
@@ -113,7 +112,7 @@ def cut_at_markers(text: str, entry: str) -> str:
     return "\n".join(lines[:start + 1] + body + lines[end:])
 
 
-_ARRAY_ADDRESS = re.compile(r"^\s*(%[-\w$.]+) = getelementptr (?:inbounds )?(?:nuw )?[^,]+, ptr (%[-\w$.]+),")
+_ARRAY_ADDRESS = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:inbounds )?(?:nuw )?[^,]+, ptr (%{NAME}),")
 
 
 def _sink_array_addresses(body: List[str]) -> List[str]:
@@ -121,31 +120,30 @@ def _sink_array_addresses(body: List[str]) -> List[str]:
     it, so reg2mem keeps its index, not the address: then the allocation can be copied per
     region (build_regions), and LLVM keeps it in registers."""
     allocas = {m.group(1) for m in map(_ALLOCA.match, body) if m}
-    found = ir_functions.blocks(body)
+    found = ir_model.blocks(body)
     defined = {}
-    for name, (_, lines) in found.items():
-        for line in lines:
+    for name, block in found.items():
+        for line in block.lines:
             match = _ARRAY_ADDRESS.match(line)
             if match and match.group(2) in allocas:
                 defined[match.group(1)] = (name, line)
     out: List[str] = []
-    for name, (label, lines) in found.items():
-        if label is not None:
-            out.append(label)
+    for name, block in found.items():
+        lines = block.lines
+        if block.label is not None:
+            out.append(block.label)
         clones, renames = [], {}
-        used = {m.group(0) for l in lines if " = phi " not in l for m in _NAME.finditer(l)}
+        used = {m.group(0) for l in lines if " = phi " not in l for m in LOCAL.finditer(l)}
         for value, (home, line) in defined.items():
             if home != name and value in used:
                 renames[value] = f"{value}.in{len(out)}"
                 clones.append(line.replace(value, renames[value], 1))
-        phis = 0
-        while phis < len(lines) and " = phi " in lines[phis]:
-            phis += 1
+        phis = len(block.phis())
         for i, line in enumerate(lines):
             if i == phis:
                 out += clones
             if i >= phis and renames:
-                line = _NAME.sub(lambda m: renames.get(m.group(0), m.group(0)), line)
+                line = substitute(line, renames)
             out.append(line)
     return out
 
@@ -159,9 +157,9 @@ class _Block:
 
 
 def _blocks(body: List[str]) -> List[_Block]:
-    found = ir_functions.blocks([line for line in body if line.strip() and not line.lstrip().startswith(";")])
-    targets = ir_functions.successors(found)
-    result = [_Block(name or "entry", lines, targets[name]) for name, (_, lines) in found.items()]
+    found = ir_model.blocks([line for line in body if line.strip() and not line.lstrip().startswith(";")])
+    targets = ir_model.successors(found)
+    result = [_Block(name or "entry", block.lines, targets[name]) for name, block in found.items()]
     for b in result:
         if any(_BARRIER.match(line) or _DEPOSIT.match(line) for line in b.lines):
             b.marker = int(b.successors[0][len("tm.after."):])
@@ -256,8 +254,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         for line in b.lines:
             if _ALLOCA.match(line) or _STACK.search(line):
                 continue
-            for m in _NAME.finditer(line):
-                name = "%" + m.group(1)
+            for name in LOCAL.findall(line):
                 if name in used_in:
                     used_in[name] |= regions_of.get(b.label, set())
             address = _ARRAY_ADDRESS.match(line)
@@ -476,7 +473,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
 
 
 _VALUE_SLOT = re.compile(r"\.reg2mem\d*$")
-_STORE_TO = re.compile(r"^\s*store .*, ptr (%[-\w$.]+)")
+_STORE_TO = re.compile(rf"^\s*store .*, ptr (%{NAME})")
 
 
 def _is_value(name: str) -> bool:
@@ -498,8 +495,7 @@ def _live_values(blocks: List[_Block], values: Set[str]) -> Dict[str, Set[str]]:
             if store and store.group(1) in values:
                 written.add(store.group(1))
                 line = line[:store.start(1)]  # the stored value may be read too (not a slot here)
-            for m in _NAME.finditer(line):
-                name = "%" + m.group(1)
+            for name in LOCAL.findall(line):
                 if name in values and name not in written:
                     read.add(name)
         reads[b.label], writes[b.label] = read, written
@@ -555,16 +551,16 @@ def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> 
     while changed:
         changed = False
         for line in lines:
-            used = {"%" + m.group(1) for m in _NAME.finditer(line)}
+            used = set(LOCAL.findall(line))
             if not used & (derived | holders) or _ALLOCA.match(line):
                 continue
-            result = re.match(r"^\s*(%[-\w$.]+) = (\w+)", line)
+            result = re.match(rf"^\s*(%{NAME}) = (\w+)", line)
             op = result.group(2) if result else line.split()[0]
             new = None
             if op in ("getelementptr", "bitcast", "addrspacecast", "phi", "select") and used & derived:
                 new = result.group(1)
             elif op == "load":
-                address = re.search(r", ptr (%[-\w$.]+)", line).group(1)
+                address = re.search(rf", ptr (%{NAME})", line).group(1)
                 if address in holders and " = load ptr" in line:
                     new = result.group(1)
                 elif address not in derived | holders:
@@ -572,7 +568,7 @@ def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> 
             elif op == "store":
                 value, _, address = line.split("store ", 1)[1].rpartition(", ptr ")
                 address = address.split(",")[0].strip()
-                if used & derived & {"%" + m.group(1) for m in _NAME.finditer(value)}:
+                if used & derived & set(LOCAL.findall(value)):
                     if address in context:
                         return False
                     if address not in holders:
@@ -588,8 +584,8 @@ def _address_stays_in_region(lines: List[str], name: str, context: Set[str]) -> 
     return True
 
 
-_STORE_I1 = re.compile(r"^(\s*)store i1 ([^,]+), ptr (%[-\w$.]+)(.*)$")
-_LOAD_I1 = re.compile(r"^(\s*)(%[-\w$.]+) = load i1, ptr (%[-\w$.]+)(.*)$")
+_STORE_I1 = re.compile(rf"^(\s*)store i1 ([^,]+), ptr (%{NAME})(.*)$")
+_LOAD_I1 = re.compile(rf"^(\s*)(%{NAME}) = load i1, ptr (%{NAME})(.*)$")
 
 
 def _as_bytes(line: str, booleans: Set[str], number: int) -> List[str]:
@@ -610,6 +606,6 @@ def _keep_incoming(line: str, regions_of: Dict[str, Set[int]], region: int) -> s
     """A phi of region `region` without the incoming values of blocks outside it."""
     head, _, rest = line.partition(" = phi ")
     type_name = rest[:rest.index("[")].strip()
-    pairs = re.findall(r"\[\s*([^\[\]]+?),\s*%([-\w$.]+|\"[^\"]*\")\s*\]", rest)
+    pairs = re.findall(rf"\[\s*([^\[\]]+?),\s*%({NAME})\s*\]", rest)
     kept = [f"[ {v}, %{b} ]" for v, b in pairs if region in regions_of.get(b, set())]
     return f"{head} = phi {type_name} {', '.join(kept)}"

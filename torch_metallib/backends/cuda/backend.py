@@ -29,6 +29,7 @@ from typing import Dict, List, Tuple
 import llvmlite
 import torch
 
+from ... import _C
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
 from ...errors import DispatchError
@@ -127,7 +128,7 @@ class CudaKernel:
             raise DispatchError(f"{name}: group_size {tuple(group)} is {threads} threads; this kernel allows at most "
                                 f"{max_threads} on this GPU (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK). "
                                 f"Pass a smaller group_size")
-        stream = _current_stream(index)
+        stream = _raw_stream(index)
         values = [0] * len(self.slots)  # unbound: a null pointer
         for binding, address in buffers:
             values[self.slots[(False, binding)]] = address
@@ -152,6 +153,21 @@ class CudaKernel:
             for blocks, block, base in _launches(cuda_grid, group):
                 self.parameters.pack_into(packed.buffer, 0, *values, *grid, *group, *base)
                 driver.launch(kernel, blocks, block, dynamic, stream, packed)
+
+    def native_launcher(self, plan):
+        """A `_C.CudaLauncher` that launches plans like `plan` as `launch` just did (it keeps
+        device copies of the bytes commands itself)."""
+        index = _device(plan.device).index
+        kernel, max_threads, static_shared, coarsening = self.loaded(index)
+        _, _, _, _, group = plan.launch_record
+        threads = group[0] * group[1] * group[2]
+        if threads > max_threads and not self.grid_only:  # as launch() reloads it
+            kernel, max_threads, static_shared, coarsening = self.loaded(index, threads)
+        context = cuda_driver.driver().primary_context(index)
+        slots = [key for key, _ in sorted(self.slots.items(), key=lambda item: item[1])]
+        return _C.CudaLauncher(plan, index, context, kernel.value, max_threads, static_shared,
+                               self._dynamic_allowed.get(index, 0), coarsening, self.grid_only, GRID_ONLY_BLOCK,
+                               slots, _raw_stream)
 
     def _bytes(self, records, device, stream: int, values) -> None:
         """Puts the bytes commands (`records`: [(binding, bytes)]) in device memory, in one
@@ -221,11 +237,10 @@ def _device(name: str) -> torch.device:
     return device if device.index is not None else torch.device("cuda", torch.cuda.current_device())
 
 
-def _current_stream(index: int) -> int:
-    """The handle of torch's current CUDA stream on device `index` (its raw accessor where
-    torch has it: a Stream object per call costs microseconds)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+# The handle of torch's current CUDA stream on a device index (its raw accessor where torch
+# has it: a Stream object per call costs microseconds).
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 @functools.lru_cache(maxsize=256)
@@ -260,3 +275,6 @@ class CudaBackend(Backend):
 
     def run(self, function, prepared, plan) -> None:
         prepared.launch(plan)
+
+    def launcher(self, function, prepared, plan, checked: bool):
+        return prepared.native_launcher(plan)

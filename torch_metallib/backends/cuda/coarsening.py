@@ -29,6 +29,8 @@ constructors (run once per thread).
 import re
 from typing import List, Set
 
+from ...air.ir_model import function
+
 __all__ = ["COARSENING", "coarsened_entry", "coarsenable", "no_alias_buffers"]
 
 COARSENING = 4  # consecutive grid positions (along x) per CUDA thread
@@ -48,21 +50,10 @@ def coarsenable(text: str, constructors: List[str], arguments) -> bool:
 
 def no_alias_buffers(text: str, kernel: str) -> Set[int]:
     """Positions of `kernel`'s parameters that Metal's compiler marked ``"air-buffer-no-alias"``."""
-    match = re.search(rf"^define [^\n]*?@{re.escape(kernel)}\((.*)\)[^()\n]*\{{$", text, re.M)
-    if match is None:
+    found = function(text.split("\n"), kernel)
+    if found is None:
         return set()
-    parameters, depth, start = [], 0, 0
-    listed = match.group(1)
-    for i, character in enumerate(listed):  # split at the commas outside brackets
-        if character in "(<[{":
-            depth += 1
-        elif character in ")>]}":
-            depth -= 1
-        elif character == "," and depth == 0:
-            parameters.append(listed[start:i])
-            start = i + 1
-    parameters.append(listed[start:])
-    return {i for i, p in enumerate(parameters) if '"air-buffer-no-alias"' in p}
+    return {i for i, p in enumerate(found.parameters()) if '"air-buffer-no-alias"' in p}
 
 
 def coarsened_entry(entry: str, thread: str, arguments: str, no_alias: Set[int], text: str) -> str:

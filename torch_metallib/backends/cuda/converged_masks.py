@@ -21,7 +21,7 @@ import re
 from typing import Dict, List, Set
 
 from ...air.intrinsics import parse_declaration
-from ...air.ir_functions import LABEL, blocks, successors
+from ...air.ir_model import LABEL, blocks, function, successors
 
 __all__ = ["converge_top_level_collectives", "CONVERGED_SUFFIX", "MASK_PARAMETER"]
 
@@ -82,15 +82,14 @@ def converge_top_level_collectives(text: str, kernel: str, is_collective) -> str
     """`text` with the top-level SIMD-group calls of `kernel`'s body renamed and given the
     vote of the lanes still running. `is_collective(name)`: whether the warp spelling defines
     `name` (an exchange among the active lanes)."""
-    header = re.search(rf"^define [^\n]*@{re.escape(kernel)}\([^\n]*\{{$", text, re.M)
-    if header is None:
+    lines = text.split("\n")
+    defined = function(lines, kernel)
+    if defined is None:
         return text
-    start = header.end() + 1
-    end = text.index("\n}", start)
-    body = text[start:end].split("\n")
+    body = defined.body
     found = blocks(body)
     graph = successors(found)
-    meets = {name for name, (_, lines) in found.items() if any(_MEETS.search(line) for line in lines)}
+    meets = {name for name, block in found.items() if any(_MEETS.search(line) for line in block.lines)}
     renamed: Dict[str, str] = {}
     edited: List[str] = []
     entry = next(iter(found))
@@ -112,9 +111,9 @@ def converge_top_level_collectives(text: str, kernel: str, is_collective) -> str
     if not renamed:
         return text
     # The warp's lanes as the kernel starts, where they all run together.
-    first = 1 if found[entry][0] is not None else 0
+    first = 1 if found[entry].label is not None else 0
     edited.insert(first, f"  {_ENTRY_MASK} = call i32 @llvm.nvvm.activemask()")
-    text = text[:start] + "\n".join(edited) + text[end:]
+    text = "\n".join(lines[:defined.start + 1] + edited + lines[defined.end:])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     extra = [line for line in _DECLARATIONS if re.search(r"@([-\w$.]+)\(", line).group(1) not in declared]
     for line in re.findall(r"^declare [^\n]*$", text, re.M):

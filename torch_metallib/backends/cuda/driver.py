@@ -60,6 +60,11 @@ class Driver:
         self._primary[index] = context
         self._check(self._cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
 
+    def primary_context(self, index: int) -> int:
+        """The handle of device `index`'s primary context (after use_device made it current)."""
+        self.use_device(index)
+        return self._primary[index].value
+
     def device_attribute(self, index: int, attribute: int) -> int:
         value, device = ctypes.c_int(), ctypes.c_int()
         self._check(self._cuda.cuDeviceGet(ctypes.byref(device), index), "cuDeviceGet")

@@ -17,22 +17,21 @@ ptx.py applies it to a kernel whose PTX kept a private array in local memory.
 import re
 from typing import Dict, List, Tuple
 
-from ...air.ir_functions import edit_function_bodies
+from ...air.ir_model import NAME, edit_function_bodies, used_names
 
 __all__ = ["private_arrays_in_registers"]
 
 _MAX_ELEMENTS = 17  # 16 and the clamp's extra element: beyond, the selects cost more than local memory
 _SCALAR = r"(?:half|bfloat|float|double|i\d+)"
-_ALLOCA = re.compile(rf"^\s*(%[-\w$.]+) = alloca \[(\d+) x ({_SCALAR})\]")
-_GEP = re.compile(rf"^\s*(%[-\w$.]+) = getelementptr (?:inbounds )?\[(\d+) x ({_SCALAR})\], ptr (%[-\w$.]+), "
+_ALLOCA = re.compile(rf"^\s*(%{NAME}) = alloca \[(\d+) x ({_SCALAR})\]")
+_GEP = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:inbounds )?\[(\d+) x ({_SCALAR})\], ptr (%{NAME}), "
                   r"i\d+ 0, (i\d+) (%tm\.index\d+)$")
-_LOAD = re.compile(rf"^\s*(%[-\w$.]+) = load ({_SCALAR}), ptr (%[-\w$.]+)(?:, align \d+)?(?:, !.*)?$")
-_STORE = re.compile(rf"^\s*store ({_SCALAR}) ([^,]+), ptr (%[-\w$.]+)(?:, align \d+)?(?:, !.*)?$")
+_LOAD = re.compile(rf"^\s*(%{NAME}) = load ({_SCALAR}), ptr (%{NAME})(?:, align \d+)?(?:, !.*)?$")
+_STORE = re.compile(rf"^\s*store ({_SCALAR}) ([^,]+), ptr (%{NAME})(?:, align \d+)?(?:, !.*)?$")
 
 
 def _uses(body: List[str], name: str) -> List[int]:
-    pattern = re.compile(rf"(?<![-\w$.]){re.escape(name)}(?![-\w$.])")
-    return [i for i, line in enumerate(body) if pattern.search(line)]
+    return [i for i, line in enumerate(body) if name in line and name in used_names(line)]
 
 
 def _element_pointers(tag: str, array: Tuple[str, int, str], index_type: str) -> List[str]:

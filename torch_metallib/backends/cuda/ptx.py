@@ -22,6 +22,7 @@ from typing import Dict, FrozenSet
 import llvmlite.binding as llvm
 
 from torch_metallib import config, diagnostics
+from ...air.ir_model import branches
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING
@@ -34,7 +35,6 @@ from .vector_accesses import vector_accesses
 __all__ = ["air_text", "kernel_ptx", "compile_ptx", "ptxas_path", "run_ptxas", "DEFAULT_ARCH"]
 
 DEFAULT_ARCH = "sm_80"
-_BRANCH = re.compile(r"^\s*(?:br|switch) ", re.M)
 _lock = threading.Lock()  # LLVM target machines are not shared between threads while emitting
 
 
@@ -121,7 +121,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
-            if stop_if_straight and not _BRANCH.search(str(module.get_function(entry))):
+            if stop_if_straight and not branches(module.get_function(entry)):
                 raise _Straight()
             versioned = _vector_accesses(module, entry)
             if needs_runs and versioned is module:

@@ -41,15 +41,15 @@ import collections
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
+from ...air.ir_model import LOCAL, NAME, Block, Phi, blocks, callee, defined_name, edit_function_bodies, renamed, \
+    result_type, substitute, used_names
+
 __all__ = ["vector_accesses"]
 
 _SIZES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 _WIDTHS = (16, 8, 4)  # bytes of one vector access (NVPTX: at most 128 bits)
 _SCALAR = "|".join(_SIZES)
-_N = r"%[-\w$.]+"
-_TOKEN = re.compile(r"(?<![-\w$.\"])%[-\w$.]+")
-_DEF = re.compile(rf"^\s*({_N}) = ")
-_LABEL = re.compile(r"^([-\w$.]+):")
+_N = f"%{NAME}"
 _LOAD = re.compile(rf"^\s*({_N}) = load ({_SCALAR}), ptr addrspace\(1\) ({_N}), align (\d+)(?:, !.*)?$")
 _STORE = re.compile(rf"^\s*store ({_SCALAR}) ([^,]+), ptr addrspace\(1\) ({_N}), align (\d+)(?:, !.*)?$")
 _GEP = re.compile(rf"^\s*({_N}) = getelementptr (?:(?:inbounds|nuw|nusw) )*({_SCALAR}), ptr addrspace\(1\) ({_N}), "
@@ -59,11 +59,7 @@ _ADD = re.compile(rf"^\s*({_N}) = (?:add(?: nuw)?(?: nsw)?|or disjoint) i64 ({_N
 _NARROW_ADD = re.compile(rf"^\s*({_N}) = ((?:add|or)(?: nuw| nsw| disjoint)*) (i\d+) ({_N}), (-?\d+)(?:, !.*)?$")
 _PURE = re.compile(rf"^\s*{_N} = (?:getelementptr|sext|zext|trunc|add|sub|or|and|xor|shl|mul|bitcast|addrspacecast)"
                    r" (?!.*\b(?:call|load)\b)")
-_PHI = re.compile(rf"^(\s*{_N} = phi (?:(?:fast|nnan|ninf|nsz|arcp|contract|afn|reassoc) )*)"
-                  r"(<\d+ x [^>]+>|ptr addrspace\(\d+\)|[^\s\[]+) (\[ .*\])$")
-_ENTRY = re.compile(rf"\[ ([^\[\]]+?), ({_N}) \]")
 _BRANCH = re.compile(rf"^\s*br label ({_N})$")
-_CALLEE = re.compile(r"@([-\w$.]+)\(")
 _UNSAFE = re.compile(r"\b(?:atomicrmw|cmpxchg|fence|volatile|atomic|asm|va_arg|landingpad|invoke|callbr|alloca)\b")
 # NVVM intrinsics that synchronize, communicate or order (convergent ones are also refused
 # by their attribute): belt and braces.
@@ -71,10 +67,6 @@ _COLLECTIVE = re.compile(r"llvm\.nvvm\.(?:barrier|bar\.|shfl|vote|activemask|mat
                          r"|elect|cp\.async|mbarrier|wgmma|mma|ldmatrix|stmatrix|griddepcontrol|cluster|setmaxnreg"
                          r"|ldu|ldg|tcgen05|bulk|prefetch)")
 _UNSAFE_QUICK = re.compile(r"call |atomic|cmpxchg|fence|volatile|asm|va_arg|landingpad|invoke|alloca")
-_TYPE = r"(?:i\d+|half|bfloat|float|double|ptr(?: addrspace\(\d+\))?)"
-_VALID_TYPE = re.compile(rf"^(?:{_TYPE}|<\d+ x {_TYPE}>)$")
-_FLAGS = {"nuw", "nsw", "exact", "disjoint", "samesign", "fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn",
-          "reassoc", "nneg", "volatile", "inbounds", "nusw"}
 _MAX_REGION = 600  # lines of one versioned region (each is copied twice)
 _MAX_TAIL = 64  # lines of a block duplicated into its predecessor
 _MAX_EDITS = 64  # versioned regions and duplicated blocks per function
@@ -90,75 +82,18 @@ def vector_accesses(text: str) -> str:
     declared = re.finditer(r"^(?:declare|define) [^\n]*?@([-\w$.]+)\([^\n]*\)([^\n]*)$", text, re.M)
     convergent = {m.group(1) for m in declared
                   if "convergent" in m.group(2) or set(re.findall(r"#\d+", m.group(2))) & convergent_groups}
-    lines = text.split("\n")
-    out: List[str] = []
     changed = False
-    i = 0
     counter = [0]
-    while i < len(lines):
-        out.append(lines[i])
-        i += 1
-        if lines[i - 1].startswith("define ") and lines[i - 1].endswith("{"):
-            end = lines.index("}", i)
-            body = lines[i:end]
-            edited = _Function(body, convergent, convergent_groups, counter).edit()
-            if edited is not None:
-                body, changed = edited, True
-            out += body
-            i = end
-    return "\n".join(out) if changed else text
 
-
-class _Block:
-    __slots__ = ("name", "lines")
-
-    def __init__(self, name: str, lines: List[str]):
-        self.name, self.lines = name, lines  # lines: the label's excluded, the terminator last
-
-
-def _result_type(line: str) -> Optional[str]:
-    """The type of the value `line` defines, from its text; None where not simple."""
-    rest = line.split(" = ", 1)[1]
-    rest = re.split(r", !", rest)[0]
-    words = rest.split(" ")
-    opcode = words[0]
-    if opcode in ("tail", "notail", "musttail"):
-        opcode, words = words[1], words[1:]
-    if opcode in ("sext", "zext", "trunc", "fpext", "fptrunc", "fptoui", "fptosi", "uitofp", "sitofp", "bitcast",
-                  "ptrtoint", "inttoptr", "addrspacecast"):
-        found = rest.rsplit(" to ", 1)[-1].strip()
-    elif opcode in ("icmp", "fcmp"):
-        found = "i1"
-        vector = re.search(r"<(\d+) x ", rest)
-        if vector:
-            found = f"<{vector.group(1)} x i1>"
-    elif opcode == "getelementptr":
-        operand = rest.split(", ", 1)[1] if ", " in rest else ""
-        pointer = re.match(r"(ptr(?: addrspace\(\d+\))?) ", operand)
-        found = pointer.group(1) if pointer else None
-    elif opcode == "select":
-        operand = rest.split(", ", 1)[1] if ", " in rest else ""
-        found = _leading_type(operand)
-    elif opcode == "call":
-        head = rest.split("@", 1)[0].strip()
-        typed = re.search(rf"(<\d+ x {_TYPE}>|{_TYPE})$", head)
-        found = typed.group(1) if typed else None
-        if found is not None and re.search(r"\bvoid$", head):
-            found = None
-    elif opcode == "extractelement":
-        vector = re.match(rf"extractelement <\d+ x ({_TYPE})>", rest)
-        found = vector.group(1) if vector else None
-    elif opcode in ("insertelement", "load", "freeze", "fneg", "add", "sub", "mul", "udiv", "sdiv", "urem", "srem",
-                    "shl", "lshr", "ashr", "and", "or", "xor", "fadd", "fsub", "fmul", "fdiv", "frem"):
-        found = _leading_type(" ".join(w for w in words[1:] if w not in _FLAGS).rstrip(","))
-    else:
-        found = None
-    return found if found and _VALID_TYPE.match(found) else None
-
-
-def _leading_type(text: str) -> Optional[str]:
-    match = re.match(rf"(<\d+ x {_TYPE}>|{_TYPE})(?=[ ,]|$)", text)
-    return match.group(1) if match else None
+    def edit(body: List[str]) -> List[str]:
+        nonlocal changed
+        edited = _Function(body, convergent, convergent_groups, counter).edit()
+        if edited is None:
+            return body
+        changed = True
+        return edited
+    edited = edit_function_bodies(text, edit)
+    return edited if changed else text
 
 
 def _alignment(width: int, offset: int) -> int:
@@ -178,28 +113,22 @@ class _Function:
     # --- parsing and indexes ----------------------------------------------------------------
 
     @staticmethod
-    def _parse(body: List[str]) -> Optional[List[_Block]]:
-        blocks: List[_Block] = []
-        for line in body:
-            if not line.strip():
-                continue
-            label = _LABEL.match(line)
-            if label:
-                blocks.append(_Block(label.group(1), []))
-            elif not line.startswith(" ") or not blocks:
-                return None  # a label quoted, an entry block without a label: left alone
-            else:
-                blocks[-1].lines.append(line)
-        return blocks
+    def _parse(body: List[str]) -> Optional[List[Block]]:
+        """The body's blocks (blank lines dropped); None for an entry block without a label
+        or a line that is neither a label nor an instruction: left alone."""
+        found = list(blocks([line for line in body if line.strip()]).values())
+        if not found or found[0].label is None or any(not line.startswith(" ") for b in found for line in b.lines):
+            return None
+        return found
 
-    def _index(self, blocks: List[_Block]) -> None:
+    def _index(self, blocks: List[Block]) -> None:
         """Where the values of `blocks` are defined (name -> line, name -> (block, index))."""
         for block in blocks:
             for i, line in enumerate(block.lines):
-                found = _DEF.match(line)
-                if found:
-                    self.defs[found.group(1)] = line
-                    self.where[found.group(1)] = (block.name, i)
+                name = defined_name(line)
+                if name:
+                    self.defs[name] = line
+                    self.where[name] = (block.name, i)
         self._addresses = {}
 
     def _unsafe(self, line: str) -> bool:
@@ -211,10 +140,9 @@ class _Function:
         text = line.strip()
         if _UNSAFE.search(text):
             return True
-        callee = _CALLEE.search(text)
-        if callee is None:
+        name = callee(text)
+        if name is None:
             return True
-        name = callee.group(1)
         if name in self.convergent or not name.startswith("llvm.") or _COLLECTIVE.match(name):
             return True
         groups = text.rsplit(")", 1)[-1]
@@ -313,15 +241,6 @@ class _Function:
     def _covered(self, lines: List[str]) -> int:
         return sum(count for segment in self._accesses(lines) for _, count in self._widths(segment).values())
 
-    @staticmethod
-    def _successors(block: _Block) -> List[str]:
-        lines = block.lines
-        first = len(lines) - 1
-        if lines[first].strip() == "]":  # a switch: its cases on lines of their own
-            while first > 0 and not lines[first].lstrip().startswith("switch "):
-                first -= 1
-        return [name for line in lines[first:] for name in re.findall(r"label %([-\w$.]+)", line)]
-
     # --- editing ----------------------------------------------------------------------------
 
     def edit(self) -> Optional[List[str]]:
@@ -355,7 +274,7 @@ class _Function:
         by_name = {block.name: block for block in self.blocks}
         predecessors = collections.defaultdict(list)
         for block in self.blocks:
-            for name in self._successors(block):
+            for name in block.successors():
                 predecessors[name].append(block.name)
         changed = False
         for block in self.blocks:
@@ -371,14 +290,14 @@ class _Function:
                 changed = True
         return changed
 
-    def _duplicate_tail(self, block: _Block, target: _Block, predecessors) -> bool:
+    def _duplicate_tail(self, block: Block, target: Block, predecessors) -> bool:
         """Copies `target` (what `block` branches to) into `block`, where that completes a chunk
         and the target's values are used only in it and in its successors' phis."""
-        successors = self._successors(target)
+        successors = target.successors()
         if (target.name in successors or len(set(successors)) != len(successors)
                 or any(self._unsafe(line) for line in target.lines)):
             return False
-        phis = [line for line in target.lines if " = phi " in line]
+        phis = target.phis()
         body = target.lines[len(phis):]
         if any(" = phi " in line for line in body):
             return False
@@ -389,17 +308,17 @@ class _Function:
             if len(incoming) != 1:
                 return False
             values[parsed[0]] = incoming[0]
-        defined = {found.group(1) for line in target.lines for found in [_DEF.match(line)] if found}
+        defined = {name for name in map(defined_name, target.lines) if name}
         self.counter[0] += 1
-        renames = {name: _renamed(name, f"tm.t{self.counter[0]}") for name in defined if name not in values}
+        renames = {name: renamed(name, f"tm.t{self.counter[0]}") for name in defined if name not in values}
         renames.update(values)
-        copied = [_substitute(line, renames) for line in body]
+        copied = [substitute(line, renames) for line in body]
         saved = self.defs
         self.defs = dict(self.defs)
         for line in copied:
-            found = _DEF.match(line)
-            if found:
-                self.defs[found.group(1)] = line
+            name = defined_name(line)
+            if name:
+                self.defs[name] = line
         self._addresses = {}
         gain = self._covered(block.lines[:-1] + copied) > self._covered(block.lines)
         self.defs, self._addresses = saved, {}
@@ -407,15 +326,15 @@ class _Function:
             return False
         # The target's values may be used only in it and in its successors' phis, coming from it.
         by_name = {b.name: b for b in self.blocks}
-        named = re.compile(r"(?<![-\w$.\"])(?:" + "|".join(re.escape(name) for name in defined) + r")(?![-\w$.])")
         for other in self.blocks:
-            if other is target or not defined or not named.search("\n".join(other.lines)):
+            joined = "\n".join(other.lines)
+            if other is target or not any(name in joined for name in defined):
                 continue
             for line in other.lines:
-                if not named.search(line):
+                if not defined.intersection(used_names(line)):
                     continue
                 parsed = _phi(line) if other.name in successors else None
-                if parsed is None or any(label != f"%{target.name}" and set(_TOKEN.findall(value)) & defined
+                if parsed is None or any(label != f"%{target.name}" and set(LOCAL.findall(value)) & defined
                                          for value, label in parsed[2]):
                     return False
         if any(_phi(line) is None for name in successors for line in by_name[name].lines if " = phi " in line):
@@ -480,25 +399,25 @@ class _Function:
         if depth > 12 or not _PURE.match(line):
             return None
         renames = {}
-        for token in set(_TOKEN.findall(line.split(" = ", 1)[1])):
+        for token in set(LOCAL.findall(line.split(" = ", 1)[1])):
             found = self._hoisted(token, block, start, lines, names, tag, depth + 1)
             if found is None:
                 return None
             renames[token] = found
-        names[value] = renames[value] = _renamed(value, f"{tag}h")
-        lines.append(_substitute(line, renames))
+        names[value] = renames[value] = renamed(value, f"{tag}h")
+        lines.append(substitute(line, renames))
         return names[value]
 
-    def _split(self, block: _Block, position: int, start: int, end: int, widths, checks, chosen) -> bool:
+    def _split(self, block: Block, position: int, start: int, end: int, widths, checks, chosen) -> bool:
         region = block.lines[start:end + 1]
-        defined = [found.group(1) for line in region for found in [_DEF.match(line)] if found]
+        defined = [name for name in map(defined_name, region) if name]
         # Every value the region defines is a phi of the join, in the same order: later code
         # uses them by their names, and numbered values stay numbered in sequence (the copies'
         # values are named). Unused phis generate no code.
-        types = [(name, _result_type(self.defs[name])) for name in defined]
+        types = [(name, result_type(self.defs[name])) for name in defined]
         if any(kind is None for _, kind in types):
             return False
-        successors = set(self._successors(block))
+        successors = set(block.successors())
         if any(_phi(line) is None for other in self.blocks if other.name in successors
                for line in other.lines if " = phi " in line):
             return False
@@ -524,23 +443,24 @@ class _Function:
         # Frozen: a poison address (UB in the original only if its access runs) branches anyhow.
         check += [f"  %{tag}.f = freeze i64 {combined}", f"  %{tag}.ok = icmp eq i64 %{tag}.f, 0",
                   f"  br i1 %{tag}.ok, label %{tag}.aligned, label %{tag}.scalar"]
-        aligned_names = {name: _renamed(name, f"{tag}a") for name in defined}
-        scalar_names = {name: _renamed(name, f"{tag}s") for name in defined}
+        aligned_names = {name: renamed(name, f"{tag}a") for name in defined}
+        scalar_names = {name: renamed(name, f"{tag}s") for name in defined}
         raised = {index: _alignment(widths[key], offset) for index, _, _, _, key, offset in chosen}
         aligned = []
         for index, line in enumerate(region, start):
-            line = _substitute(line, aligned_names)
+            line = substitute(line, aligned_names)
             if index in raised:
                 line = re.sub(r", align (\d+)", lambda m: f", align {max(int(m.group(1)), raised[index])}", line,
                               count=1)
             aligned.append(line)
-        scalar = [_substitute(line, scalar_names) for line in region]
+        scalar = [substitute(line, scalar_names) for line in region]
         join = [f"  {name} = phi {kind} [ {aligned_names[name]}, %{tag}.aligned ], "
                 f"[ {scalar_names[name]}, %{tag}.scalar ]" for name, kind in types]
         rest = block.lines[end + 1:]
         block.lines = block.lines[:start] + check
-        added = [_Block(f"{tag}.aligned", aligned + [f"  br label %{tag}.join"]),
-                 _Block(f"{tag}.scalar", scalar + [f"  br label %{tag}.join"]), _Block(f"{tag}.join", join + rest)]
+        added = [Block(f"{tag}.aligned", f"{tag}.aligned:", aligned + [f"  br label %{tag}.join"]),
+                 Block(f"{tag}.scalar", f"{tag}.scalar:", scalar + [f"  br label %{tag}.join"]),
+                 Block(f"{tag}.join", f"{tag}.join:", join + rest)]
         self.blocks[position + 1:position + 1] = added
         # Phis that came from the block now come from the join, which ends with its terminator.
         for other in self.blocks:
@@ -565,48 +485,28 @@ def _bases(segments) -> Set[str]:
     return found
 
 
-def _renamed(name: str, tag: str) -> str:
-    """A copy's name: `tag` before the original's (a name may not start with a digit)."""
-    return f"%{tag}.{name[1:]}"
-
-
-def _substitute(line: str, names: Dict[str, str]) -> str:
-    return _TOKEN.sub(lambda m: names.get(m.group(0), m.group(0)), line)
-
-
 def _phi(line: str):
-    """(name, head, [(value, label)]) of a phi line; None where not parsed exactly."""
-    found = _PHI.match(line)
-    if not found:
-        return None
-    entries = _ENTRY.findall(found.group(3))
-    if ", ".join(f"[ {v}, {label} ]" for v, label in entries) != found.group(3):
-        return None
-    return _DEF.match(line).group(1), f"{found.group(1)}{found.group(2)} ", entries
-
-
-def _phi_text(head: str, entries) -> str:
-    return head + ", ".join(f"[ {v}, {label} ]" for v, label in entries)
+    """(name, head, [(value, label)]) of a phi line; None where not read exactly."""
+    found = Phi.read(line)
+    return None if found is None else (found.name, found.head, found.entries)
 
 
 def _phi_without(line: str, label: str) -> str:
-    _, head, entries = _phi(line)
-    return _phi_text(head, [(v, lab) for v, lab in entries if lab != label])
+    found = Phi.read(line)
+    return Phi(found.name, found.head, [(v, lab) for v, lab in found.entries if lab != label]).text()
 
 
 def _phi_with(line: str, source: str, copy: str, renames: Dict[str, str]) -> str:
     """A successor's phi with an entry for `copy` (the block that took a copy of `source`)."""
-    parsed = _phi(line)
-    if parsed is None:
+    found = Phi.read(line)
+    if found is None:
         return line
-    _, head, entries = parsed
-    added = [(_substitute(v, renames), copy) for v, lab in entries if lab == source]
-    return _phi_text(head, entries + added)
+    added = [(substitute(v, renames), copy) for v, lab in found.entries if lab == source]
+    return Phi(found.name, found.head, found.entries + added).text()
 
 
 def _phi_retargeted(line: str, old: str, new: str) -> str:
-    parsed = _phi(line)
-    if parsed is None:
+    found = Phi.read(line)
+    if found is None:
         return line
-    _, head, entries = parsed
-    return _phi_text(head, [(v, new if lab == old else lab) for v, lab in entries])
+    return Phi(found.name, found.head, [(v, new if lab == old else lab) for v, lab in found.entries]).text()

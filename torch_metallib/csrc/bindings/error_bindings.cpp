@@ -1,5 +1,6 @@
 #include "cpu/bounds_check.h"
 #include "cpu/cooperative.h"
+#include "cuda/driver_api.h"
 #include "dispatch/binding_plan.h"
 #include "metallib/format_error.h"
 
@@ -50,6 +51,8 @@ void bind_errors(py::module_& m) {
     } catch (const dispatch::UnsupportedCall& e) {
       raise("UnsupportedKernelError", e.what());
     } catch (const cpu::ExecutionError& e) {
+      raise("KernelExecutionError", e.what());
+    } catch (const cuda::DriverError& e) {
       raise("KernelExecutionError", e.what());
     } catch (const cpu::MemoryViolation& e) {
       raise("KernelMemoryError", e.what());

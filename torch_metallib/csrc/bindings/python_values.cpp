@@ -25,8 +25,6 @@ std::string short_repr(const py::handle& value) {
   return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
-bool is_tensor(const py::handle& value) { return THPVariable_Check(value.ptr()); }
-
 bool is_sequence(const py::handle& value) {
   return PyList_Check(value.ptr()) || PyTuple_Check(value.ptr());
 }

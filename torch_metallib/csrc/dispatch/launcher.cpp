@@ -1,5 +1,7 @@
 #include "dispatch/launcher.h"
 
+#include <algorithm>
+
 namespace torch_metallib::dispatch {
 
 void Launchers::add(std::shared_ptr<Launcher> launcher) {
@@ -10,14 +12,18 @@ void Launchers::add(std::shared_ptr<Launcher> launcher) {
   }
 }
 
-Launcher* Launchers::find(const Plan& plan) {
+std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
   for (const auto& launcher : entries_) {
-    if (launcher->accepts(plan)) {
+    if (launcher->current() && launcher->accepts(plan)) {
       last_ = launcher.get();
-      return launcher.get();
+      return launcher;
     }
   }
   return nullptr;
+}
+
+bool Launchers::covers(const Plan& plan) const {
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& launcher) { return launcher->current() && launcher->accepts(plan); });
 }
 
 void Launchers::clear() {

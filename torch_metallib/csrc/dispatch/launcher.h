@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dispatch/binding_plan.h"
+#include "dispatch/call_modes.h"
 
 namespace torch_metallib::dispatch {
 
@@ -22,6 +23,11 @@ class Launcher {
   virtual bool releases_gil(const Plan& plan) const { return true; }
   // How it runs a CPU kernel's threads (KernelFunction.cpu_scheme), or nullptr.
   virtual const char* cpu_scheme() const { return nullptr; }
+  // Made while the backends registered now were: it runs what their backend would.
+  bool current() const { return generation_ == backends_generation(); }
+
+ private:
+  uint64_t generation_ = backends_generation();
 };
 
 // A function's launchers, the most recent first; at most kMaxLaunchers are kept. Used
@@ -30,8 +36,10 @@ class Launchers {
  public:
   static constexpr size_t kMaxLaunchers = 16;
   void add(std::shared_ptr<Launcher> launcher);
-  // The first that accepts `plan`, remembered as the last one used; nullptr if none does.
-  Launcher* find(const Plan& plan);
+  // The first that accepts `plan`, remembered as the last one used; null if none does.
+  // Shared: another thread may drop it from the list while it runs without the GIL.
+  std::shared_ptr<Launcher> find(const Plan& plan);
+  bool covers(const Plan& plan) const;
   // The launcher of the function's last call, if that call ran natively.
   const Launcher* last() const { return last_; }
   void forget_last() { last_ = nullptr; }

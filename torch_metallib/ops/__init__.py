@@ -14,5 +14,7 @@ example and every option.
 from ._define import MetallibOp, define
 from ._outputs import Output, empty, like
 from ._rules import Rule, arg, cdiv, dim, numel, present, size, stride
+from ._structs import Struct, struct
 
-__all__ = ["define", "MetallibOp", "like", "empty", "Output", "Rule", "numel", "size", "stride", "dim", "arg", "present", "cdiv"]
+__all__ = ["define", "MetallibOp", "like", "empty", "Output", "Rule", "numel", "size", "stride", "dim", "arg", "present", "cdiv",
+           "struct", "Struct"]

@@ -27,6 +27,7 @@ from ..dispatch.calls import run_plan
 from ._outputs import Output
 from ._preconditions import Precondition
 from ._rules import Rule, as_rule
+from ._structs import Struct, lay_out
 
 __all__ = ["define", "MetallibOp"]
 
@@ -202,6 +203,8 @@ class _KernelPlan:
         self.record = {"dtype": dtype, "spec": state.spec, "index": index, "cooperative": state.cooperative,
                        "serial": state.serial, "sources": [], "constants": [], "threadgroup": []}
         self.tensor_dtypes = {}  # tensor argument -> (dtypes its kernel argument accepts, description)
+        self.rules = []  # (where, rule) of bound values: the fake kernel evaluates them as the native one does
+        self._problems = problems
         check = functools.partial(problems.check, schema.qualname, self.kernel)
         fixed = self._constants(constants, check)
         arguments = [a for a in function.buffers if a.kind != "threadgroup"]
@@ -333,13 +336,47 @@ class _KernelPlan:
         elif isinstance(source, Rule):
             self._check_scalar(a, what, writes, kind, components, f"rule {source.text}", "int")
             self.record["sources"].append(("rule", a.position, self._rule(source, f"bind['{a.name}']")))
+            self.rules.append(source)
+        elif isinstance(source, (Struct, tuple, list)):
+            self._bind_packed(a, what, writes, source)
         elif isinstance(source, (bool, int, float)):
             number_kind = "bool" if isinstance(source, bool) else "int" if isinstance(source, int) else "float"
             self._check_scalar(a, what, writes, kind, components, repr(source), number_kind)
             self.record["sources"].append(("number", a.position, source))
         else:
             raise OpDefinitionError(f"{self.where}: bind['{a.name}']: expected an argument or output name, an ops "
-                                    f"rule or a number, got {source!r}")
+                                    f"rule, a number, ops.struct(...) or a tuple of them, got {source!r}")
+
+    def _bind_packed(self, a, what, writes, source):
+        """A struct (ops.struct) or an array (a tuple or list) the native kernel packs at each
+        call; every problem of its fields is recorded, each on its own."""
+        shown = "ops.struct(...)" if isinstance(source, Struct) else f"a {type(source).__name__}"
+        if writes:
+            raise OpDefinitionError(f"{self.where}: the kernel writes {what}; bind a tensor (an output or a "
+                                    f"Tensor(a!) argument), not {shown}")
+        if a.kind != "buffer":
+            raise OpDefinitionError(f"{self.where}: {what} is an argument buffer, which operators cannot bind yet; "
+                                    f"expected a buffer argument for {shown}")
+        total, leaves, problems = lay_out(self.schema, self.where, a, source)
+        fields = []
+        for leaf in leaves:
+            kind, value = leaf.source
+            try:
+                if kind == "rule":
+                    fields.append((leaf.offset, leaf.type_name, leaf.path, "rule",
+                                   self._rule(value, f"bind['{leaf.path}']")))
+                    self.rules.append(value)
+                elif kind == "input":
+                    fields.append((leaf.offset, leaf.type_name, leaf.path, "input", self.schema.names.index(value)))
+                else:
+                    fields.append((leaf.offset, leaf.type_name, leaf.path, "number", value))
+            except OpDefinitionError as error:
+                problems.append(str(error))
+        if problems:
+            for message in problems[:-1]:
+                self._problems.add(message, self.schema.qualname, self.kernel)
+            raise OpDefinitionError(problems[-1])
+        self.record["sources"].append(("packed", a.position, (total, fields)))
 
     def _check_scalar(self, a, what, writes, kind, components, given, given_kind):
         if writes:
@@ -370,7 +407,16 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         dispatch: the tensor argument whose dtype picks the kernel; default the first.
         bind: kernel argument name -> an argument or output name, an ops rule
             (``ops.numel("x")``) or a number. Kernel arguments not listed bind to the
-            argument or output of the same name.
+            argument or output of the same name. A struct argument (``constant
+            GEMMParams& params`` or a pointer to one) takes ``ops.struct(M=ops.size("a",
+            0), ...)``: every field by the name reflection gives it
+            (``KernelFunction.arguments[i].struct_fields``), each a rule, a number, the name
+            of a float, int or bool argument, a tuple for an array field or another
+            ``ops.struct`` for a nested struct; ``defaults=0`` fills the fields not given. An
+            array reference (``constant int64_t (&strides)[3]``) takes a tuple or list of as
+            many rules or numbers; a pointer to values, as many as given. The operator packs
+            them at each call; a value that does not fit its field raises
+            KernelArgumentError.
         outputs: returned tensors in schema order, name -> ``ops.like(...)`` or
             ``ops.empty(...)``; the names are what `bind` refers to.
         threads: the grid: an ops rule or int, or 1-3 of them.
@@ -592,6 +638,11 @@ def _fake(schema, outputs, dispatch, plans, threads, group_size, preconditions=(
             try:
                 rule.evaluate(values)
             except (ZeroDivisionError, IndexError) as error:  # as the native evaluator refuses them
+                raise DispatchError(f"{schema.qualname}: {error}") from None
+        for rule in plan.rules:  # struct fields, array elements and scalars bound to rules
+            try:
+                rule.evaluate(values)
+            except (ZeroDivisionError, IndexError) as error:
                 raise DispatchError(f"{schema.qualname}: {error}") from None
         for name, (dtypes, what) in plan.tensor_dtypes.items():
             value = values[name]

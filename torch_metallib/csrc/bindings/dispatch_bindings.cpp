@@ -270,6 +270,25 @@ void bind_dispatch(py::module_& m) {
     return py::make_tuple(kinds[int(type->kind)], type->components, dtypes);
   }, py::arg("name"));
 
+  m.def("metal_element_bytes", [](const std::string& name) -> int {
+    // Bytes of one component of a Metal scalar or vector type (0 for other types).
+    const dispatch::MetalType* type = dispatch::find_metal_type(name);
+    return type == nullptr ? 0 : type->element_bytes;
+  }, py::arg("name"));
+
+  m.def("metal_number_problem", [](const std::string& name, const py::handle& value) -> std::string {
+    // "" if `value` packs as one component of Metal type `name`; else what was expected
+    // and found, as "expected an integer that fits int, got 5000000000, out of range".
+    const dispatch::MetalType* type = dispatch::find_metal_type(name);
+    if (type == nullptr) return "'" + name + "' is not a scalar or vector type";
+    dispatch::Number number;
+    if (!read_number(value, number)) return "expected a number";
+    uint8_t scratch[8] = {0};
+    const dispatch::PackProblem problem = dispatch::pack_number(*type, number, scratch);
+    if (problem == dispatch::PackProblem::None) return "";
+    return "expected " + dispatch::wanted(*type) + ", got " + dispatch::found(problem, dispatch::number_text(number));
+  }, py::arg("name"), py::arg("value"));
+
   m.def("runtime_symbols", []() {
     // What JIT-compiled kernels call, by name -> address (for llvm.add_symbol).
     py::dict symbols;

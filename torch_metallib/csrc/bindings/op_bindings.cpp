@@ -51,6 +51,34 @@ SizeRule rule_of(const py::handle& value) {
   return rule;
 }
 
+// (bytes, [(offset, type name, path, "number" | "rule" | "input", value)]) from
+// torch_metallib.ops (_structs.py): numbers are packed now, the rest at each call. Every
+// field lies inside the bytes and has a scalar type, which Python checked and this re-checks.
+void packed_of(const py::tuple& packed, ArgumentSource& source) {
+  const auto bytes = packed[0].cast<int64_t>();
+  if (bytes < 0 || bytes > (int64_t(1) << 20)) throw py::value_error("packed argument: bad size");
+  source.packed.assign(size_t(bytes), 0);
+  for (const py::handle& item : packed[1]) {
+    auto f = item.cast<py::tuple>();
+    ops::PackedField field;
+    field.offset = f[0].cast<int64_t>();
+    field.type = dispatch::find_metal_type(f[1].cast<std::string>());
+    field.path = f[2].cast<std::string>();
+    if (field.type == nullptr || field.offset < 0 || field.offset + field.type->element_bytes > bytes) {
+      throw py::value_error("packed argument: field " + field.path + " does not fit");
+    }
+    const std::string kind = f[3].cast<std::string>();
+    if (kind == "number") {
+      const dispatch::PackProblem problem = dispatch::pack_number(*field.type, number_of(f[4]), source.packed.data() + field.offset);
+      if (problem != dispatch::PackProblem::None) throw py::value_error("packed argument: " + field.path + " does not fit its type");
+      continue;
+    }
+    if (kind == "input") field.input = f[4].cast<int>();
+    else field.rule = rule_of(f[4]);
+    source.fields.push_back(std::move(field));
+  }
+}
+
 std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
   auto kernel = std::make_unique<ops::DtypeKernel>();
   kernel->dtype = dtype_of(k["dtype"]);
@@ -63,11 +91,13 @@ std::unique_ptr<ops::DtypeKernel> kernel_of(const py::dict& k) {
     ArgumentSource source;
     std::string kind = s[0].cast<std::string>();
     source.kind = kind == "input" ? ArgumentSource::Kind::Input : kind == "output" ? ArgumentSource::Kind::Output
-                  : kind == "rule" ? ArgumentSource::Kind::Rule : ArgumentSource::Kind::Number;
+                  : kind == "rule" ? ArgumentSource::Kind::Rule : kind == "packed" ? ArgumentSource::Kind::Packed
+                  : ArgumentSource::Kind::Number;
     source.position = s[1].cast<int>();
     if (kind == "input" || kind == "output") source.index = s[2].cast<int>();
     if (kind == "rule") source.rule = rule_of(s[2]);
     if (kind == "number") source.number = number_of(s[2]);
+    if (kind == "packed") packed_of(s[2].cast<py::tuple>(), source);
     kernel->sources.push_back(std::move(source));
   }
   for (const py::handle& item : k["constants"]) {

@@ -161,11 +161,21 @@ void KernelSpec::check_tensor(const ArgumentSpec& argument, const at::Tensor& te
                           torch_dtype_name(dtypes.front()) + ")");
     }
   }
-  int64_t bytes = available_bytes(tensor);
-  int64_t needed = argument.buffer_size >= 0 ? argument.buffer_size : (argument.type ? 0 : argument.type_size);
+  // What the kernel's type says it reads from the tensor's first element: a reference's
+  // bytes (a struct, an array, a `constant T&`), or one struct through a pointer. The view
+  // must hold them itself: bytes past its end belong to other tensors or other slices.
+  const int64_t needed = argument.buffer_size >= 0 ? argument.buffer_size : (argument.type ? 0 : argument.type_size);
+  if (needed <= 0) return;
+  const Span view = view_span(tensor);
+  const int64_t bytes = view.begin + view.bytes;  // from its first element to the end of its reach
   if (bytes < needed) {
+    const int64_t storage = available_bytes(tensor);
     throw DispatchFailure(where() + ": expected at least " + std::to_string(needed) + " bytes, got a tensor with " +
-                          std::to_string(bytes) + " bytes from its first element to the end of its storage");
+                          std::to_string(bytes) + " bytes (" + std::to_string(tensor.numel()) + " elements of " +
+                          std::to_string(tensor.element_size()) + " bytes" +
+                          (storage > bytes ? "; its storage holds " + std::to_string(storage) +
+                                             " from its first element, but they are not the view's" : "") +
+                          "). Pass a tensor whose own elements hold all " + std::to_string(needed) + " bytes");
   }
 }
 

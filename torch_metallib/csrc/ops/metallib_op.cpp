@@ -4,6 +4,8 @@
 #include <ATen/ops/empty.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+
 #include "bindings/python_errors.h"
 #include "bindings/python_values.h"
 #include "cpu/cooperative.h"
@@ -68,6 +70,32 @@ const CompiledEntry& compiled_for(const OpSpec& spec, DtypeKernel& kernel, const
   std::lock_guard<std::mutex> lock(kernel.mutex);
   kernel.compiled.push_back(std::move(entry));
   return kernel.compiled.back();
+}
+
+// A struct or array argument's bytes for this call: the fixed bytes, each varying field
+// packed into them; bound as bytes, as a kernel call's bytes are.
+dispatch::CallValue packed_value(const ArgumentSource& source, c10::ArrayRef<c10::IValue> arguments,
+                                 const std::vector<std::string>& names, const dispatch::KernelSpec& kspec) {
+  dispatch::CallValue value;
+  value.kind = dispatch::CallValue::Kind::Bytes;
+  value.byte_count = int64_t(source.packed.size());
+  value.bytes = dispatch::allocate(source.packed.size());
+  auto* out = reinterpret_cast<uint8_t*>(value.bytes->data());
+  if (!source.packed.empty()) std::memcpy(out, source.packed.data(), source.packed.size());
+  for (const PackedField& field : source.fields) {
+    const Number number = field.input >= 0 ? number_of(arguments[size_t(field.input)])
+                                           : Number::of(field.rule.evaluate(arguments, names));
+    const dispatch::PackProblem problem = dispatch::pack_number(*field.type, number, out + field.offset);
+    if (problem != dispatch::PackProblem::None) {
+      const std::string from = field.input >= 0 ? "argument '" + names[size_t(field.input)] + "'" : "rule " + field.rule.text;
+      throw ArgumentError(kspec.name() + ": " + field.path + " (" + field.type->name + "): expected " +
+                          dispatch::wanted(*field.type) + ", got " +
+                          dispatch::found(problem, dispatch::number_text(number)) + ", from " + from +
+                          ". Pass arguments for which it fits");
+    }
+  }
+  value.text = [what = std::to_string(source.packed.size()) + " bytes packed from bind"] { return what; };
+  return value;
 }
 
 void run(const OpSpec& spec, DtypeKernel& kernel, const dispatch::Plan& plan) {
@@ -188,6 +216,7 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
           value = dispatch::CallValue::of(Number::of(source.rule.evaluate(arguments, spec.argument_names)));
           break;
         case ArgumentSource::Kind::Number: value = dispatch::CallValue::of(source.number); break;
+        case ArgumentSource::Kind::Packed: value = packed_value(source, arguments, spec.argument_names, kspec); break;
       }
     }
     for (const SizeRule& rule : spec.threads) call.threads.push_back(rule.evaluate(arguments, spec.argument_names));

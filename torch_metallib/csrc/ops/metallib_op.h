@@ -20,13 +20,27 @@
 
 namespace torch_metallib::ops {
 
+// One scalar of a struct or array argument that varies by call: a rule's value or a
+// float, int or bool argument, packed as one component of `type` at `offset`.
+struct PackedField {
+  int64_t offset = 0;
+  const dispatch::MetalType* type = nullptr;
+  std::string path;  // "params.M", "strides[2]": for messages
+  int input = -1;    // schema argument, or -1 for `rule`
+  SizeRule rule;
+};
+
 // Where one kernel argument's value comes from.
 struct ArgumentSource {
-  enum class Kind { Input, Output, Rule, Number } kind = Kind::Input;
+  enum class Kind { Input, Output, Rule, Number, Packed } kind = Kind::Input;
   int position = 0;        // the kernel argument's IR parameter
   int index = 0;           // Input: schema argument; Output: returned tensor
   SizeRule rule;           // Rule
   dispatch::Number number; // Number: fixed when registering
+  // Packed (ops.struct, an array's tuple): the bytes with what is fixed already packed,
+  // and the fields each call packs into a copy of them.
+  std::vector<uint8_t> packed;
+  std::vector<PackedField> fields;
 };
 
 // One function constant's value: fixed, a scalar argument, or a rule over the arguments.

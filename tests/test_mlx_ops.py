@@ -83,7 +83,7 @@ def test_every_operator_is_in_one_namespace(defined):
     assert mlx.NAMESPACE == "tm_mlx"
     assert all(op.name.startswith("tm_mlx::") for op in defined.values())
     assert {"rms_norm", "rms_norm_looped", "layer_norm", "rope", "softmax", "logsumexp",
-            "sdpa_vector_128_128"} <= set(defined)
+            "sdpa_vector_128_128", "mm", "bmm", "addmm"} <= set(defined)
     assert mlx.load() is defined  # defined once
 
 
@@ -358,6 +358,46 @@ def test_attention_head_dimensions_without_a_kernel_are_refused(defined):
         defined["sdpa_vector_64_64"](q, k, k, 0.1, False)
 
 
+# --- matrix products -----------------------------------------------------------------------
+
+def _gemm_bound(a, b, reference, dtype):
+    """steel GEMM accumulates in float32, K products one 8 x 8 block after another (per
+    output element a serial sum of K terms): K E32 times sum |a||b| (the usual gamma_K
+    bound), then one rounding into T."""
+    k = a.shape[-1]
+    return k * E32 * (a.double().abs() @ b.double().abs()) + _half_ulp(dtype) * reference.abs() + _floor(dtype)
+
+
+@dtypes
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (64, 48, 256), (70, 33, 100), (5, 300, 7)], ids=str)
+def test_matmul(defined, dtype, m, k, n):
+    """Whole tiles (64 x 48 x 256: align_M, align_N, align_K true) and edges of each."""
+    a, b = _data((m, k), dtype, seed=m + k), _data((k, n), dtype, seed=n)
+    reference = a.double() @ b.double()
+    _assert_close(mlx.matmul(a, b), reference, _gemm_bound(a, b, reference, dtype), f"matmul {dtype} {m}x{k}x{n}")
+
+
+@dtypes
+def test_batched_matmul_and_addmm(defined, dtype):
+    a, b = _data((3, 20, 50), dtype, seed=100), _data((3, 50, 40), dtype, seed=101)
+    reference = a.double() @ b.double()
+    _assert_close(mlx.matmul(a, b), reference, _gemm_bound(a, b, reference, dtype), f"bmm {dtype}")
+    a, b = a[0], b[0]
+    for c in (_data((20, 40), dtype, seed=102), _data((40,), dtype, seed=103)):   # a matrix, a bias row
+        reference = 0.5 * c.double() + 2.0 * (a.double() @ b.double())
+        # alpha * (a @ b) + beta * c in float32: two more roundings relative to the terms.
+        bound = 2 * _gemm_bound(a, b, reference, dtype) + 2 * E32 * 0.5 * c.double().abs()
+        _assert_close(mlx.addmm(c, a, b, beta=0.5, alpha=2.0), reference, bound, f"addmm {dtype} c={tuple(c.shape)}")
+
+
+def test_matmul_gradients(defined):
+    a, b, g = _data((30, 20), seed=104, grad=True), _data((20, 25), seed=105, grad=True), _data((30, 25), seed=106)
+    ga, gb = torch.autograd.grad(mlx.matmul(a, b), (a, b), g)
+    ad, bd = a.detach().double(), b.detach().double()
+    _assert_close(ga, g.double() @ bd.t(), 25 * E32 * (g.double().abs() @ bd.abs().t()) + 1e-30, "matmul a.grad")
+    _assert_close(gb, ad.t() @ g.double(), 30 * E32 * (ad.abs().t() @ g.double().abs()) + 1e-30, "matmul b.grad")
+
+
 # --- variants and edge cases ----------------------------------------------------------------
 
 def test_looped_kernels_take_short_rows_too(defined):
@@ -400,8 +440,9 @@ def test_preconditions_refuse_calls_the_kernels_would_get_wrong(defined, device)
         (lambda: defined["softmax"](x), "size(x, -1) <= 4096"),
         (lambda: defined["logsumexp_looped"](x[None]), "dim(x) == 2"),
         (lambda: defined["rope"](torch.zeros(1, 2, 3, 5, device=device), torch.zeros(1, dtype=torch.int32,
-                                 device=device), torch.zeros(3, dtype=torch.int64, device=device), 1.0, 1.0, False,
-                                 True), "size(x, 3) % 2 == 0"),
+                                 device=device), 1.0, 1.0, False, True), "size(x, 3) % 2 == 0"),
+        (lambda: defined["mm"](torch.zeros(3, 4, device=device), torch.zeros(5, 2, device=device)),
+         "size(b, 0) == size(a, -1)"),
     ]
     for call, precondition in cases:
         with pytest.raises(tm.KernelArgumentError) as raised:
@@ -479,8 +520,15 @@ def _opcheck_sample(name):
             return (x, w, _data((3, n), seed=82), EPS)
         return (x, w, _data((n,), seed=83, grad=grad), EPS) if name.startswith("layer_norm") else (x, w, EPS)
     if name == "rope":
-        return (_data((2, 3, 4, 16), seed=84, grad=True), torch.tensor([1, 5], dtype=torch.int32),
-                torch.tensor([64, 16, 1]), 1.0, math.log2(10000.0), False, True)
+        return (_data((2, 3, 4, 16), seed=84, grad=True), torch.tensor([1, 5], dtype=torch.int32), 1.0,
+                math.log2(10000.0), False, True)
+    if name == "mm":
+        return (_data((40, 20), seed=89, grad=True), _data((20, 33), seed=90, grad=True))
+    if name == "bmm":
+        return (_data((2, 40, 20), seed=91, grad=True), _data((2, 20, 33), seed=92, grad=True))
+    if name == "addmm":
+        return (_data((33,), seed=93, grad=True), _data((40, 20), seed=94, grad=True),
+                _data((20, 33), seed=95, grad=True), 0.5, 2.0)
     if name.startswith(("softmax", "logsumexp")):
         return (_data((3, n), seed=85, grad=True),)
     d, dv = map(int, name.split("_")[-2:])
@@ -491,7 +539,7 @@ OPERATORS = ["rms_norm", "rms_norm_backward", "rms_norm_looped", "rms_norm_loope
              "layer_norm_backward", "layer_norm_looped", "layer_norm_looped_backward", "rope", "softmax",
              "logsumexp", "softmax_looped", "logsumexp_looped", "sdpa_vector_64_64", "sdpa_vector_96_64",
              "sdpa_vector_96_96", "sdpa_vector_128_128", "sdpa_vector_192_128", "sdpa_vector_192_192",
-             "sdpa_vector_256_256", "sdpa_vector_512_512"]
+             "sdpa_vector_256_256", "sdpa_vector_512_512", "mm", "bmm", "addmm"]
 
 
 def test_every_operator_has_an_opcheck(defined):

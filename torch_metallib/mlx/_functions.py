@@ -10,7 +10,8 @@ from ._attention import HEAD_DIMS
 from ._launch import LOOPED_LIMIT
 from ._registry import operators
 
-__all__ = ["load", "rms_norm", "layer_norm", "rope", "softmax", "logsumexp", "scaled_dot_product_attention"]
+__all__ = ["load", "rms_norm", "layer_norm", "rope", "softmax", "logsumexp", "scaled_dot_product_attention",
+           "matmul", "addmm"]
 
 
 def load(path: Optional[str] = None) -> dict:
@@ -62,9 +63,7 @@ def rope(x: torch.Tensor, offset: Union[int, torch.Tensor] = 0, *, base: float =
             offsets = offsets.expand(batch)
     else:
         offsets = torch.full((batch,), offset, dtype=torch.int32, device=x.device)
-    t, d = x.shape[-2], x.shape[-1]
-    strides = torch.tensor([t * d, d, 1], dtype=torch.int64, device=x.device)
-    return operators()["rope"](x, offsets, strides, scale, math.log2(base), traditional, True)
+    return operators()["rope"](x, offsets, scale, math.log2(base), traditional, True)
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -90,3 +89,16 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         raise ValueError(f"scaled_dot_product_attention: MLX has no sdpa_vector kernel for head dimensions "
                          f"(D, Dv) = ({d}, {dv}); it has {', '.join(map(str, HEAD_DIMS))}")
     return operators()[f"sdpa_vector_{d}_{dv}"](q, k, v, d ** -0.5 if scale is None else scale, causal)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b for matrices (M, K) @ (K, N), or batches of them (B, M, K) @ (B, K, N), on MLX's
+    steel GEMM (float32 accumulation)."""
+    return operators()["bmm" if a.dim() == 3 else "mm"](a, b)
+
+
+def addmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1.0,
+          alpha: float = 1.0) -> torch.Tensor:
+    """beta * c + alpha * (a @ b), as torch.addmm, for c of shape (M, N) or a bias row (N,),
+    in one steel GEMM kernel (its output source)."""
+    return operators()["addmm"](c, a, b, beta, alpha)

@@ -5,6 +5,7 @@ import threading
 import torch
 
 from ._attention import define_attention
+from ._gemm import define_gemm
 from ._library import library
 from ._norms import define_norms
 from ._rope import define_rope
@@ -37,7 +38,7 @@ def operators(path=None) -> dict:
         if not _defined:
             lib = library(path)
             defined = {}
-            for define in (define_norms, define_rope, define_softmax, define_attention):
+            for define in (define_norms, define_rope, define_softmax, define_attention, define_gemm):
                 defined.update(define(lib, NAMESPACE))
             _defined.update(defined)
     return _defined

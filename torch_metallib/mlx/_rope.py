@@ -7,9 +7,8 @@ per-batch offset (an int32 array with its stride); ``traditional`` rotates adjac
 (x[2i], x[2i+1]), otherwise the two halves (x[i], x[i + D/2]). The function constant
 ``forward`` = False rotates the other way, which is the backward.
 
-The kernel reads its input and output strides as arrays (``constant long (&)[3]``); ops
-rules are integers, so the operator takes them as a 3-element int64 tensor the wrapper
-(torch_metallib.mlx.rope) makes.
+The kernel reads its input and output strides as arrays (``constant long (&)[3]``): the
+(head, token, element) strides of the contiguous input and output, bound as a tuple of rules.
 """
 
 from .. import ops
@@ -22,27 +21,28 @@ HEADS_PER_THREAD = 4
 
 def define_rope(lib, ns: str) -> dict:
     size = ops.size
+    strides = (size("x", 2) * size("x", 3), size("x", 3), 1)   # contiguous (B, H, T, D)
 
     def setup_context(ctx, inputs, output):
-        _x, offset, strides, scale, log2_base, traditional, forward = inputs
-        ctx.save_for_backward(offset, strides)
+        _x, offset, scale, log2_base, traditional, forward = inputs
+        ctx.save_for_backward(offset)
         ctx.arguments = (scale, log2_base, traditional, forward)
 
     def backward(ctx, grad):
-        offset, strides = ctx.saved_tensors
+        (offset,) = ctx.saved_tensors
         scale, log2_base, traditional, forward = ctx.arguments
-        gx = rope(grad.contiguous(), offset, strides, scale, log2_base, traditional, not forward)
-        return gx, None, None, None, None, None, None
+        gx = rope(grad.contiguous(), offset, scale, log2_base, traditional, not forward)
+        return gx, None, None, None, None, None
 
     rope = ops.define(
-        f"{ns}::rope(Tensor x, Tensor offset, Tensor strides, float scale, float log2_base, bool traditional, "
+        f"{ns}::rope(Tensor x, Tensor offset, float scale, float log2_base, bool traditional, "
         f"bool forward) -> Tensor", lib, "rope_{dtype}", dtypes=FLOATS,
-        bind={"in": "x", "out_strides": "strides", "offset_stride": 1, "n_head": size("x", 1), "base": "log2_base"},
+        bind={"in": "x", "strides": strides, "out_strides": strides, "offset_stride": 1, "n_head": size("x", 1),
+              "base": "log2_base"},
         outputs={"out": ops.like("x")},
         constants={"forward": "forward", "traditional": "traditional", "hs_transpose": False},
         threads=(size("x", 3) // 2, size("x", 2), size("x", 0) * ops.cdiv(size("x", 1), HEADS_PER_THREAD)),
         require=[ops.dim("x") == 4, size("x", 3) % 2 == 0, size("x", 3) >= 2, ops.numel("x") < 2 ** 31,
-                 ops.dim("offset") == 1, size("offset", 0) == size("x", 0),
-                 ops.dim("strides") == 1, size("strides", 0) == 3],
+                 ops.dim("offset") == 1, size("offset", 0) == size("x", 0)],
         backward=backward, setup_context=setup_context)
     return {"rope": rope}

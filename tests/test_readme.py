@@ -96,7 +96,7 @@ def test_blocks_are_found():
     assert len(python_blocks((ROOT / "README.md").read_text())) >= 4
     names = {str(page.relative_to(ROOT)) for page in PAGES_WITH_CODE}
     assert {"README.md", "docs/guide/loading.md", "docs/guide/reflection.md", "docs/guide/calling.md",
-            "docs/guide/operators.md", "docs/guide/writing.md", "docs/backends/cpu.md",
+            "docs/guide/operators.md", "docs/guide/mlx.md", "docs/guide/writing.md", "docs/backends/cpu.md",
             "docs/backends/cuda.md", "docs/backends/metal.md", "docs/reliability.md"} <= names
     assert python_blocks("- item:\n\n    ```python\n    x = 1\n    ```\n") == ["x = 1\n"]
 

@@ -1,8 +1,11 @@
 """Calling a kernel: reflection -> binding plan (C++) -> backend.
 
-``KernelFunction.__call__`` lands here. The plan (``_C.KernelSpec.bind``) validates the
+``KernelFunction.__call__`` lands here for a function's first call, and later calls come
+here with their plan when no native launcher accepts it (``_C.call``: checked execution,
+debug schedules, new constant values). The plan (``_C.KernelSpec.bind``) validates the
 whole call before anything runs; the backend chosen by the tensors' device then prepares
-the function for the plan's function-constant values and runs the plan.
+the function for the plan's function-constant values, runs the plan, and may leave a
+native launcher that later calls like it use without Python (dispatch/launcher.h).
 """
 
 from .. import _C

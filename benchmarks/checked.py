@@ -8,7 +8,7 @@ Kernels from the reference corpus ``mlx.metallib``: the elementwise add
 512 rows of 4,096) and a steel GEMM (``steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2``,
 256 x 256 x 256). Both variants are compiled before timing; calls alternate (the
 _timing.interleaved helper), and each result is checked against the unchecked one once.
-Prints medians in milliseconds and the ratio checked / unchecked (the target in #20 is at
+Prints medians in milliseconds and the ratio checked / unchecked (the target is at
 most 3x on elementwise and softmax kernels; the script reports it and never fails on it).
 """
 

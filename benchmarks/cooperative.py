@@ -1,5 +1,5 @@
 """How fast torch_metallib runs cooperative Metal kernels (barriers, SIMD-group functions,
-simdgroup matrices) on CPU tensors, against torch (issue #22's measurements).
+simdgroup matrices) on CPU tensors, against torch.
 
 Usage: python benchmarks/cooperative.py [--repeat N] [--json OUT]
 
@@ -22,11 +22,11 @@ excluded), interleaved call by call (alternating which goes first), N repeats, m
 * cold compile: the GEMM's first call in a fresh process with the disk cache off
   (``TORCH_METALLIB_CACHE=0``) on a 32 x 32 x 32 problem, minus its second call; median of
   N processes, against the same compiled as coroutines (``TORCH_METALLIB_CPU_LANES=0``, how
-  it compiled before #22) in the same run, and COMPILE_BASELINE_S (measured before #22 on
+  it compiled before lane loops) in the same run, and COMPILE_BASELINE_S (measured before lane loops on
   another machine of this kind, 2026-11-25) for reference.
 
 Runs on torch's thread count (``torch.get_num_threads()``, reported), like torch itself.
-Targets (#22; reported as met/missed, the script never fails on them): softmax <= 3x torch,
+Targets (reported as met/missed, the script never fails on them): softmax <= 3x torch,
 GEMM <= 5x torch.mm, row reduction <= 3x torch.sum, barrier <= 50 ns per thread per
 barrier, cold compile <= 2x the coroutines' in the same run.
 """

@@ -1,4 +1,4 @@
-"""The CUDA backend against native torch on the same GPU, in one run (issue #24's measurements).
+"""The CUDA backend against native torch on the same GPU, in one run.
 
 Usage: python benchmarks/cuda_kernels.py [--repeat N] [--json OUT] [--metallib PATH]
 

@@ -1,4 +1,4 @@
-"""The CUDA backend's lowering time (AIR -> PTX), no GPU needed (#24: <= 20 ms median per kernel).
+"""The CUDA backend's lowering time (AIR -> PTX), no GPU needed (<= 20 ms median per kernel).
 
 Usage: python benchmarks/cuda_lowering.py [--against CHECKOUT] [--rounds N] [--json OUT] [--metallib PATH]
 

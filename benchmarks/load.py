@@ -4,7 +4,7 @@ kernels): ``python -m torch_metallib bench`` on it, with the same measuring code
 
 Usage: python benchmarks/load.py [--repeat N] [--json OUT] [--plot OUT.png] [--markdown]
 
-Every figure is taken in fresh processes; targets (#21): load(bytes) at most 1 ms median
+Every figure is taken in fresh processes; targets: load(bytes) at most 1 ms median
 and at least 30x faster than a plain Python reading of the function list measured in the
 same run; load(path) adds at most 5 MB of resident memory.
 """

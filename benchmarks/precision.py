@@ -1,4 +1,4 @@
-"""Precision of the CPU backend's math functions (#25): the largest error in ulps against
+"""Precision of the CPU backend's math functions: the largest error in ulps against
 the correctly rounded result (float64 computed, rounded once to the type), over a dense
 sample of each function's domain plus its edges, for float and half.
 

@@ -1,4 +1,4 @@
-"""The simulated Metal in tests (#18): the Metal backend's own Objective-C++ (csrc/mps),
+"""The simulated Metal in tests: the Metal backend's own Objective-C++ (csrc/mps),
 built with clang against fake Metal headers (tests/metal_sim), encodes each call; what the
 encoder was told is replayed on the CPU backend (_C.replayed_plan), and the bytes of every
 buffer the call bound must equal those a direct CPU run leaves, bit for bit.

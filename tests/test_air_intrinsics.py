@@ -1,4 +1,4 @@
-"""Every variant of AIR's per-lane and SIMD-group intrinsics, exact (#25): small kernels
+"""Every variant of AIR's per-lane and SIMD-group intrinsics, exact: small kernels
 written on the fly (tests/_air_modules.py) call one intrinsic per thread; results are
 compared with float64 references rounded to the result type, on dense samples plus the
 edges (±0, denormals, ±inf, NaN, domain edges, large arguments, integer extremes).

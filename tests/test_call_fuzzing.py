@@ -1,4 +1,4 @@
-"""Call fuzzing in CI (#20): a bounded run of tools/fuzz_calls.py, which generates calls to
+"""Call fuzzing in CI: a bounded run of tools/fuzz_calls.py, which generates calls to
 MLX kernels with hypothesis (argument kinds, dtypes, sizes, offsets, strides, threads, group
 sizes, checked or not) and checks each against a torch reference or a project exception.
 It runs as a child process, so a crash is a failed test. TORCH_METALLIB_CALL_FUZZ_EXAMPLES

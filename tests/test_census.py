@@ -28,7 +28,7 @@ def test_every_variant_in_the_reference_and_public_corpora_is_implemented(mlx_pa
     assert not result["errors"], result["errors"]
     assert result["kernels"] > 30000 and len(result["variants"]) > 300
     names = {v.name for v in result["variants"]}
-    # Variants the defects of #25 were in, present in these corpora and now implemented.
+    # Variants the intrinsic-variant defects were in, present in these corpora and now implemented.
     assert {"air.atomic.global.cmpxchg.weak.i32", "air.all.v2i1", "air.fmax3.f16", "air.popcount.i32",
             "air.simd_vote_all.i64", "air.simdgroup_matrix_8x8_init_diag.v64f32.f32"} <= names
 

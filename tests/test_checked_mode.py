@@ -1,4 +1,4 @@
-"""Checked execution (#20): every device, constant and threadgroup access bounds-checked.
+"""Checked execution: every device, constant and threadgroup access bounds-checked.
 
 Each call that would read or write outside the memory it bound (on the CPU: a crash or
 silent corruption) runs in a child process and must raise KernelMemoryError naming the

@@ -1,4 +1,4 @@
-"""The Metal-shaped command list (#18, item 1): every call's binding plan becomes the
+"""The Metal-shaped command list: every call's binding plan becomes the
 commands a compute encoder is given, and the CPU backend takes its addresses from them, so
 every CPU test runs through it. Here each argument kind is checked exactly: buffer index
 and byte offset of a sliced tensor, packed scalar bytes, values over Metal's 4 KB setBytes

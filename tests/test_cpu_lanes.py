@@ -1,4 +1,4 @@
-"""Cooperative kernels as lane loops (#22, backends/cpu/regions.py, csrc/cpu/lanes.cpp).
+"""Cooperative kernels as lane loops (backends/cpu/regions.py, csrc/cpu/lanes.cpp).
 
 Which scheme a call ran (KernelFunction.cpu_scheme), and that lane loops compute what
 the coroutine scheme computes, bit for bit, on Apple-built MLX kernels: a checked call

@@ -1,4 +1,4 @@
-"""The CUDA backend on an NVIDIA GPU (#24): kernels on ``cuda`` tensors against the CPU
+"""The CUDA backend on an NVIDIA GPU: kernels on ``cuda`` tensors against the CPU
 backend, ordering with torch's own ops on the current stream, launch limits, operators
 under autograd and ``torch.compile``. Marked ``cuda``; skipped only where
 ``torch.cuda.is_available()`` is false (CI has no GPU: test_cuda_lowering.py checks the

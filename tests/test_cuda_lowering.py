@@ -1,4 +1,4 @@
-"""The CUDA backend's lowering, checked without a GPU (#24): AIR -> NVVM IR -> PTX, and CUDA's
+"""The CUDA backend's lowering, checked without a GPU: AIR -> NVVM IR -> PTX, and CUDA's
 ``ptxas`` accepting the PTX for sm_80 and sm_90.
 
 * One kernel of every family of Apple-built mlx.metallib and of the public corpus subset

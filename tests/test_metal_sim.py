@@ -1,4 +1,4 @@
-"""The Metal backend on Linux, against a simulated Metal (#18; `pytest -m metal_sim`).
+"""The Metal backend on Linux, against a simulated Metal (`pytest -m metal_sim`).
 
 csrc/mps's Objective-C++ (library from bytes, pipeline cache, command-list replay) is
 compiled with clang and GCC's Objective-C runtime against fake Metal headers

@@ -1,4 +1,4 @@
-"""The Metal backend on a Mac (#18): kernels on ``mps`` tensors against the CPU backend,
+"""The Metal backend on a Mac: kernels on ``mps`` tensors against the CPU backend,
 ordering with torch's own ops in the same MPS stream, operators under autograd and
 ``torch.compile``. Run by .github/workflows/macos.yml; skipped only where
 ``torch.backends.mps.is_available()`` is false (every Linux machine, where

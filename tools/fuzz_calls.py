@@ -1,4 +1,4 @@
-"""Call fuzzing (#20): hypothesis generates calls to real kernels of the reference corpus
+"""Call fuzzing: hypothesis generates calls to real kernels of the reference corpus
 with random argument kinds, dtypes, sizes, storage offsets, strides, scalars, ``threads``
 and ``group_size``, checked or not, and asserts that every call either raises one of the
 project's exceptions or leaves every tensor exactly as a torch reference computed from the

@@ -1,4 +1,4 @@
-"""The Metal backend (#18): kernels on ``mps`` tensors, encoded into PyTorch's MPS stream.
+"""The Metal backend: kernels on ``mps`` tensors, encoded into PyTorch's MPS stream.
 
 The binding plan's command list (``_C.Plan.commands``, csrc/dispatch/command_list.h) is the
 only input: the Objective-C++ in csrc/mps replays it as setBuffer / setBytes /

@@ -1,5 +1,5 @@
 """`python -m torch_metallib cuda-coverage`: how many kernels of a library the CUDA backend
-lowers to PTX that CUDA's ``ptxas`` accepts, per GPU architecture (#24).
+lowers to PTX that CUDA's ``ptxas`` accepts, per GPU architecture.
 
 Kernels are grouped into families (the name with its type words and numbers taken out:
 ``vv_Addfloat32`` and ``vv_Addint64`` are one family); ``--per-family N`` checks the first

@@ -1,4 +1,4 @@
-"""A cooperative kernel's threads as lane loops (#22): the kernel cut into regions at its
+"""A cooperative kernel's threads as lane loops: the kernel cut into regions at its
 waits, each region a loop over threads that LLVM can vectorize.
 
 Lowered for the LaneLoops target (target.py), a wait is a marker: ``@tm.lanes.barrier()`` or

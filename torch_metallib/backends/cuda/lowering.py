@@ -1,4 +1,4 @@
-"""AIR module -> NVVM IR: a Metal kernel as a CUDA kernel (#24).
+"""AIR module -> NVVM IR: a Metal kernel as a CUDA kernel.
 
 The AIR meaning is air/'s, as on the CPU: its function-constant specialization
 (function_constants.py), per-lane intrinsics (intrinsics.py), atomics (atomics.py) and

@@ -6,7 +6,7 @@ accesses; after O3 these are straight-line runs off one pointer (``x, x+4, x+8, 
 bytes). One 16-byte access serves four such, but whether the run is 16-byte aligned
 depends on ``axis_size``, known only at run time, so LLVM (whose LoadStoreVectorizer
 merges accesses only where it knows their alignment) keeps them scalar: every warp-level
-access touches 32 sectors of L2 instead of 4-8 (#24: layer_norm's 177 us against torch's
+access touches 32 sectors of L2 instead of 4-8 (layer_norm's 177 us against torch's
 62 on an H100, L2-bound).
 
 Here, on the optimized module (ptx.py, between LLVM's O3 and NVPTX code generation), a

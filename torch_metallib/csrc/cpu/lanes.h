@@ -1,4 +1,4 @@
-// Running cooperative kernels as lane loops (#22, regions.py): the kernel is cut at its
+// Running cooperative kernels as lane loops (regions.py): the kernel is cut at its
 // waits into regions, each a loop over a range of threads that runs those standing at the
 // region's start. This runner starts the threadgroup, completes a SIMD-group's exchange
 // once its lanes have all stopped, releases a barrier once every thread has, and runs the

@@ -1,4 +1,4 @@
-// The Metal-shaped command list of one kernel call (#18): what a compute encoder is told,
+// The Metal-shaped command list of one kernel call: what a compute encoder is told,
 // built from the binding plan and consumed by every backend. The CPU backend takes its
 // per-parameter addresses from it (cpu_addresses), so every CPU call exercises it; the
 // Metal backend replays it as setBuffer / setBytes / setThreadgroupMemoryLength /

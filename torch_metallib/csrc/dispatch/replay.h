@@ -1,4 +1,4 @@
-// A plan rebuilt from what a Metal encoder was told (#18): the simulated Metal records the
+// A plan rebuilt from what a Metal encoder was told: the simulated Metal records the
 // setBuffer / setBytes / setThreadgroupMemoryLength / dispatchThreads calls the Metal
 // backend makes, and the CPU backend runs the plan rebuilt from them. So the Objective-C++
 // encoder's output, not the command list it was given, decides the results: an encoding

@@ -1,4 +1,4 @@
-// The Metal backend's C++ face (#18): a library made from a metallib's bytes, its pipeline
+// The Metal backend's C++ face: a library made from a metallib's bytes, its pipeline
 // cache, and a command list (dispatch/command_list.h) run on PyTorch's MPS stream. The
 // Objective-C++ behind it is in this folder, built on macOS only; tests/metal_sim builds
 // the same files on Linux against a simulated Metal.

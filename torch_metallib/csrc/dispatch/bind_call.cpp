@@ -8,6 +8,15 @@
 
 namespace torch_metallib::dispatch {
 
+const ArgumentSpec& KernelSpec::named_argument(const std::string& name, const std::string& context) const {
+  for (const ArgumentSpec& a : arguments_) {
+    if (a.name == name) return a;
+  }
+  std::string names;
+  for (const ArgumentSpec& a : arguments_) names += (names.empty() ? "" : ", ") + a.name;
+  throw ArgumentError(context + "no argument named '" + name + "'; expected one of: " + names);
+}
+
 c10::SmallVector<const CallValue*, 16> KernelSpec::assign(const CallArguments& call,
                                                           const std::vector<ConstantValue>& constants) const {
   c10::SmallVector<const CallValue*, 16> values(arguments_.size(), nullptr);
@@ -34,20 +43,14 @@ c10::SmallVector<const CallValue*, 16> KernelSpec::assign(const CallArguments& c
   }
   for (size_t i = 0; i < call.positional.size(); ++i) values[active[i]] = &call.positional[i];
   for (const auto& [name, value] : call.named) {
-    auto found =
-        std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
-    if (found == arguments_.end()) {
-      std::string names;
-      for (const ArgumentSpec& a : arguments_) names += (names.empty() ? "" : ", ") + a.name;
-      throw ArgumentError(name_ + ": no argument named '" + name + "'; expected one of: " + names);
-    }
+    const ArgumentSpec* found = &named_argument(name, name_ + ": ");
     if (found->kind == ArgumentKind::Threadgroup) {
       throw ArgumentError(name_ + ": " + found->describe() +
                           " is threadgroup memory, not a value; set its size with "
                           "threadgroup_memory={" +
                           std::to_string(found->binding) + ": nbytes}");
     }
-    const size_t slot = size_t(found - arguments_.begin());
+    const size_t slot = size_t(found - arguments_.data());
     if (values[slot] != nullptr) {
       throw ArgumentError(name_ + ": " + found->describe() + " is given twice (by position and by name)");
     }
@@ -146,15 +149,9 @@ Plan KernelSpec::pipeline_plan(const std::vector<std::pair<size_t, Number>>& con
 
 void KernelSpec::allow_storage(Plan& plan, const std::vector<std::string>& names) const {
   for (const std::string& name : names) {
-    auto found =
-        std::find_if(arguments_.begin(), arguments_.end(), [&](const ArgumentSpec& a) { return a.name == name; });
-    if (found == arguments_.end()) {
-      std::string all;
-      for (const ArgumentSpec& a : arguments_) all += (all.empty() ? "" : ", ") + a.name;
-      throw ArgumentError(name_ + ": storage_bounds: no argument named '" + name + "'; expected one of: " + all);
-    }
+    const ArgumentSpec& found = named_argument(name, name_ + ": storage_bounds: ");
     plan.storage_bounds.resize(plan.bindings.size(), false);
-    plan.storage_bounds[size_t(found->position)] = true;
+    plan.storage_bounds[size_t(found.position)] = true;
   }
 }
 

@@ -201,6 +201,8 @@ class KernelSpec {
   std::string left_out_because(const ArgumentSpec& argument) const;
   // Refuses the call when an argument of a kind no backend binds yet is present.
   void refuse_unbindable(const std::vector<ConstantValue>& constants) const;
+  // The argument called `name`, else ArgumentError naming every argument (`context` leads the message).
+  const ArgumentSpec& named_argument(const std::string& name, const std::string& context) const;
   // The call's value per argument (index into arguments_), by position and by name.
   c10::SmallVector<const CallValue*, 16> assign(const CallArguments& call,
                                                 const std::vector<ConstantValue>& constants) const;

@@ -12,19 +12,18 @@ void Launchers::add(std::shared_ptr<Launcher> launcher) {
   }
 }
 
-std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
+const std::shared_ptr<Launcher>* Launchers::first_accepting(const Plan& plan) const {
   for (const auto& launcher : entries_) {
-    if (launcher->current() && launcher->accepts(plan)) {
-      last_ = launcher.get();
-      return launcher;
-    }
+    if (launcher->current() && launcher->accepts(plan)) return &launcher;
   }
   return nullptr;
 }
 
-bool Launchers::covers(const Plan& plan) const {
-  return std::any_of(entries_.begin(), entries_.end(),
-                     [&](const auto& launcher) { return launcher->current() && launcher->accepts(plan); });
+std::shared_ptr<Launcher> Launchers::find(const Plan& plan) {
+  const std::shared_ptr<Launcher>* found = first_accepting(plan);
+  if (found == nullptr) return nullptr;
+  last_ = found->get();
+  return *found;
 }
 
 void Launchers::clear() {

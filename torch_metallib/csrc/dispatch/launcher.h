@@ -39,7 +39,7 @@ class Launchers {
   // The first that accepts `plan`, remembered as the last one used; null if none does.
   // Shared: another thread may drop it from the list while it runs without the GIL.
   std::shared_ptr<Launcher> find(const Plan& plan);
-  bool covers(const Plan& plan) const;
+  bool covers(const Plan& plan) const { return first_accepting(plan) != nullptr; }
   // The launcher of the function's last call, if that call ran natively.
   const Launcher* last() const { return last_; }
   void forget_last() { last_ = nullptr; }
@@ -47,6 +47,7 @@ class Launchers {
   size_t size() const { return entries_.size(); }
 
  private:
+  const std::shared_ptr<Launcher>* first_accepting(const Plan& plan) const;
   std::vector<std::shared_ptr<Launcher>> entries_;
   const Launcher* last_ = nullptr;
 };

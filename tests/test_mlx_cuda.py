@@ -1,0 +1,110 @@
+"""torch_metallib.mlx's operators on an NVIDIA GPU: every public function run on ``cuda``
+tensors against the same call on the CPU backend (which tests/test_mlx_ops.py checks against
+torch), forward and, where the operator has a backward kernel, gradients. Marked ``cuda``;
+skipped without a GPU.
+
+The two backends run the same kernels with the same float32 accumulation, but the GPU's
+fused multiply-adds and libdevice's math differ from the CPU's in the last bits, so results
+agree within a few ulps of the storage type (sums of hundreds of terms within their order's
+rounding), not bit for bit."""
+
+import pytest
+import torch
+
+from torch_metallib import mlx
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
+                                                   reason="needs an NVIDIA GPU (CUDA)")]
+
+FLOATS = [torch.float32, torch.float16, torch.bfloat16]
+NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# (rtol, atol): a few ulps of the type; float32 also covers a sum's order over K = 256.
+TOLERANCES = {torch.float32: (2e-5, 2e-5), torch.float16: (4e-3, 1e-3), torch.bfloat16: (3e-2, 1e-2)}
+dtypes = pytest.mark.parametrize("dtype", FLOATS, ids=NAMES.get)
+
+
+@pytest.fixture(scope="module")
+def defined(mlx_path) -> dict:
+    return mlx.load(mlx_path)
+
+
+def _data(shape, dtype, seed=0, scale=1.0):
+    return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
+
+
+def _same(cpu: torch.Tensor, gpu: torch.Tensor, what: str):
+    assert gpu.device.type == "cuda", what
+    assert gpu.shape == cpu.shape and gpu.dtype == cpu.dtype, what
+    rtol, atol = TOLERANCES.get(cpu.dtype, (0, 0))
+    torch.testing.assert_close(gpu.cpu(), cpu, rtol=rtol, atol=atol, msg=lambda m: f"{what}: {m}")
+
+
+def _both(fn, *tensors, grad=False):
+    """fn on CPU copies and on CUDA copies of `tensors`; with grad, also the gradients of
+    sum(out * g) for one fixed g."""
+    cpu = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in tensors]
+    gpu = [t.cuda().requires_grad_(grad and t.is_floating_point()) for t in tensors]
+    out_cpu, out_gpu = fn(*cpu), fn(*gpu)
+    torch.cuda.synchronize()
+    grads = []
+    if grad:
+        g = _data(out_cpu.shape, out_cpu.dtype, seed=99)
+        grads_cpu = torch.autograd.grad(out_cpu, [t for t in cpu if t.requires_grad], g)
+        grads_gpu = torch.autograd.grad(out_gpu, [t for t in gpu if t.requires_grad], g.cuda())
+        grads = list(zip(grads_cpu, grads_gpu))
+    return out_cpu.detach(), out_gpu.detach(), grads
+
+
+@dtypes
+@pytest.mark.parametrize("n", [256, 4200], ids=["block", "looped"])
+@pytest.mark.parametrize("name", ["rms_norm", "layer_norm"])
+def test_norms(defined, dtype, n, name):
+    fn = getattr(mlx, name)
+    cpu, gpu, grads = _both(lambda x, w: fn(x, w), _data((6, n), dtype), _data((n,), dtype, seed=1), grad=True)
+    _same(cpu, gpu, name)
+    for i, (gc, gg) in enumerate(grads):
+        # Weight gradients sum over the rows in another order on each backend.
+        _same(gc, gg, f"{name} gradient {i}")
+
+
+@dtypes
+@pytest.mark.parametrize("traditional", [False, True])
+def test_rope(defined, dtype, traditional):
+    cpu, gpu, _ = _both(lambda x: mlx.rope(x, 3, traditional=traditional), _data((2, 5, 7, 32), dtype))
+    _same(cpu, gpu, "rope")
+
+
+@dtypes
+@pytest.mark.parametrize("n", [100, 5000], ids=["block", "looped"])
+@pytest.mark.parametrize("name", ["softmax", "logsumexp"])
+def test_row_reductions(defined, dtype, n, name):
+    cpu, gpu, _ = _both(getattr(mlx, name), _data((5, n), dtype, scale=3.0))
+    _same(cpu, gpu, name)
+
+
+@dtypes
+@pytest.mark.parametrize("causal", [False, True])
+def test_decoding_attention(defined, dtype, causal):
+    q, k, v = _data((2, 8, 1, 64), dtype), _data((2, 2, 37, 64), dtype, 1), _data((2, 2, 37, 64), dtype, 2)
+    cpu, gpu, _ = _both(lambda q, k, v: mlx.scaled_dot_product_attention(q, k, v, causal=causal), q, k, v)
+    _same(cpu, gpu, "sdpa_vector")
+
+
+@dtypes
+@pytest.mark.parametrize("shape", [(64, 256, 64), (33, 100, 70)], ids=["aligned", "ragged"])
+def test_matmul(defined, dtype, shape):
+    m, k, n = shape
+    cpu, gpu, grads = _both(mlx.matmul, _data((m, k), dtype), _data((k, n), dtype, 1), grad=dtype == torch.float32)
+    _same(cpu, gpu, "matmul")
+    for i, (gc, gg) in enumerate(grads):
+        _same(gc, gg, f"matmul gradient {i}")
+
+
+@dtypes
+def test_batched_matmul_and_addmm(defined, dtype):
+    a, b = _data((3, 40, 64), dtype), _data((3, 64, 24), dtype, 1)
+    cpu, gpu, _ = _both(mlx.matmul, a, b)
+    _same(cpu, gpu, "bmm")
+    c = _data((24,), dtype, 2)
+    cpu, gpu, _ = _both(lambda c, a, b: mlx.addmm(c, a, b, beta=0.5, alpha=2.0), c, a[0], b[0])
+    _same(cpu, gpu, "addmm")

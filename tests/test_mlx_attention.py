@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import torch_metallib as tm
 from torch_metallib import mlx
-from torch_metallib.mlx._steel_attention import STEEL_HEAD_DIMS
+from torch_metallib.mlx._steel_attention import STEEL_HEAD_DIMS, steel_dtypes
 
 E32 = torch.finfo(torch.float32).eps
 FLOATS = [torch.float32, torch.float16, torch.bfloat16]
@@ -151,8 +151,8 @@ def test_other_head_dimensions(defined, d, dv):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("d, dv", list(STEEL_HEAD_DIMS))
-@dtypes
+@pytest.mark.parametrize("d, dv, dtype", [(d, dv, dtype) for d, dv in STEEL_HEAD_DIMS for dtype in steel_dtypes(d, dv)],
+                         ids=str)
 def test_every_head_dimension(defined, d, dv, dtype):
     q, k, v = _qkv(dtype, 45, 70, d, dv, heads=2, kv_heads=1, seed=d + dv)
     _check(q, k, v, causal=True, what=f"{dtype} {d}x{dv}")
@@ -177,6 +177,15 @@ def test_up_to_eight_queries_without_a_mask_run_sdpa_vector(defined):
     mask = torch.zeros(1, 30)
     assert torch.equal(mlx.scaled_dot_product_attention(q[:, :, :2], k, v, mask=mask),
                        defined["steel_attention_64_64_mask"](q[:, :, :2], k, v, mask[None, None], 0.125, False))
+
+
+def test_float32_at_head_dimension_192_has_no_steel_kernel(defined):
+    """Its kernel needs more threadgroup memory than Metal has; up to 8 queries without a
+    mask still run on sdpa_vector."""
+    q, k = torch.zeros(1, 1, 9, 192), torch.zeros(1, 1, 9, 192)
+    with pytest.raises(tm.KernelArgumentError, match="has kernels for torch.float16, torch.bfloat16"):
+        mlx.scaled_dot_product_attention(q, k, k)
+    assert mlx.scaled_dot_product_attention(q[:, :, :8], k, k).shape == (1, 1, 8, 192)
 
 
 def test_head_dimensions_without_a_kernel_are_refused(defined):

@@ -16,14 +16,15 @@ the key).
 
 A kernel is compiled for one key head dimension D and one value head dimension Dv and
 reads that many elements per row, so both are preconditions; there are three operators
-per (D, Dv): no mask, an additive mask, a boolean mask.
+per (D, Dv): no mask, an additive mask, a boolean mask; float32, float16 and bfloat16, but
+no float32 at D = 192 (see steel_dtypes).
 """
 
 import torch
 
 from .. import ops
 
-__all__ = ["define_steel_attention", "STEEL_HEAD_DIMS"]
+__all__ = ["define_steel_attention", "STEEL_HEAD_DIMS", "steel_dtypes"]
 
 BQ, WM = 32, 4
 # (D, Dv) -> BK, as MLX picks it (bd < 128: 32, else 16); D = 256 splits the head
@@ -33,10 +34,17 @@ STEEL_HEAD_DIMS = {(64, 64): 32, (72, 72): 32, (80, 80): 32, (96, 64): 32, (96, 
 _TYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
+def steel_dtypes(d: int, dv: int) -> list:
+    """The dtypes with a kernel that can launch: float32 at D = 192 declares 40,448 bytes of
+    threadgroup memory, more than a Metal threadgroup has (32 KB), so the binding plan
+    refuses it (MLX runs its unfused path at D = 192 beyond 8 queries)."""
+    return [dtype for dtype in _TYPE_NAMES if not (dtype == torch.float32 and d == 192)]
+
+
 def _kernels(d: int, dv: int, mask_type=None) -> dict:
     bk, wn = STEEL_HEAD_DIMS[(d, dv)], 2 if d == 256 else 1
-    return {dtype: f"steel_attention_{name}_bq{BQ}_bk{bk}_bd{d}_bv{dv}_wm{WM}_wn{wn}_mask{mask_type or name}"
-            for dtype, name in _TYPE_NAMES.items()}
+    return {dtype: f"steel_attention_{_TYPE_NAMES[dtype]}_bq{BQ}_bk{bk}_bd{d}_bv{dv}_wm{WM}_wn{wn}_mask"
+                   f"{mask_type or _TYPE_NAMES[dtype]}" for dtype in steel_dtypes(d, dv)}
 
 
 def _strides(name: str) -> tuple:

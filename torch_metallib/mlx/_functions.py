@@ -9,6 +9,7 @@ import torch
 from ._attention import HEAD_DIMS
 from ._launch import LOOPED_LIMIT
 from ._registry import operators
+from ._steel_attention import STEEL_HEAD_DIMS
 
 __all__ = ["load", "rms_norm", "layer_norm", "rope", "softmax", "logsumexp", "scaled_dot_product_attention",
            "matmul", "addmm"]
@@ -78,17 +79,50 @@ def logsumexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: Optional[float] = None,
-                                 causal: bool = False) -> torch.Tensor:
-    """softmax(scale * q k^T) v for q (B, Hq, Tq, D), k (B, Hkv, N, D), v (B, Hkv, N, Dv),
-    Hq a multiple of Hkv; scale defaults to D ** -0.5. MLX's sdpa_vector kernels, made for
-    decoding (a few queries per head): (D, Dv) one of (64, 64), (96, 64), (96, 96),
-    (128, 128), (192, 128), (192, 192), (256, 256), (512, 512). ``causal`` masks as MLX
-    does, aligned to the end: query i sees keys 0 .. N - Tq + i."""
+                                 mask: Optional[torch.Tensor] = None, causal: bool = False) -> torch.Tensor:
+    """softmax(scale * q k^T + mask) v for q (B, Hq, Tq, D), k (B, Hkv, N, D), v (B, Hkv, N, Dv),
+    Hq a multiple of Hkv; scale defaults to D ** -0.5. As MLX picks: up to 8 queries per
+    head without a mask, the sdpa_vector kernels (made for decoding); otherwise the steel
+    attention kernels (prefill), for (D, Dv) in (64, 64), (72, 72), (80, 80), (96, 64),
+    (96, 96), (128, 128), (192, 192), (256, 256). ``mask`` broadcasts to (B, Hq, Tq, N): a
+    float mask is added to the scores (in q's dtype, as MLX casts it), a bool mask keeps
+    the keys where it is True. ``causal`` masks as MLX does, aligned to the end: query i
+    sees keys 0 .. N - Tq + i (so it needs Tq <= N beyond 8 queries); it combines with a
+    mask."""
     d, dv = q.shape[-1], v.shape[-1]
-    if (d, dv) not in HEAD_DIMS:
-        raise ValueError(f"scaled_dot_product_attention: MLX has no sdpa_vector kernel for head dimensions "
-                         f"(D, Dv) = ({d}, {dv}); it has {', '.join(map(str, HEAD_DIMS))}")
-    return operators()[f"sdpa_vector_{d}_{dv}"](q, k, v, d ** -0.5 if scale is None else scale, causal)
+    scale = d ** -0.5 if scale is None else scale
+    steel = (d, dv) in STEEL_HEAD_DIMS
+    if mask is None and (d, dv) in HEAD_DIMS and (q.shape[2] <= 8 or not steel):
+        return operators()[f"sdpa_vector_{d}_{dv}"](q, k, v, scale, causal)
+    if not steel:
+        raise ValueError(f"scaled_dot_product_attention: MLX has no attention kernel for head dimensions "
+                         f"(D, Dv) = ({d}, {dv}){' with a mask' if mask is not None else ''}; it has "
+                         f"{', '.join(map(str, STEEL_HEAD_DIMS))} for any query count and mask, and "
+                         f"{', '.join(map(str, HEAD_DIMS))} without a mask")
+    name = f"steel_attention_{d}_{dv}"
+    if mask is None:
+        return operators()[name](q, k, v, scale, causal)
+    mask = _attention_mask(mask, q, k)
+    return operators()[name + ("_bool_mask" if mask.dtype == torch.bool else "_mask")](q, k, v, mask, scale, causal)
+
+
+def _attention_mask(mask: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """`mask` as the steel kernels read it: 4-D, float masks in q's dtype, each of its batch,
+    head and query dimensions of size 1 (the kernel then reads it with stride 0) or full,
+    the key dimension full. Dimensions broadcast by expand() are narrowed back to size 1,
+    so the operator, which passes inputs contiguous, does not materialize them."""
+    if mask.dim() > 4:
+        raise ValueError(f"scaled_dot_product_attention: the mask broadcasts to (B, Hq, Tq, N); expected at most "
+                         f"4 dimensions, got shape {tuple(mask.shape)}")
+    if mask.dtype != torch.bool and mask.is_floating_point():
+        mask = mask.to(q.dtype)
+    mask = mask[(None,) * (4 - mask.dim())]
+    for i in range(3):
+        if mask.shape[i] > 1 and mask.stride(i) == 0:
+            mask = mask.narrow(i, 0, 1)
+    if mask.shape[3] == 1:
+        mask = mask.expand(-1, -1, -1, k.shape[2])
+    return mask
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

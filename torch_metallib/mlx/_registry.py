@@ -10,6 +10,7 @@ from ._library import library
 from ._norms import define_norms
 from ._rope import define_rope
 from ._softmax import define_softmax
+from ._steel_attention import define_steel_attention
 
 __all__ = ["NAMESPACE", "operators"]
 
@@ -38,7 +39,8 @@ def operators(path=None) -> dict:
         if not _defined:
             lib = library(path)
             defined = {}
-            for define in (define_norms, define_rope, define_softmax, define_attention, define_gemm):
+            for define in (define_norms, define_rope, define_softmax, define_attention, define_gemm,
+                           define_steel_attention):
                 defined.update(define(lib, NAMESPACE))
             _defined.update(defined)
     return _defined

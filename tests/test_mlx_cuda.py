@@ -108,3 +108,22 @@ def test_batched_matmul_and_addmm(defined, dtype):
     c = _data((24,), dtype, 2)
     cpu, gpu, _ = _both(lambda c, a, b: mlx.addmm(c, a, b, beta=0.5, alpha=2.0), c, a[0], b[0])
     _same(cpu, gpu, "addmm")
+
+
+@dtypes
+@pytest.mark.parametrize("mask", [None, "float", "bool"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_prefill_attention(defined, dtype, mask, causal):
+    """The steel attention kernels: 45 queries over 70 keys (ragged against its 32 x 16/32
+    blocks), grouped-query heads, masks broadcast over the batch."""
+    q, k, v = _data((2, 4, 45, 64), dtype), _data((2, 2, 70, 64), dtype, 1), _data((2, 2, 70, 64), dtype, 2)
+    tensors = [q, k, v]
+    if mask == "float":
+        tensors.append(_data((1, 4, 45, 70), dtype, 3))
+    elif mask == "bool":
+        tensors.append(_data((1, 4, 45, 70), torch.float32, 3) > -1.0)
+
+    def attend(q, k, v, m=None):
+        return mlx.scaled_dot_product_attention(q, k, v, mask=m, causal=causal)
+    cpu, gpu, _ = _both(attend, *tensors)
+    _same(cpu, gpu, "steel attention")

@@ -17,7 +17,10 @@ LLaMA-style block built from them.
 from ._functions import (addmm, layer_norm, load, logsumexp, matmul, rms_norm, rope, scaled_dot_product_attention,
                          softmax)
 from ._library import library_path
+from ._quantize import dequantize, quantize
+from ._quantized_functions import quantized_matmul
 from ._registry import NAMESPACE, operators
 
 __all__ = ["load", "operators", "library_path", "NAMESPACE", "rms_norm", "layer_norm", "rope", "softmax",
-           "logsumexp", "scaled_dot_product_attention", "matmul", "addmm"]
+           "logsumexp", "scaled_dot_product_attention", "matmul", "addmm",
+           "quantized_matmul", "quantize", "dequantize"]

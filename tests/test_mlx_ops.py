@@ -543,7 +543,8 @@ OPERATORS = ["rms_norm", "rms_norm_backward", "rms_norm_looped", "rms_norm_loope
 
 
 def test_every_operator_has_an_opcheck(defined):
-    assert sorted(defined) == sorted(OPERATORS)
+    quantized = {name for name in defined if name.startswith("affine_")}   # tests/test_mlx_quantized.py
+    assert sorted(set(defined) - quantized) == sorted(OPERATORS)
 
 
 @pytest.mark.parametrize("name", OPERATORS)

@@ -5,8 +5,9 @@
     >>> y = mlx.rms_norm(x, w, 1e-5)                                       # doctest: +SKIP
 
 RMS norm and layer norm (with MLX's backward kernels), rotary embedding, softmax,
-logsumexp, single-query attention and matrix products (steel GEMM), for float32, float16
-and bfloat16 on the CPU backend (and wherever ops.define registers them). The library is the one
+logsumexp, single-query attention and matrix products (steel GEMM; affine-quantized
+weights: quantized_matmul, quantize, dequantize), for float32, float16 and bfloat16 on
+the CPU backend (and wherever ops.define registers them). The library is the one
 ``python -m torch_metallib corpus`` downloads; ``load(path)`` names another copy. The
 functions here pick the kernel variant MLX's host code would (block or looped rows, the
 attention kernel of the head dimension) and handle its conventions; each operator states

@@ -8,6 +8,7 @@ from ._attention import define_attention
 from ._gemm import define_gemm
 from ._library import library
 from ._norms import define_norms
+from ._quantized import define_quantized
 from ._rope import define_rope
 from ._softmax import define_softmax
 from ._steel_attention import define_steel_attention
@@ -40,7 +41,7 @@ def operators(path=None) -> dict:
             lib = library(path)
             defined = {}
             for define in (define_norms, define_rope, define_softmax, define_attention, define_gemm,
-                           define_steel_attention):
+                           define_steel_attention, define_quantized):
                 defined.update(define(lib, NAMESPACE))
             _defined.update(defined)
     return _defined

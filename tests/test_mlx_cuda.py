@@ -127,3 +127,19 @@ def test_prefill_attention(defined, dtype, mask, causal):
         return mlx.scaled_dot_product_attention(q, k, v, mask=m, causal=causal)
     cpu, gpu, _ = _both(attend, *tensors)
     _same(cpu, gpu, "steel attention")
+
+
+@dtypes
+@pytest.mark.parametrize("bits,group_size", [(4, 64), (8, 32), (4, 128)])
+@pytest.mark.parametrize("rows,transpose", [(1, True), (3, True), (40, True), (40, False)],
+                         ids=["qmv1", "qmv3", "qmm_t", "qmm_n"])
+def test_quantized_matmul(defined, dtype, bits, group_size, rows, transpose):
+    """Every quantized family the function picks from (qmv_fast, qmv, qmm_t, qmm_n)."""
+    n, k = 128, 256
+    w = _data((n, k) if transpose else (k, n), dtype, 1)
+    w_q, scales, biases = mlx.quantize(w, group_size, bits)   # along w's last dimension
+
+    def product(x, w_q, scales, biases):
+        return mlx.quantized_matmul(x, w_q, scales, biases, transpose=transpose, group_size=group_size, bits=bits)
+    cpu, gpu, _ = _both(product, _data((rows, k), dtype), w_q, scales, biases)
+    _same(cpu, gpu, "quantized_matmul")

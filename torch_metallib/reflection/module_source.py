@@ -73,7 +73,7 @@ def read_module(module, name: Optional[str] = None) -> ModuleSource:
     if text is None:
         context = llvm.create_context()
         try:
-            parsed = parse_bitcode(where, bitcode, context)
+            parsed = parse_bitcode(f"pack: {where}", bitcode, context)
             try:
                 return _derive(where, bitcode, parsed.triple, ModuleText(str(parsed)))
             finally:

@@ -86,8 +86,8 @@ def edit(old, new, name=KERNEL):
 
 @pytest.mark.parametrize("modules, words", [
     ([edit("!air.kernel = !{!15}", "!air.kernel = !{!15}\n!air.visible = !{!15}")],
-     "2 entry functions (kernel function_constant_scale, visible function_constant_scale); expected one per module"),
-    ([edit("!air.kernel = !{!15}\n", "")], "no entry function; expected one function listed in !air.kernel"),
+     "lists @function_constant_scale, which another function list lists too"),
+    ([edit("!air.kernel = !{!15}\n", "")], "no entry function; expected a function listed in !air.kernel"),
     ([edit("!air.kernel = !{!15}", "!air.kernel = !{!15}\n!air.mesh = !{!15}")], "!air.mesh functions are not supported"),
     ([edit("!air.version = !{!10}\n", "")], "!air.version: expected one node !{i32 2, i32 6, i32 0}, got none"),
     ([edit("!air.language_version = !{!11}\n", "")], '!air.language_version: expected one node !{!"Metal"'),
@@ -99,13 +99,63 @@ def edit(old, new, name=KERNEL):
     ([b"\x00\x01garbage"], "expected LLVM bitcode ('BC' 0xC0DE, or Apple's wrapper 0x0B17C0DE) or LLVM IR text"),
     ([b"\xde\xc0\x17\x0b" + bytes(4) + (99).to_bytes(4, "little") + bytes(8)], "Darwin bitcode wrapper"),
     ([b"BC\xc0\xde" + bytes(12)], "cannot parse the function's bitcode"),
-], ids=["two-entries", "no-entry", "mesh", "no-air-version", "no-language-version", "not-air", "bad-constant-type",
+], ids=["listed-twice", "no-entry", "mesh", "no-air-version", "no-language-version", "not-air", "bad-constant-type",
         "mixed-platforms", "bad-text", "not-a-module", "bad-wrapper", "bad-bitcode"])
 def test_modules_without_what_a_library_needs_are_refused(modules, words):
     with pytest.raises(tm.ReflectionError) as error:
         tm.pack_modules(modules)
     assert words in str(error.value)
     assert str(error.value).startswith("pack: ")
+
+
+def linked(*names):
+    """One module defining the fixture kernels `names` (llvmlite's linker appends their metadata)."""
+    context = llvm.create_context()
+    modules = [llvm.parse_assembly(ir(name), context=context) for name in names]
+    for module in modules[1:]:
+        modules[0].link_in(module)
+    return modules[0]
+
+
+def test_a_module_with_several_functions_is_cut_into_one_per_function():
+    """As in Apple's libraries: each function gets a module holding only what it uses, and only
+    the function constants it reads (vector_add_float reads none of its neighbour's)."""
+    import torch
+
+    library = tm.load(tm.pack_modules([linked("vector_add_float", KERNEL, "threadgroup_sum_float")]))
+    assert library.function_names == ("vector_add_float", KERNEL, "threadgroup_sum_float")
+    assert library.vector_add_float.declared_constants == [] and library.threadgroup_sum_float.declared_constants == []
+    assert tuple(library[KERNEL].declared_constants) == FIXTURE_CONSTANTS[KERNEL]
+    for name in library.function_names:
+        module = llvm.parse_bitcode(bytes(library[name].bitcode), context=llvm.create_context())
+        assert [f.name for f in module.functions if not f.is_declaration and not f.name.startswith("_GLOBAL__")] \
+            == [name]
+        alone = tm.load(tm.pack_modules([ir(name).encode()]))[name]
+        assert library[name].signature == alone.signature and library[name].arguments == alone.arguments
+    a, b, c = torch.randn(100), torch.randn(100), torch.empty(100)
+    library.vector_add_float(a, b, c)
+    assert torch.equal(c, a + b)
+    bias, out = torch.randn(100), torch.empty(100)
+    library[KERNEL](a, out, bias, constants={"use_bias": True, "alpha": 2.0})
+    expected = torch.empty(100)
+    tm.load(tm.pack_modules([ir().encode()]))[KERNEL](a, expected, bias, constants={"use_bias": True, "alpha": 2.0})
+    assert torch.equal(out, expected)
+
+
+def test_cut_function_constants_are_apples(mlx_lib):
+    """Kernels MLX compiles from one source file (sdpa_vector*: 6, 7 and no constants), linked
+    into one module and cut again, list the constants Apple's tool listed for each."""
+    names = [next(n for n in mlx_lib.function_names if n.startswith(prefix)) for prefix in (
+        "sdpa_vector_float16_t_64_64", "sdpa_vector_2pass_1_float16_t_64_64", "sdpa_vector_2pass_2_float16_t_64")]
+    context = llvm.create_context()
+    modules = [llvm.parse_bitcode(bytes(mlx_lib[name].bitcode), context=context) for name in names]
+    for module in modules[1:]:
+        modules[0].link_in(module)
+    library = tm.load(tm.pack_modules([modules[0]]))
+    assert [len(library[n].declared_constants) for n in names] == [6, 7, 0]
+    for name in names:
+        assert library[name].declared_constants == mlx_lib[name].declared_constants
+        assert library[name].arguments == mlx_lib[name].arguments
 
 
 def test_duplicate_functions_are_refused_as_pack_does():

@@ -4,7 +4,7 @@ them (reflection/pack_modules.py)."""
 
 import os
 
-from ..reflection.module_source import read_module
+from ..reflection.module_source import read_modules
 from ..reflection.pack_modules import library_header
 from ..container.pack import pack
 
@@ -21,8 +21,8 @@ def _version(text: str) -> tuple:
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "pack", help="write a .metallib from AIR modules (.air, .bc, .ll), as Apple's metallib tool does",
-        description="Write a .metallib holding one function per AIR module, in order. Each module's "
-                    "entry function, its type, AIR and Metal language versions and function constants "
+        description="Write a .metallib holding the AIR modules' entry functions, in order (a module with "
+                    "several is cut into one per function). Each function's name, type, AIR and Metal language versions and function constants "
                     "come from its metadata; the header's platform and version from the target triples.")
     parser.add_argument("modules", nargs="+", metavar="MODULE", help=".air/.bc bitcode or .ll IR text")
     parser.add_argument("-o", "--output", required=True, metavar="LIB.metallib", help="the library to write")
@@ -36,7 +36,8 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     try:
-        sources = [read_module(path) for path in args.modules]
+        read = [(path, source) for path in args.modules for source in read_modules(path)]
+        sources = [source for _path, source in read]
         header = library_header(sources, platform=args.platform, platform_version=args.platform_version,
                                 file_version=args.file_version)
         data = pack([source.function for source in sources], **header)
@@ -44,7 +45,7 @@ def run(args) -> int:
         raise SystemExit(f"error: {error}") from None
     with open(args.output, "wb") as file:
         file.write(data)
-    for path, source in zip(args.modules, sources):
+    for path, source in read:
         function = source.function
         constants = f", {len(function.function_constants)} function constants" if function.function_constants else ""
         print(f"{function.type} {function.name}: AIR {'.'.join(map(str, function.air_version))}, Metal "

@@ -2,14 +2,14 @@
 (NAME, TYPE, VERS), its CNST, and the platform and OS version for the library header.
 
 Read off Apple-built libraries (docs/formats.md, "Where each tag comes from"): each function's
-module holds only that function; the header's platform version is the modules' deployment
+module holds only that function (a module with several is cut, module_split.py); the header's platform version is the modules' deployment
 target (the triple's OS version), not the ``SDK Version`` module flag.
 """
 
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import llvmlite.binding as llvm
 
@@ -17,10 +17,11 @@ from ..container.function_constant import FunctionConstant
 from ..container.pack import FunctionSource
 from ..container.tables import DATA_TYPES
 from ..errors import ReflectionError
-from .air_text import GlobalRef, MalformedNode, ModuleText
+from .air_text import GlobalRef, MalformedNode, ModuleText, Ref
 from .bitcode import parse_bitcode
+from .module_split import cut_to_entry
 
-__all__ = ["ModuleSource", "read_module"]
+__all__ = ["ModuleSource", "read_module", "read_modules"]
 
 # Named metadata listing the entry functions of each TYPE.
 FUNCTION_LISTS = {"air.kernel": "kernel", "air.vertex": "vertex", "air.fragment": "fragment",
@@ -59,39 +60,70 @@ class ModuleSource:
     triple: str
 
 
-def read_module(module, name: Optional[str] = None) -> ModuleSource:
+def read_modules(module, name: Optional[str] = None) -> List[ModuleSource]:
     """Reads one AIR module: a path (``.air``/``.bc`` bitcode, raw or in the Darwin wrapper,
-    or ``.ll`` text), bitcode bytes, or an llvmlite module. `name` labels messages
+    or ``.ll`` text), bitcode bytes, or an llvmlite module; one ModuleSource per entry
+    function. A module with one entry function keeps its bitcode byte for byte; one with
+    several is cut into a module per function (module_split.py). `name` labels messages
     (default: the path).
 
     Raises:
         ReflectionError: the module cannot be parsed, or lacks what a library entry needs
-            (one entry function, ``!air.version``, ``!air.language_version``, an AIR triple).
+            (an entry function, ``!air.version``, ``!air.language_version``, an AIR triple).
         OSError: the path cannot be read.
     """
     where, bitcode, text = _load(module, name)
-    if text is None:
-        context = llvm.create_context()
-        try:
-            parsed = parse_bitcode(f"pack: {where}", bitcode, context)
-            try:
-                return _derive(where, bitcode, parsed.triple, ModuleText(str(parsed)))
-            finally:
-                parsed.close()
-        finally:
-            context.close()
     context = llvm.create_context()
     try:
-        parsed = llvm.parse_assembly(text, context=context)
-    except RuntimeError as error:
-        context.close()
-        detail = str(error).replace("LLVM IR parsing error", "").strip().splitlines()
-        raise ReflectionError(f"pack: {where}: LLVM cannot parse the IR text: {detail[0] if detail else 'no module'}. "
-                              f"Expected an AIR module in LLVM assembly", function=where) from None
-    try:
-        return _derive(where, parsed.as_bitcode(), parsed.triple, ModuleText(str(parsed)))
+        if text is None:
+            parsed = parse_bitcode(f"pack: {where}", bitcode, context)
+        else:
+            try:
+                parsed = llvm.parse_assembly(text, context=context)
+            except RuntimeError as error:
+                detail = str(error).replace("LLVM IR parsing error", "").strip().splitlines()
+                raise ReflectionError(f"pack: {where}: LLVM cannot parse the IR text: "
+                                      f"{detail[0] if detail else 'no module'}. Expected an AIR module in LLVM "
+                                      f"assembly", function=where) from None
+            bitcode = parsed.as_bitcode()
+        try:
+            printed = ModuleText(str(parsed))
+            entries = _guarded(where, _entries, where, printed)
+            if len(entries) == 1:
+                return [_derive(where, bitcode, parsed.triple, printed, entries[0])]
+            refs = {name: ref for name, _type, ref in entries}
+            lists = [metadata for metadata in FUNCTION_LISTS if printed.named(metadata)]
+            sources = []
+            for name, _type, _ref in entries:
+                part = cut_to_entry(printed.text, lists, name, refs)
+                sources.append(_part(f"{where} ({name})", part, parsed.triple))
+            return sources
+        finally:
+            parsed.close()
     finally:
-        parsed.close()
+        context.close()
+
+
+def read_module(module, name: Optional[str] = None) -> ModuleSource:
+    """`read_modules` for a module with one entry function; ReflectionError otherwise."""
+    sources = read_modules(module, name)
+    if len(sources) > 1:
+        listed = ", ".join(f"{s.function.type} {s.function.name}" for s in sources)
+        raise ReflectionError(f"pack: {name or module}: {len(sources)} entry functions ({listed}); expected one")
+    return sources[0]
+
+
+def _part(where: str, bitcode: bytes, triple: str) -> ModuleSource:
+    context = llvm.create_context()
+    try:
+        parsed = parse_bitcode(f"pack: {where}", bitcode, context)
+        try:
+            printed = ModuleText(str(parsed))
+            entries = _guarded(where, _entries, where, printed)
+            return _derive(where, bitcode, triple, printed, entries[0])
+        finally:
+            parsed.close()
+    finally:
         context.close()
 
 
@@ -131,22 +163,27 @@ def _raw_bitcode(where: str, data: bytes) -> bytes:
     return data[offset:offset + size]
 
 
-def _derive(where: str, bitcode: bytes, triple: str, text: ModuleText) -> ModuleSource:
-    try:
-        name, function_type = _entry(where, text)
-        platform, version = _platform(where, triple, text)
-        function = FunctionSource(
-            name=name, bitcode=bitcode, type=function_type,
-            function_constants=_constants(where, text),
-            air_version=_version(where, text, "air.version", 0),
-            language_version=_version(where, text, "air.language_version", 1))
-    except MalformedNode as error:
-        raise ReflectionError(f"pack: {where}: metadata {error.node}: {error.detail}", function=where,
-                              node=error.node) from None
+def _derive(where: str, bitcode: bytes, triple: str, text: ModuleText, entry) -> ModuleSource:
+    name, function_type, _ref = entry
+    platform, version = _platform(where, triple, text)
+    function = _guarded(where, lambda: FunctionSource(
+        name=name, bitcode=bitcode, type=function_type, function_constants=_constants(where, text),
+        air_version=_version(where, text, "air.version", 0),
+        language_version=_version(where, text, "air.language_version", 1)))
     return ModuleSource(function, platform, version, _sdk_version(text), triple)
 
 
-def _entry(where: str, text: ModuleText) -> Tuple[str, str]:
+def _guarded(where: str, read, *args):
+    """`read(*args)`, a malformed metadata node reported as a ReflectionError naming `where`."""
+    try:
+        return read(*args)
+    except MalformedNode as error:
+        raise ReflectionError(f"pack: {where}: metadata {error.node}: {error.detail}", function=where,
+                              node=error.node) from None
+
+
+def _entries(where: str, text: ModuleText) -> List[Tuple[str, str, str]]:
+    """(name, type, node reference) of every entry function the module lists."""
     for metadata in _UNSUPPORTED_LISTS:
         if text.named(metadata):
             raise ReflectionError(
@@ -156,25 +193,20 @@ def _entry(where: str, text: ModuleText) -> Tuple[str, str]:
     entries = []
     for metadata, function_type in FUNCTION_LISTS.items():
         for ref in text.named(metadata) or ():
-            node = text.node(ref)
+            node = text.node(ref) if type(ref) is Ref else None
             if not node or not isinstance(node[0], GlobalRef):
                 raise MalformedNode(f"!{metadata}", f"expected entries (ptr @function, ...), got {node!r}")
-            entries.append((str(node[0]), function_type))
+            name = str(node[0])
+            if text.parameter_types(name) is None:
+                raise MalformedNode(f"!{metadata}", f"names @{name}, but the module defines no such function")
+            if any(name == earlier for earlier, _type, _ref in entries):
+                raise MalformedNode(f"!{metadata}", f"lists @{name}, which another function list lists too")
+            entries.append((name, function_type, str(ref)))
     if not entries:
         raise ReflectionError(
-            f"pack: {where}: no entry function; expected one function listed in !air.kernel, !air.vertex, "
+            f"pack: {where}: no entry function; expected a function listed in !air.kernel, !air.vertex, "
             f"!air.fragment or !air.visible, got none", function=where, node="!air.kernel")
-    if len(entries) > 1:
-        listed = ", ".join(f"{kind} {name}" for name, kind in entries)
-        raise ReflectionError(
-            f"pack: {where}: {len(entries)} entry functions ({listed}); expected one per module, as in Apple's "
-            f"libraries (Apple's tool gives each function a module of its own). Write one module per "
-            f"function, e.g. with `llvm-extract --func=NAME`", function=where)
-    name, function_type = entries[0]
-    if text.parameter_types(name) is None:
-        raise MalformedNode(f"!{next(k for k, v in FUNCTION_LISTS.items() if v == function_type)}",
-                            f"names @{name}, but the module defines no such function")
-    return name, function_type
+    return entries
 
 
 def _version(where: str, text: ModuleText, metadata: str, skip: int) -> Tuple[int, int]:

@@ -5,7 +5,7 @@ from typing import Iterable, Optional, Sequence, Tuple
 
 from ..container.pack import pack
 from ..errors import ReflectionError
-from .module_source import ModuleSource, read_module
+from .module_source import ModuleSource, read_modules
 
 __all__ = ["pack_modules", "library_header", "file_version_for"]
 
@@ -18,15 +18,17 @@ _MACOS_OFFSET = {"ios": 3, "ios_simulator": 3, "maccatalyst": 3, "tvos": 3, "tvo
 def pack_modules(modules: Iterable, *, platform: Optional[str] = None,
                  platform_version: Optional[Tuple[int, int, int]] = None,
                  file_version: Optional[Tuple[int, int, int]] = None, file_type: str = "executable") -> bytes:
-    """Builds a .metallib from AIR modules, one function per module, in order.
+    """Builds a .metallib from AIR modules, in order: one function per entry function.
 
     Each module is a path (``.air``/``.bc`` bitcode, raw or in Apple's wrapper, or ``.ll``
     text), bitcode bytes or an llvmlite module. From each it derives what Apple's tool does:
     the function's name and type (``!air.kernel``, ``!air.vertex``, ``!air.fragment``,
     ``!air.visible``), ``VERS`` (``!air.version``, ``!air.language_version``) and ``CNST``
     (``!air.function_constants``); the header's platform and version come from the modules'
-    target triples. Bitcode is packed byte for byte, so each ``HASH`` is Apple's for the same
-    module. The keyword arguments override the derived header fields.
+    target triples. A module with one entry function is packed byte for byte, so its ``HASH``
+    is Apple's for the same module; one with several is cut into a module per function, as
+    Apple's tool does (each keeps what its function uses, and the module's function constants).
+    The keyword arguments override the derived header fields.
 
     Example:
         >>> data = tm.pack_modules(["add.air", "scale.ll"])          # doctest: +SKIP
@@ -39,7 +41,7 @@ def pack_modules(modules: Iterable, *, platform: Optional[str] = None,
             platforms.
         ValueError: duplicate function names, or a bad override (as `pack`).
     """
-    sources = [read_module(module) for module in modules]
+    sources = [source for module in modules for source in read_modules(module)]
     header = library_header(sources, platform=platform, platform_version=platform_version,
                             file_version=file_version)
     return pack([source.function for source in sources], file_type=file_type, **header)

@@ -91,12 +91,17 @@ def read_modules(module, name: Optional[str] = None) -> List[ModuleSource]:
             entries = _guarded(where, _entries, where, printed)
             if len(entries) == 1:
                 return [_derive(where, bitcode, parsed.triple, printed, entries[0])]
-            refs = {name: ref for name, _type, ref in entries}
+            refs = {entry: ref for entry, _type, ref in entries}
             lists = [metadata for metadata in FUNCTION_LISTS if printed.named(metadata)]
             sources = []
-            for name, _type, _ref in entries:
-                part = cut_to_entry(printed.text, lists, name, refs)
-                sources.append(_part(f"{where} ({name})", part, parsed.triple))
+            for entry, _type, _ref in entries:
+                try:
+                    part = cut_to_entry(printed.text, lists, entry, refs)
+                except RuntimeError as error:  # the edited text does not parse: a shape the cut does not know
+                    raise ReflectionError(f"pack: {where}: cutting out @{entry} failed ({str(error).strip()[:300]}); "
+                                          f"expected a module LLVM can cut. Write one module per function",
+                                          function=entry) from None
+                sources.append(_part(f"{where} ({entry})", part, parsed.triple))
             return sources
         finally:
             parsed.close()
@@ -109,7 +114,9 @@ def read_module(module, name: Optional[str] = None) -> ModuleSource:
     sources = read_modules(module, name)
     if len(sources) > 1:
         listed = ", ".join(f"{s.function.type} {s.function.name}" for s in sources)
-        raise ReflectionError(f"pack: {name or module}: {len(sources)} entry functions ({listed}); expected one")
+        where = name or (os.fspath(module) if isinstance(module, (str, os.PathLike)) else "module")
+        raise ReflectionError(f"pack: {where}: {len(sources)} entry functions ({listed}); expected one",
+                              function=where)
     return sources[0]
 
 

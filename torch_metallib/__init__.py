@@ -28,11 +28,13 @@ from .errors import (
 from .library.function import KernelFunction
 from .library.library import Library, load
 from .reflection.air_arguments import Argument, StructField
+from .reflection.pack_modules import pack_modules
 from .reflection.reflect import Reflection, ThreadgroupVariable
 
 __all__ = [
     "load",
     "pack",
+    "pack_modules",
     "cpu_schedule",
     "checked",
     "Library",

@@ -41,7 +41,8 @@ def pack(
     file_version: Tuple[int, int, int] = (1, 2, 7),
     file_type: str = "executable",
 ) -> bytes:
-    """Builds a .metallib holding `functions`, in order.
+    """Builds a .metallib holding `functions`, in order. `pack_modules` derives the names,
+    types, versions and constants from AIR modules instead, as Apple's ``metallib`` does.
 
     Each module gets Apple's 20-byte Darwin wrapper and 16-byte padding, its ``HASH`` is
     the SHA-256 of the module bytes, and the library's UUID is derived from the content,

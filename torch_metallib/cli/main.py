@@ -1,4 +1,4 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus,pack,bench,cuda-coverage,doctor} ...``
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,pack,lint,bench,cuda-coverage,doctor} ...``
 (also installed as the ``torch-metallib`` console script)."""
 
 import argparse
@@ -10,6 +10,7 @@ from . import census as _census
 from . import cuda_coverage as _cuda_coverage
 from . import doctor as _doctor
 from . import inspect as _inspect
+from . import lint as _lint
 from . import pack as _pack
 from . import program_name
 from ..errors import TorchMetallibError
@@ -47,6 +48,7 @@ def main(argv=None) -> int:
     _census.add_parser(subparsers)
     _add_corpus_parser(subparsers)
     _pack.add_parser(subparsers)
+    _lint.add_parser(subparsers)
     _bench.add_parser(subparsers)
     _cuda_coverage.add_parser(subparsers)
     _doctor.add_parser(subparsers)

@@ -71,8 +71,9 @@ def module_flags(view):
 
 def entry_functions(view):
     """Each function an ``!air.kernel``/``!air.vertex``/``!air.fragment`` list names must be
-    defined in the module; a kernel returns void (Metal Shading Language: kernel functions
-    return void). Apple's ``metallib`` keeps one entry function per module. Breaks:
+    defined in the module; a kernel returns void (Metal Shading Language Specification, "Kernel
+    Functions": a kernel function has a void return type,
+    https://developer.apple.com/metal/Metal-Shading-Language-Specification.pdf). Breaks:
     ``newFunctionWithName`` finds nothing, or pipeline creation fails."""
     text = view.text.text
     for name, kind, _ref in view.entries:

@@ -53,7 +53,7 @@ def lint_path(path: str, *, rules: Optional[Iterable[Rule]] = None) -> List[Find
     with open(path, "rb") as file:
         head = file.read(4)
     if head == b"MTLB":
-        from ..library import load
+        from ..library.library import load
 
         library = load(path)
         return [finding for name in library.function_names

@@ -40,6 +40,7 @@ CRAFTED = {
                     "declare void @vector_add_float(ptr addrspace(1), ptr addrspace(1), ptr addrspace(1), i32)\n"
                     "define weak_odr void @body("), "not defined"),
     "AIR014": (_sub(r"^(!\d+ = !\{!\d+, !\d+, !\d+), !\d+\}$", r"\1}"), "3 argument nodes for 4 parameters"),
+    "AIR015": (_sub(r', !"air.arg_name", !"a"\}', "}"), "buffer argument 0: missing air.arg_name"),
     "AIR020": (_sub(r"= zext i32 %3", "= zext nneg i32 %3"), "'zext nneg'"),
     "AIR021": (_sub(r"getelementptr inbounds float, ptr addrspace\(1\) %0", "getelementptr nusw float, ptr addrspace(1) %0"),
                "'nusw'"),

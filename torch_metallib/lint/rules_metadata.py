@@ -88,7 +88,7 @@ def argument_nodes(view):
     """Metal binds arguments from the entry's argument nodes, not from the IR: one node per
     parameter, in order, each ``!{i32 index, !"air.<kind>", ...}``; buffers name their
     ``air.location_index`` (the [[buffer(n)]] slot), ``air.arg_type_name`` and ``air.arg_name``
-    (every buffer of every Apple-built module in the corpus). "If air.location_index mismatches
+    (every buffer of every Apple-built module in the corpus; the names are AIR015's). "If air.location_index mismatches
     your pipeline bindings, the GPU driver will silently ignore your kernel or crash"
     (https://github.com/sueszli/llvm-to-air); Metal.jl writes the same keys
     (https://github.com/JuliaGPU/GPUCompiler.jl/blob/7dd4056d9144e20e5a2912be9e81eda1c7d59336/src/metal.jl#L1288-L1393).
@@ -109,9 +109,25 @@ def argument_nodes(view):
                 yield (f"@{name}: argument {position}: expected !{{i32 {position}, !\"air.<kind>\", ...}}, got "
                        f"{node!r}")
                 continue
-            if node[1] == "air.buffer":
-                keys = {v for v in node if isinstance(v, str)}
-                missing = [k for k in ("air.location_index", "air.arg_type_name", "air.arg_name") if k not in keys]
+            if node[1] == "air.buffer" and "air.location_index" not in node:
+                yield f"@{name}: buffer argument {position}: missing air.location_index"
+
+
+def argument_names(view):
+    """Apple's compiler gives every buffer argument ``air.arg_type_name`` and ``air.arg_name``;
+    Metal does not need them to bind or run a kernel (Mojo's kernels, which run on Apple GPUs
+    through ``xcrun metallib``, have no ``air.arg_name``: https://github.com/modular/modular, whose
+    Apple backend ``mojo build --emit air`` writes such modules), but reflection (MTLFunction's
+    arguments, this project's ``inspect`` and keyword arguments) shows nameless, typeless
+    buffers. Breaks: nothing at run time; arguments cannot be passed by name."""
+    for name, kind, ref in view.entries:
+        entry = view.text.node(int(ref.lstrip("!")))
+        if len(entry) < 3 or type(entry[2]) is not Ref:
+            continue
+        for position, node_ref in enumerate(view.text.node(entry[2])):
+            node = view.text.node(node_ref) if type(node_ref) is Ref else []
+            if len(node) >= 2 and node[1] == "air.buffer":
+                missing = [k for k in ("air.arg_type_name", "air.arg_name") if k not in node]
                 if missing:
                     yield f"@{name}: buffer argument {position}: missing {', '.join(missing)}"
 
@@ -122,4 +138,5 @@ RULES = (
     Rule("AIR012", WARNING, "module flags", module_flags),
     Rule("AIR013", ERROR, "entry functions", entry_functions),
     Rule("AIR014", ERROR, "argument nodes", argument_nodes),
+    Rule("AIR015", WARNING, "argument names", argument_names),
 )

@@ -25,9 +25,10 @@ def _add_into(lib, name: str, **options):
                       dtypes=[torch.float32], threads=ops.numel("a"), **options)
 
 
-def _sdpa_64(lib, name: str, **options):
+def _sdpa_64(lib, name: str, group: int = 1024, **options):
     """MLX's sdpa_vector_float_64_64 bound as torch_metallib.mlx binds it, without its
-    preconditions: nothing stops a call with another head dimension."""
+    preconditions: nothing stops a call with another head dimension (or, with `group`,
+    threadgroups of another size than the 1,024 threads MLX launches)."""
     size = ops.size
     return ops.define(
         f"{NS}::{name}(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", lib, "sdpa_vector_float_64_64",
@@ -38,7 +39,7 @@ def _sdpa_64(lib, name: str, **options):
         outputs={"out": ops.empty((size("q", 0), size("q", 1), size("q", 2), size("v", 3)), "q")},
         constants=dict(has_mask=False, query_transposed=False, do_causal=False, bool_mask=False, float_mask=False,
                        has_sinks=False),
-        threads=(size("q", 0) * size("q", 1) * 1024, size("q", 2), 1), group_size=(1024, 1, 1), **options)
+        threads=(size("q", 0) * size("q", 1) * group, size("q", 2), 1), group_size=(group, 1, 1), **options)
 
 
 @pytest.fixture(scope="module")

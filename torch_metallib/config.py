@@ -113,6 +113,10 @@ XDG_CACHE_HOME = PathKnob("XDG_CACHE_HOME", None, "The user's cache folder, unde
 CHECKED = BoolKnob("TORCH_METALLIB_CHECKED", False,
                    "Run every call checked (bounds-checked on the CPU backend) unless the call or a "
                    "`checked()` block says otherwise.")
+INITCHECK = BoolKnob("TORCH_METALLIB_INITCHECK", True,
+                     "In checked calls, also report reads of threadgroup memory no thread of the "
+                     "threadgroup has written (`0`: bounds checks only) unless a `checked()` block says "
+                     "otherwise.")
 CPU_SCHEDULE = Knob("TORCH_METALLIB_CPU_SCHEDULE", "parallel",
                     "The CPU backend's default thread order: `parallel`, `sequential`, `permuted` or "
                     "`permuted:<seed>`.")

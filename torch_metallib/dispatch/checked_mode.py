@@ -8,7 +8,11 @@ A tensor argument is bounded by its view (the bytes its sizes and strides reach)
 a slice's neighbours are usually other slices. A kernel that indexes past a view on
 purpose names the argument in ``storage_bounds`` (``fn(..., storage_bounds={"out"})``, or
 ``checked(storage_bounds=...)`` for every kernel of a block that has such an argument),
-and that argument is bounded by its storage instead."""
+and that argument is bounded by its storage instead.
+
+Checked calls also report reads of threadgroup memory that no thread of the threadgroup has
+written in the launch (the CPU backend's threadgroup initcheck); ``checked(initcheck=False)``
+or ``TORCH_METALLIB_INITCHECK=0`` leaves that out (bounds checks only)."""
 
 import contextlib
 import contextvars
@@ -17,21 +21,26 @@ from typing import FrozenSet, Optional
 from .. import _C, config
 from ..errors import KernelArgumentError
 
-__all__ = ["checked", "checked_requested", "storage_bounds_requested", "block_storage_bounds", "ENVIRONMENT_VARIABLE"]
+__all__ = ["checked", "checked_requested", "initcheck_requested", "storage_bounds_requested", "block_storage_bounds",
+           "ENVIRONMENT_VARIABLE"]
 
 ENVIRONMENT_VARIABLE = config.CHECKED.name
 _context = contextvars.ContextVar("torch_metallib_checked", default=None)
 _storage_bounds = contextvars.ContextVar("torch_metallib_storage_bounds", default=frozenset())
+_initcheck = contextvars.ContextVar("torch_metallib_initcheck", default=None)
 
 
 @contextlib.contextmanager
-def checked(enabled: bool = True, storage_bounds=()):
+def checked(enabled: bool = True, storage_bounds=(), initcheck: Optional[bool] = None):
     """Kernel calls inside the block run checked (or, with False, unchecked).
 
     `storage_bounds`: argument names (a str or a collection of them) bounded by their
     storage rather than their view in each kernel of the block that has them; they add to
-    an enclosing block's."""
+    an enclosing block's. `initcheck`: False leaves out the report of threadgroup memory
+    read before any thread of the threadgroup wrote it (None: as the enclosing block, else
+    TORCH_METALLIB_INITCHECK, default on)."""
     names = _names(storage_bounds)
+    initcheck_token = _initcheck.set(bool(initcheck)) if initcheck is not None else None
     token = _context.set(bool(enabled))
     storage_token = _storage_bounds.set(_storage_bounds.get() | names) if names else None
     if enabled:  # native launchers leave calls to the full path while any such block is open
@@ -44,6 +53,8 @@ def checked(enabled: bool = True, storage_bounds=()):
         if storage_token is not None:
             _storage_bounds.reset(storage_token)
         _context.reset(token)
+        if initcheck_token is not None:
+            _initcheck.reset(initcheck_token)
 
 
 def _names(value) -> FrozenSet[str]:
@@ -73,6 +84,13 @@ def storage_bounds_requested(explicit, argument_names: FrozenSet[str]):
     if explicit is None or not mine:
         return explicit if explicit is not None else (tuple(mine) or None)
     return tuple(mine) + ((explicit,) if isinstance(explicit, str) else tuple(explicit))
+
+
+def initcheck_requested() -> bool:
+    """Whether checked calls also report unwritten threadgroup memory: the innermost
+    checked() block that says, then the environment."""
+    value = _initcheck.get()
+    return config.INITCHECK.get() if value is None else value
 
 
 def checked_requested(explicit: Optional[bool]) -> bool:

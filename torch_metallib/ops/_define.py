@@ -21,7 +21,7 @@ import torch
 
 from .. import _C
 from ..backends.cpu.jit import compile_kernel
-from ..errors import DispatchError, KernelArgumentError, OpDefinitionError
+from ..errors import DispatchError, KernelArgumentError, KernelExecutionError, OpDefinitionError
 from ..backends.cpu.schedule import register_environment_schedule
 from ..dispatch.calls import run_plan
 from ._outputs import Output
@@ -392,7 +392,7 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
            bind: Optional[Mapping] = None, outputs: Optional[Mapping[str, Output]] = None, threads=None,
            group_size=None, constants: Optional[Mapping] = None, threadgroup_memory: Optional[Mapping] = None,
            require: Optional[Sequence[Rule]] = None, backward: Optional[Callable] = None,
-           setup_context: Optional[Callable] = None) -> MetallibOp:
+           setup_context: Optional[Callable] = None, checked: bool = False) -> MetallibOp:
     """Registers kernels of `library` as the torch operator `schema`; the documentation's
     "Kernels as operators" page (docs/guide/operators.md) has a complete example.
 
@@ -433,6 +433,11 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
         backward: ``backward(ctx, *grads)`` returning one gradient per input (None where
             there is none), as for ``torch.library.register_autograd``.
         setup_context: ``setup_context(ctx, inputs, output)``, saving what backward needs.
+        checked: True runs every call checked (docs/reliability.md, "Checked execution"),
+            as ``checked=True`` does for one kernel call; False (the default) leaves it to a
+            ``torch_metallib.checked()`` block or ``TORCH_METALLIB_CHECKED=1``. An access
+            outside the memory a call bound then raises KernelMemoryError naming the
+            operator and the kernel instead of corrupting memory.
 
     Raises:
         OpDefinitionError: the schema, kernels and rules do not fit together; one error
@@ -505,6 +510,17 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
     ]
     functions = [p.function for p in plans]
 
+    def run_on_backend(index, plan, device, checked_call):
+        """Runs a bound plan through the backend seam: GPU calls, and CPU calls that run
+        checked (`checked_call`: checked by definition or asked for by a block or the
+        environment; None lets run_plan look those up itself)."""
+        try:
+            run_plan(functions[index], plan, device, True if checked_call else None)
+        except KernelExecutionError as error:  # named after the operator, as native failures are
+            if str(error).startswith(qualname):
+                raise
+            raise type(error)(f"{qualname}: {error}") from None
+
     def compile_for(index, constant_values, cooperative, lanes, copies):
         compiled = compile_kernel(functions[index], constant_values, plans[index].record["serial"], cooperative, copies,
                                   lanes=lanes)
@@ -525,7 +541,7 @@ def define(schema: str, library, kernel: Union[str, Mapping], *, dtypes=None, di
                                     f"{str(error).splitlines()[0]}") from None
         registration = _C.register_op(parsed.qualname, parsed.names, parsed.mutable, parsed.names.index(dispatch),
                                       [p.record for p in plans], output_records, threads_rules, group_rules,
-                                      compile_for, lambda index, plan, device: run_plan(functions[index], plan, device))
+                                      compile_for, run_on_backend, bool(checked))
         torch.library.register_fake(parsed.qualname, _fake(parsed, outputs, dispatch, plans, threads, group_size,
                                                            preconditions), lib=namespace)
         if backward is not None:

@@ -4,6 +4,7 @@ import torch
 
 from ... import _C
 from ...dispatch.backend import Backend
+from ...dispatch.checked_mode import initcheck_requested
 from .jit import compile_kernel
 from .schedule import current_schedule
 
@@ -21,13 +22,14 @@ class CpuBackend(Backend):
         # cooperative runs take lane loops where the kernel allows.
         cooperative = state.cooperative or mode == "permuted"
         lanes = cooperative and mode != "permuted" and not checked
-        key = ("cpu", constants, cooperative, checked, lanes)
+        initcheck = checked and initcheck_requested()
+        key = ("cpu", constants, cooperative, checked, lanes, initcheck)
         compiled = state.prepared.get(key)
         # A kernel with threadgroup variables needs a loaded copy per worker thread.
         copies = torch.get_num_threads() if state.serial and parallel else 1
         if compiled is None or len(compiled.launchers) < copies:
             compiled = state.prepared[key] = compile_kernel(function, constants, state.serial, cooperative, copies,
-                                                            checked=checked, lanes=lanes)
+                                                            checked=checked, lanes=lanes, initcheck=initcheck)
         state.prepared["scheme"] = compiled.scheme  # KernelFunction.cpu_scheme
         described = None
         if checked:  # built once per function, like the compiled code

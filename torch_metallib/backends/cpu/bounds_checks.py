@@ -9,6 +9,14 @@ crash), recording the first violation for the launch to raise as KernelMemoryErr
 common case, an access inside its own argument, is an inline compare against the launch's
 bounds table; the runtime is called only when that fails or cannot tell.
 
+Threadgroup memory is also checked for reads of bytes no thread of the threadgroup has
+written in this launch (what compute-sanitizer's initcheck does): each store, atomic and
+load in ``addrspace(3)`` also marks or checks a shadow of its bytes in the runtime
+(csrc/cpu/threadgroup_initcheck.cpp), cleared when a threadgroup starts. A call that hands
+threadgroup memory to code the pass cannot see (SIMD-group matrix stores, async copies,
+memcpy, tensor operations) counts as writing all of it for the rest of the threadgroup, so
+a correct kernel is never reported.
+
 `origin` is the kernel parameter the pointer derives from (through getelementptr, casts,
 phi and select inside the kernel function), checked against exactly that argument's
 extent; -1 where it cannot be told (pointers loaded from memory, or helper functions that
@@ -30,7 +38,16 @@ __all__ = ["instrument_accesses", "check_definitions", "static_ranges_init"]
 # memory(none) and invariant loads: both are hoisted out of the launcher's thread loops.
 CHECK_DECLARATIONS = ["declare ptr @tm_rt_check(ptr, i64, i32, i32, i32, i32, i32) nounwind willreturn memory(none)",
                       "declare ptr @tm_rt_check_context() nounwind willreturn memory(none)",
-                      "declare void @tm_rt_check_static(ptr, i64, i32)",
+                      "declare void @tm_rt_check_static(ptr, i64, i32, ptr)",
+                      # Threadgroup initcheck (see the module doc). The read check returns its
+                      # pointer and only reads the shadow, so it goes where its load goes (a
+                      # load the optimizer removes is not reported); barriers order them all.
+                      "declare ptr @tm_rt_tg_read(ptr, i64, i32, i32, i32) nounwind willreturn "
+                      "memory(inaccessiblemem: read)",
+                      "declare void @tm_rt_tg_write(ptr, i64, i32, i32, i32) nounwind willreturn "
+                      "memory(inaccessiblemem: readwrite)",
+                      "declare void @tm_rt_tg_unseen(i32, i32, i32) nounwind willreturn "
+                      "memory(inaccessiblemem: readwrite)",
                       "!tm.check.empty = !{!9000001}", "!9000001 = !{}"]
 
 _SPACES = (1, 2, 3)
@@ -123,15 +140,16 @@ THREAD_PARAMETERS = ("%tm.px", "%tm.py", "%tm.pz")
 _NO_THREAD = "i32 -1, i32 0, i32 0"  # helpers: the runtime reads the context's thread
 
 
-def instrument_accesses(text: str, kernel: str) -> Tuple[str, bool]:
-    """`text` with every memory access in address spaces 1-3 checked (see the module doc)
-    and the kernel given THREAD_PARAMETERS; and whether functions other than the kernel
-    were checked too (their checks read the thread from the context, which the launcher
-    then has to keep current)."""
+def instrument_accesses(text: str, kernel: str, initcheck: bool = True) -> Tuple[str, bool]:
+    """`text` with every memory access in address spaces 1-3 checked (see the module doc;
+    threadgroup reads also for unwritten bytes, with `initcheck`) and the kernel given
+    THREAD_PARAMETERS; and whether functions other than the kernel were checked too (their
+    checks read the thread from the context, which the launcher then has to keep current)."""
     counter = [0]
     helpers_checked = [False]
     kernel_header = re.compile(rf"^define [^\n]*@{re.escape(kernel)}\(")
     statics = _statics(text)
+    declared = set(_DECLARED.findall(text))
 
     def edit(function) -> List[str]:
         is_kernel = bool(kernel_header.match(function.header))
@@ -139,13 +157,31 @@ def instrument_accesses(text: str, kernel: str) -> Tuple[str, bool]:
         thread = ", ".join(f"i32 {name}" for name in THREAD_PARAMETERS) if is_kernel else _NO_THREAD
         out = []
         for line in function.body:
-            checked = _instrument(line, provenance, counter, thread)
+            checked = _instrument(line, provenance, counter, thread, initcheck)
+            if checked is None and initcheck:
+                checked = _unseen_threadgroup_writes(line, declared, thread)
             helpers_checked[0] |= checked is not None and not is_kernel
             out += [line] if checked is None else checked
         return out
 
     text = edit_functions(text, edit)
     return _with_thread_parameters(text, kernel_header), helpers_checked[0]
+
+
+_DECLARED = re.compile(r"^declare [^\n]*?@([-\w$.]+)\(", re.M)
+_CALLEE = re.compile(r"\bcall [^@]*@([-\w$.]+)\(")
+
+
+def _unseen_threadgroup_writes(line: str, declared: set, thread: str) -> Optional[List[str]]:
+    """A call handing threadgroup memory to code the pass cannot see (an intrinsic other than
+    the atomics: SIMD-group matrix stores, async copies, memcpy, tensor operations): after it,
+    every byte of threadgroup memory counts as written for the rest of the threadgroup."""
+    if "ptr addrspace(3)" not in line:
+        return None
+    match = _CALLEE.search(line)
+    if match is None or match.group(1) not in declared:
+        return None
+    return [line, f"  call void @tm_rt_tg_unseen({thread})"]
 
 
 def _with_thread_parameters(text: str, kernel_header) -> str:
@@ -187,28 +223,41 @@ def _check(space: str, pointer: str, size: str, write: bool, provenance: _Proven
                   f"i64 {size}, i32 {origin}, i32 {int(write)}, {thread})")
 
 
-def _instrument(line: str, provenance, counter, thread: str) -> Optional[List[str]]:
+def _written(space: str, name: str, size: str, thread: str, initcheck: bool) -> List[str]:
+    """Threadgroup initcheck: marks [name, name + size) written (nothing for other spaces)."""
+    if space != "3" or not initcheck:
+        return []
+    return [f"  call void @tm.tg.write(ptr addrspace(3) {name}, i64 {size}, {thread})"]
+
+
+def _instrument(line: str, provenance, counter, thread: str, initcheck: bool) -> Optional[List[str]]:
     match = _LOAD.match(line)
     if match:
         head, type_text, space, pointer, tail = match.groups()
         name, call = _check(space, pointer, _size(type_text), False, provenance, counter, thread)
-        return [call, f"{head}{type_text}, ptr addrspace({space}) {name}{tail}"]
+        if space != "3" or not initcheck:
+            return [call, f"{head}{type_text}, ptr addrspace({space}) {name}{tail}"]
+        read = f"{name}.read"  # threadgroup initcheck: the bytes must have been written
+        return [call, f"  {read} = call ptr addrspace(3) @tm.tg.read(ptr addrspace(3) {name}, i64 "
+                      f"{_size(type_text)}, {thread})", f"{head}{type_text}, ptr addrspace(3) {read}{tail}"]
     match = _STORE.match(line)
     if match:
         head, type_text, value, space, pointer, tail = match.groups()
         name, call = _check(space, pointer, _size(type_text), True, provenance, counter, thread)
-        return [call, f"{head}{type_text} {value}, ptr addrspace({space}) {name}{tail}"]
+        return [call, *_written(space, name, _size(type_text), thread, initcheck),
+                f"{head}{type_text} {value}, ptr addrspace({space}) {name}{tail}"]
     match = _RMW.match(line)
-    if match:
+    if match:  # an atomic on threadgroup memory counts as writing it (it may be what initializes it)
         head, space, pointer, tail, type_text = match.groups()
         name, call = _check(space, pointer, _size(type_text), True, provenance, counter, thread)
-        return [call, f"{head}ptr addrspace({space}) {name}{tail}"]
+        return [call, *_written(space, name, _size(type_text), thread, initcheck),
+                f"{head}ptr addrspace({space}) {name}{tail}"]
     match = _ATOMIC_CALL.match(line)
     if match:
         head, _, space, attributes, pointer, tail = match.groups()
         size = "8" if re.search(r"\.[iuf]64\b|\.i64\(", line) else "4"
         name, call = _check(space, pointer, size, True, provenance, counter, thread)
-        return [call, f"{head}ptr addrspace({space}){attributes} {name}{tail}"]
+        return [call, *_written(space, name, size, thread, initcheck), f"{head}ptr addrspace({space}){attributes} {name}{tail}"]
     return None
 
 
@@ -261,8 +310,23 @@ inline:
   %back = addrspacecast ptr %checked to ptr addrspace({space})
   ret ptr addrspace({space}) %back
 }}""")
+    out.append(_THREADGROUP_DEFINITIONS)
     return "\n".join(out) + "\n" + "\n".join(CHECK_DECLARATIONS) + '\n!9000002 = !{!"branch_weights", i32 1048576, i32 1}\n'
 
+
+_THREADGROUP_DEFINITIONS = """define internal ptr addrspace(3) @tm.tg.read(ptr addrspace(3) %p, i64 %n, i32 %x, i32 %y, i32 %z) alwaysinline {
+entry:
+  %raw = addrspacecast ptr addrspace(3) %p to ptr
+  %read = call ptr @tm_rt_tg_read(ptr %raw, i64 %n, i32 %x, i32 %y, i32 %z)
+  %back = addrspacecast ptr %read to ptr addrspace(3)
+  ret ptr addrspace(3) %back
+}
+define internal void @tm.tg.write(ptr addrspace(3) %p, i64 %n, i32 %x, i32 %y, i32 %z) alwaysinline {
+entry:
+  %raw = addrspacecast ptr addrspace(3) %p to ptr
+  call void @tm_rt_tg_write(ptr %raw, i64 %n, i32 %x, i32 %y, i32 %z)
+  ret void
+}"""
 
 _GLOBAL = re.compile(r"^(@[-\w.$]+|@\"[^\"]+\") = [^\n]*?addrspace\(([23])\) (?:externally_initialized )?"
                      r"(?:global|constant) ([^\n]*)$", re.M)
@@ -287,8 +351,28 @@ def _statics(text: str) -> Dict[str, tuple]:
             if 'section "air.fc_initializer"' not in rest}
 
 
-def static_ranges_init(text: str) -> List[str]:
+def static_ranges_init(text: str) -> Tuple[List[str], str]:
     """Lines for __tm_init registering the module's constant and threadgroup globals, which
-    unattributed pointers may point into."""
-    return [f"  call void @tm_rt_check_static(ptr addrspacecast (ptr addrspace({space}) {name} to ptr), "
-            f"i64 {_size(type_text)}, i32 {space})" for name, (space, type_text) in _statics(text).items()]
+    unattributed pointers may point into, with their names for messages; and the module's
+    globals holding those names."""
+    lines, names = [], []
+    for i, (name, (space, type_text)) in enumerate(_statics(text).items()):
+        shown = _variable_name(name).encode()
+        escaped = "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\{b:02X}" for b in shown)
+        names.append(f'@tm.static.name.{i} = private unnamed_addr constant [{len(shown) + 1} x i8] c"{escaped}\\00"')
+        lines.append(f"  call void @tm_rt_check_static(ptr addrspacecast (ptr addrspace({space}) {name} to ptr), "
+                     f"i64 {_size(type_text)}, i32 {space}, ptr @tm.static.name.{i})")
+    return lines, "\n".join(names) + "\n"
+
+
+_LOCAL_NAME = re.compile(r"E(\d+)(\w+)$")
+
+
+def _variable_name(symbol: str) -> str:
+    """A global's name as the source spells it: MSL's function-local threadgroup arrays are
+    mangled (``_ZZ...E10max_scores`` -> ``max_scores``); others keep their symbol."""
+    bare = symbol.lstrip("@").strip('"')
+    match = _LOCAL_NAME.search(bare)
+    if match and len(match.group(2)) == int(match.group(1)):
+        return match.group(2)
+    return bare

@@ -86,7 +86,7 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,
-               lanes: bool = False) -> str:
+               lanes: bool = False, initcheck: bool = True) -> str:
     """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
     from .lowering import lower  # only on a cache miss
 
@@ -101,7 +101,8 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         diagnostics.dump_stage("air", lambda: str(modules[0]))
         text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
                      machine.triple, machine.datalayout, cooperative,
-                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked, lanes=lanes)
+                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked, lanes=lanes,
+                     initcheck=initcheck)
         diagnostics.dump_stage("lowered", text)
         return text
     finally:
@@ -110,10 +111,11 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         context.close()
 
 
-def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool) -> bytes:
+def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool,
+                  initcheck: bool = True) -> bytes:
     from .coroutine import split_at_suspends  # only on a cache miss
 
-    text = lowered_ir(function, constants, symbol, cooperative, checked)
+    text = lowered_ir(function, constants, symbol, cooperative, checked, initcheck=initcheck)
     context = llvm.create_context()
     modules = []
     try:
@@ -229,12 +231,16 @@ def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, boo
 
 
 def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1,
-                   checked: bool = False, lanes: bool = False) -> CompiledKernel:
+                   checked: bool = False, lanes: bool = False, initcheck: bool = True) -> CompiledKernel:
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
     least `copies` times; `serial`: it has threadgroup variables; `cooperative`: its
-    threads meet; `lanes`: as lane loops where the kernel allows (else coroutines)."""
+    threads meet; `lanes`: as lane loops where the kernel allows (else coroutines);
+    `checked` with `initcheck`: bounds checks and the threadgroup initcheck, without it
+    bounds checks only."""
     lanes = lanes and cooperative and not checked and config.CPU_LANES.get()
+    initcheck = checked and initcheck
     key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
+                          + (("bounds only",) if checked and not initcheck else ())
                           + (("lanes",) if lanes else ()))
     key = hashlib.sha256(key_text.encode()).hexdigest()
     compiled = _compiled.get(key)
@@ -271,7 +277,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                                       f"coroutines. Please report the kernel", RuntimeWarning, stacklevel=2)
                 if payload is None:
                     with diagnostics.dumping(function.name, key):
-                        payload = _build_object(function, dict(constants), symbol, cooperative, checked)
+                        payload = _build_object(function, dict(constants), symbol, cooperative, checked, initcheck)
                 if path:
                     write_entry(path, key_text, payload)
         else:

@@ -199,20 +199,22 @@ def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False, la
 
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
           triple: str, datalayout: str, cooperative: bool = False,
-          unroll: Callable[[str], str] = lambda text: text, checked: bool = False, lanes: bool = False) -> str:
+          unroll: Callable[[str], str] = lambda text: text, checked: bool = False, lanes: bool = False,
+          initcheck: bool = True) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
     ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
     thread). `unroll` optimizes a module with simdgroup-matrix products (names every
     value) before they are batched. `checked`: every access in address spaces 1-3 is
-    bounds-checked (bounds_checks.py). `lanes`: a cooperative kernel's waits are markers
+    bounds-checked (bounds_checks.py), and with `initcheck` threadgroup reads checked for
+    bytes no thread wrote. `lanes`: a cooperative kernel's waits are markers
     for regions.py instead (target.LaneLoops)."""
     text = retarget(text, triple, datalayout)
-    statics = static_ranges_init(text) if checked else []
+    statics, static_names = static_ranges_init(text) if checked else ([], "")
     helpers_checked = False
     if checked:
-        text, helpers_checked = instrument_accesses(text, kernel)
-        text += check_definitions()
+        text, helpers_checked = instrument_accesses(text, kernel, initcheck)
+        text += check_definitions() + static_names
     text = internalize(text, kernel, cooperative)
     text = guard_integer_division(clamp_private_array_indices(specialize_constants(text, constants)))
     check_async_copy_calls(text, kernel)

@@ -18,6 +18,7 @@
 #include "cpu/cpu_launch.h"
 #include "cpu/float_conversions.h"
 #include "cpu/tensor_ops.h"
+#include "cpu/threadgroup_initcheck.h"
 #include "dispatch/binding_plan.h"
 #include "dispatch/command_list.h"
 #include "dispatch/replay.h"
@@ -341,6 +342,9 @@ void bind_dispatch(py::module_& m) {
     symbols["tm_rt_check"] = reinterpret_cast<uintptr_t>(&tm_rt_check);
     symbols["tm_rt_check_context"] = reinterpret_cast<uintptr_t>(&tm_rt_check_context);
     symbols["tm_rt_check_static"] = reinterpret_cast<uintptr_t>(&tm_rt_check_static);
+    symbols["tm_rt_tg_read"] = reinterpret_cast<uintptr_t>(&tm_rt_tg_read);
+    symbols["tm_rt_tg_write"] = reinterpret_cast<uintptr_t>(&tm_rt_tg_write);
+    symbols["tm_rt_tg_unseen"] = reinterpret_cast<uintptr_t>(&tm_rt_tg_unseen);
     symbols["tm_rt_async_copy_2d"] = reinterpret_cast<uintptr_t>(&tm_rt_async_copy_2d);
     symbols["tm_rt_matmul2d_stage"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_stage);
     symbols["tm_rt_matmul2d_multiply"] = reinterpret_cast<uintptr_t>(&tm_rt_matmul2d_multiply);

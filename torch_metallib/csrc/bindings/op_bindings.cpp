@@ -137,7 +137,7 @@ void bind_ops(py::module_& m) {
       [](const std::string& name, const std::vector<std::string>& argument_names,
          const std::vector<bool>& argument_mutable, int dispatch_argument, const py::list& kernels,
          const py::list& outputs, const py::list& threads, const py::list& group, py::object compile,
-         py::object run_on_backend) {
+         py::object run_on_backend, bool checked) {
         auto spec = std::make_shared<ops::OpSpec>();
         spec->name = name;
         spec->argument_names = argument_names;
@@ -158,6 +158,7 @@ void bind_ops(py::module_& m) {
         for (const py::handle& rule : group) spec->group.push_back(rule_of(rule));
         spec->compile = std::move(compile);
         spec->run_on_backend = std::move(run_on_backend);
+        spec->checked = checked;
         size_t split = name.find("::");
         auto registration = std::make_unique<OpRegistration>();
         for (c10::DispatchKey key : {c10::DispatchKey::CPU, c10::DispatchKey::MPS, c10::DispatchKey::CUDA}) {
@@ -171,9 +172,10 @@ void bind_ops(py::module_& m) {
       },
       py::arg("name"), py::arg("argument_names"), py::arg("argument_mutable"), py::arg("dispatch_argument"),
       py::arg("kernels"), py::arg("outputs"), py::arg("threads"), py::arg("group"), py::arg("compile"),
-      py::arg("run_on_backend"),
-      "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively, MPS and "
-      "CUDA through `run_on_backend`; unregistered when the result is dropped.");
+      py::arg("run_on_backend"), py::arg("checked") = false,
+      "Registers the CPU, MPS and CUDA kernels of operator `name` (defined already): CPU runs natively (checked "
+      "calls, and MPS and CUDA, through `run_on_backend`); `checked`: every call runs checked; unregistered when "
+      "the result is dropped.");
 }
 
 }  // namespace torch_metallib::bindings

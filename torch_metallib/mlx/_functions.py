@@ -7,6 +7,7 @@ from typing import Optional, Union
 import torch
 
 from ._attention import HEAD_DIMS
+from ._gemm import BM as GEMM_TILE_ROWS
 from ._launch import LOOPED_LIMIT
 from ._registry import operators
 from ._steel_attention import STEEL_HEAD_DIMS
@@ -134,5 +135,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def addmm(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta: float = 1.0,
           alpha: float = 1.0) -> torch.Tensor:
     """beta * c + alpha * (a @ b), as torch.addmm, for c of shape (M, N) or a bias row (N,),
-    in one steel GEMM kernel (its output source)."""
+    in one steel GEMM kernel (its output source). A matrix c is padded to whole 32-row tiles
+    first, since the kernel reads whole tiles of it."""
+    if c.dim() == 2:
+        c = torch.nn.functional.pad(c, (0, 0, 0, -c.shape[0] % GEMM_TILE_ROWS))
     return operators()["addmm"](c, a, b, beta, alpha)

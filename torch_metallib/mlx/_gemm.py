@@ -10,6 +10,12 @@ contiguous matrices run as the grid's z extent (has_batch = false: the batch str
 of GEMMParams step through them). Inputs are made contiguous first, so the kernels
 always run the nn (neither transposed) form. Backwards are the same operators on the
 gradient.
+
+A matrix C has whole 32-row tiles (ceil(M / 32) * 32 rows; rows past M are not used): the
+kernel's edge epilogue (apply_epilogue_safe in steel/gemm/mma.h) checks C's columns against
+the tile's extent but not its rows, so a last tile of fewer than 32 rows reads C's rows past
+M (an Apple GPU reads whatever lies there; on the CPU that may be unmapped memory).
+``mlx.addmm`` pads C so.
 """
 
 import torch
@@ -81,7 +87,10 @@ def define_gemm(lib, ns: str) -> dict:
     def addmm_backward(ctx, grad):
         a, b = ctx.saved_tensors
         mm = defined["mm"]
-        gc = grad * ctx.beta if len(ctx.c_shape) == 2 else (grad * ctx.beta).sum(0)
+        if len(ctx.c_shape) == 2:   # C's padding rows get no gradient
+            gc = torch.nn.functional.pad(grad * ctx.beta, (0, 0, 0, ctx.c_shape[0] - grad.shape[0]))
+        else:
+            gc = (grad * ctx.beta).sum(0)
         return gc, mm(grad, b.t()) * ctx.alpha, mm(a.t(), grad) * ctx.alpha, None, None
 
     m, n, k, params = _params("a", "b")
@@ -94,7 +103,7 @@ def define_gemm(lib, ns: str) -> dict:
         outputs={"out": ops.empty((m, n), "a")},
         constants=_constants(m, n, k, use_out_source=True, do_axpby=True), **_launch(m, n, 1),
         require=[ops.dim("a") == 2, ops.dim("b") == 2, size("b", 0) == k, m >= 1, n >= 1, k >= 1,
-                 ops.dim("c") >= 1, ops.dim("c") <= 2, size("c", -1) == n, size("c", 0) == ops.dim("c") // 2 * m
-                 + (2 - ops.dim("c")) * n],
+                 ops.dim("c") >= 1, ops.dim("c") <= 2, size("c", -1) == n,
+                 size("c", 0) == ops.dim("c") // 2 * ops.cdiv(m, BM) * BM + (2 - ops.dim("c")) * n],
         backward=addmm_backward, setup_context=addmm_setup)
     return defined

@@ -33,7 +33,7 @@ def cases(lib):
     x, y = torch.randn(512, 4096, generator=g), torch.empty(512, 4096)
     yield "block_softmax_float32 (512 x 4096)", lambda checked: (lib.block_softmax_float32(
         x, y, 4096, threads=(512 * 1024, 1, 1), group_size=(1024, 1, 1), checked=checked), y)[1]
-    from test_cpu_mlx_matmul import _pack_struct  # the GEMM's params struct, from reflection
+    from _mlx_matmul import _pack_struct  # the GEMM's params struct, from reflection
     fn = lib["steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"]
     n = 256
     m1, m2, d = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g), torch.empty(n, n)

@@ -214,3 +214,27 @@ def test_precompile_refuses_unknown_targets_and_kernels(mlx_path, tmp_path):
         result = subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", str(mlx_path), *args, "-o",
                                  str(tmp_path / "x.tmar")], capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert result.returncode == 1 and message in result.stderr, result.stderr
+
+
+def test_cuda_ptx_is_archived_per_architecture(mlx_path, mlx_lib, tmp_path, monkeypatch, caplog):
+    """PTX needs no GPU to build: the CUDA backend's kernel takes it from the archive, the
+    same text its lowering makes, and compiles for an architecture the archive lacks."""
+    import logging
+
+    from torch_metallib.backends.cuda.backend import CudaKernel, grid_only
+    from torch_metallib.backends.cuda.ptx import kernel_ptx
+
+    archive = tmp_path / "cuda.tmar"
+    said = precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", "cuda:sm_80", "-j", "1", "-o", archive)
+    assert "1 entries (1 kernels; cuda:sm_80)" in said, said
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setenv("TORCH_METALLIB_ARCHIVES", str(archive))
+    caplog.set_level(logging.INFO, logger="torch_metallib")
+    function = mlx_lib[ELEMENTWISE]
+    state = function._dispatch_state()
+    only = grid_only(function, state.cooperative, state.serial)
+    kernel = CudaKernel(function, (), only)
+    assert kernel.ptx("sm_80") == kernel_ptx(function, {}, kernel.symbol, "sm_80", only)
+    kernel.ptx("sm_90")
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"cuda: {ELEMENTWISE}")]
+    assert "loaded from an archive (sm_80)" in said[0] and "compiled (sm_90)" in said[1], said

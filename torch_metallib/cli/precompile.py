@@ -139,6 +139,8 @@ def _tasks(library, path: str, kernels, combinations, targets, checked) -> Tuple
         if not combos:
             skipped.append(f"{name}: needs function constants ({', '.join(required) or 'none required'}); none of "
                            f"--constants' combinations fits it")
+        if canonical:
+            tasks.append(("record", name))
         for constants in dict.fromkeys(canonical):
             for target in targets:
                 tasks.append((path, name, constants, target, checked, state.cooperative, state.serial))
@@ -189,6 +191,8 @@ def _build(task) -> list:
 
 
 def _build_or_say(task):
+    if task[0] == "record":  # made here: reflection only, no compile
+        return [], None
     try:
         return _build(task), None
     except Exception as error:  # noqa: BLE001 - one kernel's failure is reported, the rest go on
@@ -197,9 +201,22 @@ def _build_or_say(task):
 
 # --- the archive -----------------------------------------------------------------------
 
+def _records(library, names: List[str]) -> list:
+    """Call-record entries of `names` (what a call reads from reflection), so that first
+    calls need not parse the bitcode either."""
+    from ..dispatch.call_record import RECORD_TARGET, call_record
+
+    return [(RECORD_TARGET, name, library[name].hash, "", library[name].type, "",
+             json.dumps(call_record(library[name])).encode()) for name in names]
+
+
 def _target_record(name: str):
     from ..cache.archive import Target
 
+    if name == "calls":
+        from ..dispatch.call_record import record_toolchain
+
+        return Target(name, record_toolchain(), ())
     kind, _, level = name.partition(":")
     if kind == "cuda":
         from ..backends.cuda.archived import cuda_toolchain
@@ -231,7 +248,8 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
                             checked)
     for reason in skipped:
         say(f"skipped {reason}")
-    results, failures = [], []
+    results, failures = _records(library, [task[1] for task in tasks if task[0] == "record"]), []
+    tasks = [task for task in tasks if task[0] != "record"]
     jobs = max(1, min(jobs, len(tasks)))
     if jobs == 1:
         outcomes = map(_build_or_say, tasks)
@@ -247,7 +265,7 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
     finally:
         if jobs > 1:
             pool.shutdown()
-    records = {name: _target_record(name) for name in targets}
+    records = {name: _target_record(name) for name in targets + (["calls"] if results else [])}
     entries = [(Entry(records[target], name, hash_, constants_text, form, symbol, 0, 0), payload)
                for target, name, hash_, constants_text, form, symbol, payload in sorted(results, key=lambda r: r[:5])]
     data = write_archive(list(records.values()), entries)
@@ -255,8 +273,10 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
     with open(temporary, "wb") as file:
         file.write(data)
     os.replace(temporary, output)
-    say(f"wrote {output}: {len(entries)} entries ({len({e.function for e, _ in entries})} kernels; "
-        f"{', '.join(targets)}), {len(data):,} bytes, in {time.perf_counter() - started:.1f} s with {jobs} "
+    compiled = [e for e, _ in entries if e.target.name != "calls"]
+    say(f"wrote {output}: {len(compiled)} entries ({len({e.function for e in compiled})} kernels; "
+        f"{', '.join(targets)}) and {len(entries) - len(compiled)} call records, {len(data):,} bytes, in "
+        f"{time.perf_counter() - started:.1f} s with {jobs} "
         f"process{'es' if jobs > 1 else ''}")
     return len(failures)
 

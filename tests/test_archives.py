@@ -238,3 +238,17 @@ def test_cuda_ptx_is_archived_per_architecture(mlx_path, mlx_lib, tmp_path, monk
     kernel.ptx("sm_90")
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"cuda: {ELEMENTWISE}")]
     assert "loaded from an archive (sm_80)" in said[0] and "compiled (sm_90)" in said[1], said
+
+
+def test_archives_carry_call_records_so_first_calls_skip_reflection(built, mlx_lib, monkeypatch):
+    from torch_metallib.dispatch import call_record
+
+    _, mlx_archive, _, _ = built
+    archive = read_archive(mlx_archive)
+    records = {e.function for e in archive.entries.values() if e.target.name == call_record.RECORD_TARGET}
+    assert records == {ELEMENTWISE, COOPERATIVE}
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setenv("TORCH_METALLIB_ARCHIVES", str(mlx_archive))
+    fresh = tm.load(mlx_lib.subset([COOPERATIVE]))[COOPERATIVE]
+    assert call_record.cached_call_record(fresh) == call_record.call_record(mlx_lib[COOPERATIVE])
+    assert fresh._reflection is None  # the record came from the archive, not from the bitcode

@@ -16,6 +16,8 @@ import torch
 import torch_metallib as tm
 from torch_metallib.cache.archive import Target, read_archive, write_archive
 
+pytestmark = pytest.mark.slow  # child processes: precompile, fresh loads, the fuzzer
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ELEMENTWISE, COOPERATIVE = "vv_Addfloat32", "rmsfloat32"  # threads; lane loops (SIMD sums, barriers)
 SCALE_CONSTANTS = {"use_bias": True, "alpha": 2.0}

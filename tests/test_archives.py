@@ -254,3 +254,24 @@ def test_archives_carry_call_records_so_first_calls_skip_reflection(built, mlx_l
     fresh = tm.load(mlx_lib.subset([COOPERATIVE]))[COOPERATIVE]
     assert call_record.cached_call_record(fresh) == call_record.call_record(mlx_lib[COOPERATIVE])
     assert fresh._reflection is None  # the record came from the archive, not from the bitcode
+
+
+def test_constants_per_kernel_and_kernels_that_cannot_be_built(built, tmp_path):
+    """An object of per-kernel lists: every combination for its kernels, names checked;
+    kernels whose required constants are not given are named and skipped."""
+    _, _, _, fixtures = built
+    constants = tmp_path / "constants.json"
+    constants.write_text(json.dumps({"function_constant_.*": [SCALE_CONSTANTS, {"use_bias": False, "alpha": 1.0}],
+                                     "vector_add_float": [{"no_such_constant": 1}]}))
+    said = precompile(fixtures, "--kernel", "function_constant_scale", "--kernel", "vector_add_float",
+                      "--constants", f"@{constants}", "-j", "1", "-o", tmp_path / "a.tmar")
+    assert "skipped vector_add_float with constants {\"no_such_constant\": 1}: vector_add_float: constants: no " \
+           "function constant 'no_such_constant'" in said, said
+    assert "2 entries (1 kernels; cpu:x86-64-v3) and 1 call records" in said, said
+    forms = sorted(key[2] for key in read_archive(tmp_path / "a.tmar").entries if key[0] == "cpu:x86-64-v3")
+    assert forms == ["((0, 0), (1, 1.0))", "((0, 1), (1, 2.0))"], forms  # as calls canonicalize them
+    result = subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", str(fixtures), "--kernel",
+                             "function_constant_scale", "-o", str(tmp_path / "b.tmar")], capture_output=True,
+                            text=True, timeout=300, cwd=ROOT)
+    assert result.returncode == 1 and "missing function constants: use_bias (bool, index 0)" in result.stdout
+    assert "nothing was compiled" in result.stderr and not (tmp_path / "b.tmar").exists()

@@ -89,8 +89,9 @@ def _kernels(library, patterns: List[str]) -> List[str]:
     return list(dict.fromkeys(chosen))
 
 
-def _combinations(text: Optional[str], kernels: List[str]) -> Dict[str, Optional[list]]:
-    """Per kernel, the constants dicts the user gave for it (None: none given)."""
+def _combinations(text: Optional[str], kernels: List[str]) -> Dict[str, Optional[Tuple[list, bool]]]:
+    """Per kernel, (the constants dicts the user gave for it, whether they were given for
+    every kernel); None: none given."""
     if text is None:
         return {name: None for name in kernels}
     if text.startswith("@"):
@@ -102,14 +103,14 @@ def _combinations(text: Optional[str], kernels: List[str]) -> Dict[str, Optional
         raise TorchMetallibError(f"precompile: --constants: expected JSON, got an error at character "
                                  f"{error.pos}: {error.msg}") from None
     if isinstance(value, list):
-        return {name: value for name in kernels}
-    if isinstance(value, dict):
+        return {name: (value, True) for name in kernels}
+    if isinstance(value, dict) and all(isinstance(combos, list) for combos in value.values()):
         found = {}
         for pattern, combos in value.items():
             for name in kernels:
                 if name == pattern or re.fullmatch(pattern, name):
                     found.setdefault(name, []).extend(combos)
-        return {name: found.get(name) for name in kernels}
+        return {name: (found[name], False) if name in found else None for name in kernels}
     raise TorchMetallibError("precompile: --constants: expected a JSON list of objects or an object of lists, "
                              f"got {type(value).__name__}")
 
@@ -125,17 +126,19 @@ def _tasks(library, path: str, kernels, combinations, targets, checked) -> Tuple
             continue
         declared = {c.name for c in function.function_constants}
         required = sorted(c.name for c in function.function_constants if c.required)
-        combos = combinations[name]
-        if combos is None:
+        given = combinations[name]
+        if given is None:
             combos = [{}]
-        else:  # a shared list applies to the kernels that declare every name of a combination
-            combos = [c for c in combos if isinstance(c, dict) and set(c) <= declared] or ([{}] if not declared else [])
+        elif given[1]:  # a shared list applies to the kernels that declare every name of a combination
+            combos = [c for c in given[0] if isinstance(c, dict) and set(c) <= declared] or ([{}] if not declared else [])
+        else:
+            combos = given[0]
         canonical = []
         for combo in combos:
             try:
                 canonical.append(state.spec.pipeline_plan(combo).constants)
             except TorchMetallibError as error:
-                skipped.append(f"{name} with constants {json.dumps(combo)}: {error}")
+                skipped.append(f"{name} with constants {json.dumps(combo)}: {error}; precompile takes them from --constants")
         if not combos:
             skipped.append(f"{name}: needs function constants ({', '.join(required) or 'none required'}); none of "
                            f"--constants' combinations fits it")
@@ -268,6 +271,9 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
     records = {name: _target_record(name) for name in targets + (["calls"] if results else [])}
     entries = [(Entry(records[target], name, hash_, constants_text, form, symbol, 0, 0), payload)
                for target, name, hash_, constants_text, form, symbol, payload in sorted(results, key=lambda r: r[:5])]
+    if not entries:
+        raise TorchMetallibError(f"precompile: {library_path}: nothing was compiled; expected at least one kernel "
+                                 f"with the function constants it needs. Check --kernel and --constants")
     data = write_archive(list(records.values()), entries)
     temporary = f"{output}.tmp-{os.getpid()}"
     with open(temporary, "wb") as file:

@@ -7,6 +7,8 @@ JIT; damaged, truncated and foreign archives are refused with ArchiveFormatError
 import json
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 
@@ -275,3 +277,27 @@ def test_constants_per_kernel_and_kernels_that_cannot_be_built(built, tmp_path):
                             text=True, timeout=300, cwd=ROOT)
     assert result.returncode == 1 and "missing function constants: use_bias (bool, index 0)" in result.stdout
     assert "nothing was compiled" in result.stderr and not (tmp_path / "b.tmar").exists()
+
+
+@pytest.mark.skipif(shutil.which("objdump") is None, reason="needs binutils' objdump to read the objects")
+def test_cpu_objects_use_only_their_levels_instructions(mlx_path, tmp_path):
+    """Built on any machine (this one may have AVX-512), an x86-64-v2 object has no AVX
+    (VEX) instruction and an x86-64-v3 one no AVX-512 register: they run on other CPUs."""
+    archive = tmp_path / "levels.tmar"
+    precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", "cpu:x86-64-v2", "--target", "cpu:x86-64-v3", "-j", "2",
+               "-o", archive)
+    found = {}
+    opened = read_archive(archive)
+    for key, entry in opened.entries.items():
+        if key[0].startswith("cpu:"):
+            (tmp_path / "object.o").write_bytes(opened.lookup(*key)[1])
+            listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(tmp_path / "object.o")],
+                                     capture_output=True, text=True, check=True).stdout
+            mnemonics = [line.split("\t", 1)[1].split()[0] for line in listing.splitlines()
+                         if re.match(r"\s+[0-9a-f]+:\t\S", line)]
+            found[key[0]] = (mnemonics, listing)
+    v2, listing2 = found["cpu:x86-64-v2"]
+    v3, listing3 = found["cpu:x86-64-v3"]
+    assert v2 and v3
+    assert "ymm" not in listing2 and not [m for m in v2 if m.startswith(("vmov", "vadd", "vfmadd", "vbroadcast"))]
+    assert "zmm" not in listing3 and "ymm" in listing3  # AVX2 vectors, no AVX-512

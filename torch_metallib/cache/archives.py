@@ -20,7 +20,10 @@ _warned = set()
 
 
 def open_archives(sources) -> Tuple[Archive, ...]:
-    """`sources` (paths or bytes) read and checked; raises ArchiveFormatError or OSError."""
+    """`sources` (paths or bytes; one or a list; None: none) read and checked; raises
+    ArchiveFormatError or OSError."""
+    if sources is None:
+        return ()
     if isinstance(sources, (str, bytes, bytearray, memoryview)) or not hasattr(sources, "__iter__"):
         sources = [sources]
     return tuple(read_archive(source) for source in sources)

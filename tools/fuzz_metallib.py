@@ -312,15 +312,16 @@ class Report:
                 f"hangs {len(self.hangs)} foreign {len(self.foreign)}")
 
 
-def _worker(inputs, layouts, seed, first, last, current, results):
+def _worker(inputs, layouts, seed, first, last, current, results, use=None):
     """Runs cases [first, last); `current` holds the case in progress (read by the parent
-    when this process dies or stalls). Sends outcome counts and foreign exceptions."""
+    when this process dies or stalls). Sends outcome counts and foreign exceptions.
+    `use`: what each case must survive, instead of `exercise` (another reader's fuzzer)."""
     outcomes, foreign = {}, []
     for index in range(first, last):
         current.value = index
         source, data, steps = make_case(seed, index, inputs, layouts)
         try:
-            outcome = exercise(data)
+            outcome = (use or exercise)(data)
         except Exception:  # noqa: BLE001 - every non-project error is a finding
             outcome = "foreign"
             foreign.append((index, source, steps, traceback.format_exc()))
@@ -343,9 +344,10 @@ def _write_reproducer(out_dir, kind, seed, index, inputs, layouts, detail, writt
 
 
 def fuzz(inputs, seed: int, cases: int, jobs: int = 1, rehash_modules: bool = False, out_dir: str = ".",
-         case_timeout: float = 30.0, first: int = 0) -> Report:
+         case_timeout: float = 30.0, first: int = 0, use=None) -> Report:
     """Runs cases [first, first + cases) over `inputs` (bytes of valid metallibs) in forked
-    workers and returns what happened; reproducers of findings go to `out_dir`."""
+    workers and returns what happened; reproducers of findings go to `out_dir`. `use`:
+    what each case must survive, where it is not `exercise` (tools/fuzz_archive.py)."""
     os.makedirs(out_dir, exist_ok=True)
     layouts = [module_layout(data) for data in inputs] if rehash_modules else None
     context = multiprocessing.get_context("fork")
@@ -357,7 +359,7 @@ def fuzz(inputs, seed: int, cases: int, jobs: int = 1, rehash_modules: bool = Fa
     def start(lo, hi):
         current = context.Value("q", lo, lock=False)
         receive, send = context.Pipe(duplex=False)
-        process = context.Process(target=_worker, args=(inputs, layouts, seed, lo, hi, current, send))
+        process = context.Process(target=_worker, args=(inputs, layouts, seed, lo, hi, current, send, use))
         process.start()
         send.close()
         running.append([process, lo, hi, current, receive, lo, time.monotonic()])

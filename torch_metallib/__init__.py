@@ -14,6 +14,7 @@ from .container.function_constant import FunctionConstant
 from .dispatch.checked_mode import checked
 from .container.pack import FunctionSource, pack
 from .errors import (
+    ArchiveFormatError,
     DispatchError,
     KernelArgumentError,
     KernelExecutionError,
@@ -54,5 +55,6 @@ __all__ = [
     "KernelExecutionError",
     "KernelMemoryError",
     "OpDefinitionError",
+    "ArchiveFormatError",
     "TorchMetallibError",
 ]

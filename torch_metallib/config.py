@@ -18,7 +18,7 @@ from typing import Dict, Optional, Tuple
 
 from .errors import TorchMetallibError
 
-__all__ = ["ConfigurationError", "Knob", "BoolKnob", "PathKnob", "ChoiceKnob", "KNOBS", "markdown_table"]
+__all__ = ["ConfigurationError", "Knob", "BoolKnob", "PathKnob", "PathListKnob", "ChoiceKnob", "KNOBS", "markdown_table"]
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
@@ -87,6 +87,13 @@ class PathKnob(Knob):
         return os.path.expanduser(text.strip())
 
 
+class PathListKnob(Knob):
+    kind = "path list"
+
+    def parse(self, text: str) -> Tuple[str, ...]:
+        return tuple(os.path.expanduser(p.strip()) for p in text.split(os.pathsep) if p.strip())
+
+
 class ChoiceKnob(Knob):
     kind = "choice"
 
@@ -108,6 +115,9 @@ CACHE_DIR = PathKnob("TORCH_METALLIB_CACHE_DIR", None, "The disk cache's folder.
                      shown_default="`$XDG_CACHE_HOME/torch_metallib`")
 XDG_CACHE_HOME = PathKnob("XDG_CACHE_HOME", None, "The user's cache folder, under which the disk cache and "
                           "the reference corpus live.", shown_default="`~/.cache`")
+ARCHIVES = PathListKnob("TORCH_METALLIB_ARCHIVES", (), "Ahead-of-time archives (`precompile`) that every "
+                        "library's calls take compiled kernels from before compiling, separated by `:`.",
+                        shown_default="unset")
 
 # Running kernels.
 CHECKED = BoolKnob("TORCH_METALLIB_CHECKED", False,

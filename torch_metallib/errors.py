@@ -3,7 +3,7 @@
 __all__ = [
     "TorchMetallibError", "MetallibFormatError", "ReflectionError", "KernelArgumentError",
     "DispatchError", "UnsupportedKernelError", "UnsupportedDeviceError", "KernelExecutionError", "KernelMemoryError",
-    "OpDefinitionError",
+    "OpDefinitionError", "ArchiveFormatError",
 ]
 
 
@@ -91,3 +91,19 @@ class KernelMemoryError(KernelExecutionError):
 class OpDefinitionError(TorchMetallibError, ValueError):
     """``torch_metallib.ops.define`` was given a schema, kernels, bindings or rules that do
     not fit together; nothing was registered."""
+
+
+class ArchiveFormatError(TorchMetallibError, ValueError):
+    """Bytes given as an ahead-of-time archive (``tm.load(..., archives=)``, ``python -m
+    torch_metallib precompile``) that are not a well-formed archive: another file, a
+    truncated or damaged one. Nothing of it was used.
+
+    Attributes:
+        offset: absolute byte offset in the archive where the bad field starts.
+        field: the field that failed validation, e.g. ``"entry 3 payload SHA-256"``.
+    """
+
+    def __init__(self, message: str, offset: int = None, field: str = None):
+        super().__init__(message)
+        self.offset = offset
+        self.field = field

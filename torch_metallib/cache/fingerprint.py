@@ -25,16 +25,21 @@ COMMON = ("air", "cache", "container", "dispatch", "reflection")
 
 def _sources(folders: Tuple[str, ...]) -> List[Tuple[str, bytes]]:
     """(path relative to the package, bytes) of each ``.py`` file under `folders`, sorted."""
+    return sorted(item for folder in folders for item in _folder_sources(folder))
+
+
+@functools.lru_cache(maxsize=None)
+def _folder_sources(folder: str) -> Tuple[Tuple[str, bytes], ...]:
+    """Read once per process: the call records' key and each backend's share COMMON."""
     found = []
-    for folder in folders:
-        for root, folders, names in os.walk(os.path.join(_PACKAGE, folder)):
-            folders[:] = [f for f in folders if f != "__pycache__"]
-            for name in sorted(names):
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    with open(path, "rb") as file:
-                        found.append((os.path.relpath(path, _PACKAGE).replace(os.sep, "/"), file.read()))
-    return sorted(found)
+    for root, folders, names in os.walk(os.path.join(_PACKAGE, folder)):
+        folders[:] = [f for f in folders if f != "__pycache__"]
+        for name in sorted(names):
+            if name.endswith(".py"):
+                path = os.path.join(root, name)
+                with open(path, "rb") as file:
+                    found.append((os.path.relpath(path, _PACKAGE).replace(os.sep, "/"), file.read()))
+    return tuple(found)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,4 +1,4 @@
-"""Command line: ``python -m torch_metallib {inspect,census,corpus,pack,lint,bench,cuda-coverage,doctor} ...``
+"""Command line: ``python -m torch_metallib {inspect,census,corpus,pack,lint,bench,cuda-coverage,doctor,precompile} ...``
 (also installed as the ``torch-metallib`` console script)."""
 
 import argparse
@@ -12,6 +12,7 @@ from . import doctor as _doctor
 from . import inspect as _inspect
 from . import lint as _lint
 from . import pack as _pack
+from . import precompile as _precompile
 from . import program_name
 from ..errors import TorchMetallibError
 
@@ -52,6 +53,7 @@ def main(argv=None) -> int:
     _bench.add_parser(subparsers)
     _cuda_coverage.add_parser(subparsers)
     _doctor.add_parser(subparsers)
+    _precompile.add_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

@@ -1,16 +1,21 @@
 """What calling a kernel needs from its reflection, as plain data cached on disk.
 
 The record is keyed by the function's HASH and the package's code (cache/fingerprint.py)
-(``<cache>/calls``), so a warm start builds a binding plan without parsing the bitcode.
+(``<cache>/calls``), so a warm start builds a binding plan without parsing the bitcode;
+ahead-of-time archives carry them too (target ``calls``), so their first calls skip it.
 """
 
 import json
 import os
 
+from ..cache.archives import archives_for
 from ..cache.disk_cache import cache_directory, read_entry, write_entry
 from ..cache.fingerprint import code_fingerprint
 
-__all__ = ["call_record", "cached_call_record", "record_key", "record_file_name", "binding_problem"]
+__all__ = ["call_record", "cached_call_record", "record_key", "record_file_name", "binding_problem", "RECORD_TARGET",
+           "record_toolchain"]
+
+RECORD_TARGET = "calls"  # an archive's call records: form = the function's type, no constants
 
 
 def call_record(function) -> dict:
@@ -66,7 +71,11 @@ def argument_buffer_members(argument) -> list:
 
 
 def cached_call_record(function) -> dict:
-    """call_record, from the disk cache when this function (by HASH) was seen before."""
+    """call_record, from an archive or the disk cache when this function (by HASH) was
+    seen before."""
+    record = _archived_record(function)
+    if record is not None:
+        return record
     directory = cache_directory("calls")
     key = record_key(function)
     path = os.path.join(directory, record_file_name(function)) if directory else None
@@ -79,6 +88,21 @@ def cached_call_record(function) -> dict:
     if path:
         write_entry(path, key, json.dumps(record).encode())
     return record
+
+
+def record_toolchain() -> str:
+    """What an archive's call records must share with this process: the code that makes them."""
+    return f"call record {code_fingerprint()}"
+
+
+def _archived_record(function):
+    for archive in archives_for(function):
+        found = archive.lookup(RECORD_TARGET, function.hash, "", function.type)
+        if found is not None and found[0].target.toolchain == record_toolchain():
+            record = _decoded_record(found[1])
+            if record is not None:
+                return record
+    return None
 
 
 def record_key(function) -> str:

@@ -7,6 +7,7 @@ from typing import Iterable, Iterator, Optional, Tuple
 
 from .. import _C
 from .function import KernelFunction
+from ..cache.archives import open_archives
 from ..container.source import open_source
 from ..container.tables import (
     FILE_TYPE_STUB_BIT,
@@ -19,7 +20,7 @@ from ..container.tables import (
 __all__ = ["Library", "load"]
 
 
-def load(src, *, verify: bool = False) -> "Library":
+def load(src, *, verify: bool = False, archives=()) -> "Library":
     """Loads a .metallib from bytes or a file; the equivalent of
     ``torch._C._mps_loadMetallib`` / ``torch.mps.load_metallib`` on any machine.
 
@@ -31,6 +32,13 @@ def load(src, *, verify: bool = False) -> "Library":
             magic, reflection entry and SHA-256 ``HASH`` now, instead of when each
             function (or its bitcode) is first used. Costs a pass over the whole file
             (~0.15 s for 147 MB). Without it, load reads the function list only.
+        archives: ahead-of-time archives (paths or bytes, written by ``python -m
+            torch_metallib precompile``) that this library's calls take compiled kernels
+            from instead of compiling them: an entry serves only the function, constants
+            and form it was built for, by the same toolchain, on a CPU that has the
+            instructions it needs; any other call compiles as usual. Each archive is read
+            and checked whole here (``TORCH_METALLIB_ARCHIVES`` adds archives for every
+            library).
 
     Returns:
         A :class:`Library`.
@@ -38,6 +46,8 @@ def load(src, *, verify: bool = False) -> "Library":
     Raises:
         MetallibFormatError: the bytes are not a well-formed .metallib; the message names
             the byte offset, the field, what was expected and what was found.
+        ArchiveFormatError: an archive is not a well-formed archive (another file, or a
+            damaged or truncated one); the message names the byte offset and field.
         TypeError: `src` is neither a byte buffer nor a path.
         OSError: the path cannot be opened.
 
@@ -47,8 +57,10 @@ def load(src, *, verify: bool = False) -> "Library":
         >>> lib.function_names[:2]                      # doctest: +SKIP
         ('vv_Addfloat32', 'vv_Subtractfloat32')
     """
+    opened = open_archives(archives)
     view, description = open_source(src)
     library = Library(_C.Container(view), view, description)
+    library._archives = opened
     if verify:
         library.verify()
     return library
@@ -69,6 +81,7 @@ class Library:
         self._header = container.header
         self._names = None
         self._functions = {}
+        self._archives = ()  # ahead-of-time archives its calls look in (load's archives=)
 
     # --- header -------------------------------------------------------------------
     @property

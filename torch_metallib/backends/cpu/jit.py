@@ -3,7 +3,9 @@
 Each compiled object gets its own MCJIT engine (one shared engine resolved a second
 object's references into the first one's data). A compiled kernel is keyed by
 content (ARCHITECTURE.md, "Rules"): the function's SHA-256 ``HASH``, its function-constant values,
-the host target, the toolchain and the package's code (cache/fingerprint.py). Objects are cached in memory and on disk (``<cache>/jit``, see _disk_cache);
+the host target, the toolchain and the package's code (cache/fingerprint.py). Objects come
+from an ahead-of-time archive where one has them (archived.py), else are cached in memory
+and on disk (``<cache>/jit``, see _disk_cache);
 concurrent processes at worst compile the same kernel twice and rename identical files
 over each other.
 """
@@ -26,8 +28,9 @@ from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...cache.fingerprint import code_fingerprint
 from ...reflection.bitcode import parse_bitcode
+from .archived import archived_object, form_of
 
-__all__ = ["CompiledKernel", "compile_kernel"]
+__all__ = ["CompiledKernel", "compile_kernel", "build_object", "build_for_level"]
 
 @dataclass(frozen=True)
 class CompiledKernel:
@@ -48,14 +51,15 @@ class CompiledKernel:
 
 
 class _Host:
-    """The host target machine, created on first use."""
+    """The host target machine, created on first use; for ahead-of-time builds
+    (archived.py), the host's triple with a named CPU level and its own features."""
 
-    def __init__(self):
+    def __init__(self, cpu: Optional[str] = None):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.triple = llvm.get_process_triple()
-        features = llvm.get_host_cpu_features().flatten()
-        self.cpu = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten() if cpu is None else ""
+        self.cpu = cpu or llvm.get_host_cpu_name()
         self.machine = llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
         self.datalayout = str(self.machine.target_data)
@@ -67,7 +71,7 @@ class _Host:
 
 _host: Optional[_Host] = None
 _compiled: Dict[str, CompiledKernel] = {}
-_payloads: Dict[str, bytes] = {}  # object bytes of kernels that may need more copies
+_payloads: Dict[str, Tuple[bytes, str]] = {}  # (object, symbol) of kernels that may need more copies
 _engines = []  # every engine lives as long as the process: launchers point into them
 _lock = threading.RLock()  # one compile at a time; llvmlite serializes LLVM calls anyway
 
@@ -78,6 +82,14 @@ def host() -> _Host:
         if _host is None:
             _host = _Host()
         return _host
+
+
+def build_for_level(cpu: str) -> None:
+    """Makes this process build objects for CPU level `cpu` (``x86-64-v3``) instead of
+    its host: only in precompile's workers, which load nothing they build."""
+    global _host
+    with _lock:
+        _host = _Host(cpu)
 
 
 def _cache_key(function_hash: str, constants: tuple) -> str:
@@ -230,6 +242,24 @@ def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, boo
     return entry, bool(lanes)
 
 
+def build_object(function, constants: tuple, symbol: str, cooperative: bool, checked: bool = False,
+                 lanes: bool = False, initcheck: bool = True) -> bytes:
+    """The object of `function` with `constants` for this process's target machine: lane
+    loops where `lanes` asks and the kernel allows, else coroutines (`cooperative`) or
+    threads; entry points named after `symbol`; `checked` (with the threadgroup initcheck
+    unless `initcheck` is False) adds the checks."""
+    if lanes:
+        from .regions import NotLanes
+        try:
+            return _build_lanes_object(function, dict(constants), symbol)
+        except (NotLanes, TorchMetallibError):  # coroutines, or the same refusal from there
+            pass
+        except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
+            warnings.warn(f"{function.name}: lane loops failed ({str(error)[:300]}); running it as "
+                          f"coroutines. Please report the kernel", RuntimeWarning, stacklevel=3)
+    return _build_object(function, dict(constants), symbol, cooperative, checked, initcheck)
+
+
 def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, copies: int = 1,
                    checked: bool = False, lanes: bool = False, initcheck: bool = True) -> CompiledKernel:
     """The compiled kernel `function` with `constants` ((index, value) pairs), loaded at
@@ -253,43 +283,46 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
         symbol = key[:24]
         if compiled is None:
             started = time.perf_counter()
+            launchers, is_lanes, source = (), False, "compiled"
+            archived = None if diagnostics.dumps() else archived_object(function, constants,
+                                                                        form_of(cooperative, checked, lanes, initcheck))
+            if archived is not None:
+                payload, symbol, where = archived
+                try:
+                    entry, is_lanes = _load_copy(payload, symbol, cooperative)
+                    launchers, source = (entry,), f"loaded from archive {where}"
+                except RuntimeError:  # its SHA-256 matched, so a bug of the builder: compile instead
+                    symbol = key[:24]
             directory = cache_directory("jit")
             path = os.path.join(directory, f"{key}.o") if directory else None
-            payload = read_entry(path, key_text) if path and not diagnostics.dumps() else None
-            launchers, is_lanes = (), False
+            payload = None
+            if not launchers and path and not diagnostics.dumps():
+                payload = read_entry(path, key_text)
             if payload is not None:
                 try:
                     entry, is_lanes = _load_copy(payload, symbol, cooperative)
-                    launchers = (entry,)
+                    launchers, source = (entry,), "loaded from the disk cache"
                 except RuntimeError:  # not an object LLVM can load, or without our symbols
                     payload = None
-            from_disk = payload is not None
+            if launchers and payload is None:
+                payload = archived[0]
+            from_disk = bool(launchers)
             if payload is None:
-                if lanes:
-                    from .regions import NotLanes
-                    try:
-                        with diagnostics.dumping(function.name, key):
-                            payload = _build_lanes_object(function, dict(constants), symbol)
-                    except (NotLanes, TorchMetallibError):  # coroutines, or the same refusal from there
-                        pass
-                    except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
-                        warnings.warn(f"{function.name}: lane loops failed ({str(error)[:300]}); running it as "
-                                      f"coroutines. Please report the kernel", RuntimeWarning, stacklevel=2)
-                if payload is None:
-                    with diagnostics.dumping(function.name, key):
-                        payload = _build_object(function, dict(constants), symbol, cooperative, checked, initcheck)
+                with diagnostics.dumping(function.name, key):
+                    payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck)
                 if path:
                     write_entry(path, key_text, payload)
         else:
-            payload, from_disk, launchers, is_lanes = _payloads[key], compiled.from_disk, compiled.launchers, compiled.lanes
+            (payload, symbol), from_disk, launchers, is_lanes = (_payloads[key], compiled.from_disk, compiled.launchers,
+                                                                 compiled.lanes)
         while len(launchers) < copies:
             entry, is_lanes = _load_copy(payload, symbol, cooperative)
             launchers += (entry,)
         if compiled is None:
-            diagnostics.get_logger().info("cpu: %s: %s (as %s) in %.3f s", function.name,
-                                          "loaded from the disk cache" if from_disk else "compiled", "lanes" if is_lanes else "coroutines" if cooperative
-                                          else "threads", time.perf_counter() - started)
+            diagnostics.get_logger().info("cpu: %s: %s (as %s) in %.3f s", function.name, source,
+                                          "lanes" if is_lanes else "coroutines" if cooperative else "threads",
+                                          time.perf_counter() - started)
         if serial:
-            _payloads[key] = payload
+            _payloads[key] = (payload, symbol)
         compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)
         return compiled

@@ -39,6 +39,7 @@ from . import driver as cuda_driver
 from .coarsening import COARSENING
 from .lowering import entry_name
 from .ptx import kernel_ptx
+from .archived import archived_ptx
 
 __all__ = ["CudaBackend"]
 
@@ -81,15 +82,19 @@ class CudaKernel:
             directory = cache_directory("cuda")
             path = f"{directory}/{hashlib.sha256(key.encode()).hexdigest()}" if directory else None
             started = time.perf_counter()
-            payload = read_entry(path, key) if path and not diagnostics.dumps() else None
-            from_disk = payload is not None
+            source = "loaded from the disk cache"
+            payload = None if diagnostics.dumps() else archived_ptx(self.function, self.constants, arch, self.grid_only)
+            if payload is not None:
+                source, path = "loaded from an archive", None
+            elif path and not diagnostics.dumps():
+                payload = read_entry(path, key)
             if payload is None:
+                source = "compiled"
                 with diagnostics.dumping(self.function.name, hashlib.sha256(key.encode()).hexdigest()):
                     payload = kernel_ptx(self.function, dict(self.constants), self.symbol, arch, self.grid_only).encode()
                 if path:
                     write_entry(path, key, payload)
-            diagnostics.get_logger().info("cuda: %s: %s (%s) in %.3f s", self.function.name,
-                                          "loaded from the disk cache" if from_disk else "compiled", arch,
+            diagnostics.get_logger().info("cuda: %s: %s (%s) in %.3f s", self.function.name, source, arch,
                                           time.perf_counter() - started)
             text = self._ptx[arch] = payload.decode()
         return text

@@ -1,0 +1,99 @@
+"""First call against hundredth call of MLX kernels on the CPU backend, in fresh processes:
+with a cold JIT (TORCH_METALLIB_CACHE=0), a warm disk cache, and an ahead-of-time archive
+(``python -m torch_metallib precompile``), side by side in one run.
+
+Usage: python benchmarks/startup.py [--repeat N] [--threads N] [--json OUT]
+
+Each process loads mlx.metallib and defines MLX's operators before timing (that cost is
+the same in every mode), then times each kernel's first call and its hundredth, kernel
+after kernel: the first kernel's first call also pays the process's one-time set-up
+(LLVM's target machine, the code fingerprint, reading the archive). Figures are medians
+over --repeat processes per mode. Target: with an archive, a first call is at most 2 ms
+slower than the hundredth.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from torch_metallib.cli.corpus import mlx_metallib_path
+
+# (label, kernel the archive holds, what the child calls)
+KERNELS = (("vv_Addfloat32 (elementwise)", "vv_Addfloat32", "add"),
+           ("rmsfloat32 (cooperative, lanes)", "rmsfloat32", "rms"),
+           ("softmax (block_softmax_float32)", "block_softmax_float32", "softmax"))
+
+CHILD = r"""
+import json, sys, time, torch, torch_metallib as tm
+from torch_metallib import mlx
+torch.set_num_threads(int(sys.argv[1]))
+mlx.load()  # operators defined before timing: the same cost in every mode
+lib = tm.load(mlx.library_path())
+a, b, c = torch.randn(4096), torch.randn(4096), torch.empty(4096)
+x, w = torch.randn(32, 256), torch.randn(256)
+calls = {"add": lambda: lib.vv_Addfloat32(a, b, c, threads=4096),
+         "rms": lambda: mlx.rms_norm(x, w, 1e-5),
+         "softmax": lambda: mlx.softmax(x)}
+figures = {}
+for which, call in calls.items():  # in order: the first kernel also pays the process's one-time set-up
+    times = []
+    for _ in range(100):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    figures[which] = {"first": times[0], "hundredth": times[-1]}
+print(json.dumps(figures))
+"""
+
+
+def child(threads: int, env: dict) -> dict:
+    result = subprocess.run([sys.executable, "-c", CHILD, str(threads)], capture_output=True, text=True, env=env,
+                            timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="fresh processes per mode")
+    parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads in each process (default 1: on a busy machine, waking the pool's "
+                             "threads adds noise to single calls)")
+    args = parser.parse_args()
+    library = mlx_metallib_path()
+    base = {k: v for k, v in os.environ.items() if k not in ("TORCH_METALLIB_ARCHIVES", "TORCH_METALLIB_LOG")}
+    with tempfile.TemporaryDirectory() as folder:
+        archive = os.path.join(folder, "mlx.tmar")
+        kernels = [arg for _, kernel, _ in KERNELS for arg in ("--kernel", kernel)]
+        subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", library, *kernels, "-o", archive],
+                       check=True, env=base)
+        modes = {
+            "cold JIT": {**base, "TORCH_METALLIB_CACHE": "0"},
+            "warm disk cache": {**base, "TORCH_METALLIB_CACHE": "1", "TORCH_METALLIB_CACHE_DIR": os.path.join(folder, "c")},
+            "archive": {**base, "TORCH_METALLIB_CACHE": "0", "TORCH_METALLIB_ARCHIVES": archive},
+        }
+        child(args.threads, modes["warm disk cache"])  # fills the disk cache
+        figures = {}
+        for mode, env in modes.items():
+            runs = [child(args.threads, env) for _ in range(args.repeat)]
+            for label, _, which in KERNELS:
+                figures[(label, mode)] = {key: statistics.median(r[which][key] for r in runs) * 1e3
+                                          for key in ("first", "hundredth")}
+        figures = dict(sorted(figures.items(), key=lambda item: [k[0] for k in KERNELS].index(item[0][0])))
+    print(f"\n{'kernel':34} {'mode':16} {'first ms':>9} {'100th ms':>9} {'first-100th':>11}")
+    for (label, mode), f in figures.items():
+        print(f"{label:34} {mode:16} {f['first']:9.2f} {f['hundredth']:9.3f} {f['first'] - f['hundredth']:11.2f}")
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump({f"{label} | {mode}": f for (label, mode), f in figures.items()}, file, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

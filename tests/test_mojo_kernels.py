@@ -9,38 +9,19 @@ dispatches a grid that is a multiple of its threadgroup size.
 """
 
 import io
-import pathlib
-import re
 
-import llvmlite.binding as llvm
 import pytest
 import torch
 
 import torch_metallib as tm
 from torch_metallib.cli.inspect_reflection import print_reflection
+from _mojo import KERNELS, mojo_kernels
 
-FOLDER = pathlib.Path(__file__).parent / "fixtures" / "mojo"
-KERNELS = ("vector_add", "block_sum", "simd_sum_atomic", "softplus_f16", "transpose_tiled")
-
-
-def mojo_library(folder: pathlib.Path = FOLDER) -> tm.Library:
-    """The modules in `folder` packed into one library, each under its kernel's symbol."""
-    sources = []
-    for path in sorted(folder.glob("*.air")):
-        bitcode = path.read_bytes()
-        module = llvm.parse_bitcode(bitcode, context=llvm.create_context())
-        symbol = next(f.name for f in module.functions if not f.is_declaration)
-        sources.append(tm.FunctionSource(symbol, bitcode))
-    return tm.load(tm.pack(sources))
 
 
 @pytest.fixture(scope="module")
 def kernels():
-    library = mojo_library()
-    # Mojo's symbols are kernels_<name>_<parameter types>_<hash>; the tests use <name>.
-    found = {re.match(r"kernels_(\w+?)_Point", name).group(1): library[name] for name in library.function_names}
-    assert sorted(found) == sorted(KERNELS)
-    return found
+    return mojo_kernels()
 
 
 # --- reflection -----------------------------------------------------------------------------------
@@ -138,3 +119,38 @@ def test_checked_call_bounds_a_pointer_by_the_tensors_view(kernels):
                                                    r"\(buffer\(0\) holding a device float\*\) points to; expected "
                                                    r"byte offsets 0 to 400"):
         kernels["vector_add"](a, b, c, 101, threads=128, group_size=64, checked=True)
+
+
+# --- CUDA: lowered and assembled without a GPU; run where one is -----------------------------------
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_lowers_and_assembles_for_cuda(kernels, name):
+    from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
+    ptx = kernel_ptx(kernels[name], {}, "t")
+    if ptxas_path() is None:
+        pytest.skip("ptxas not found (CUDA's compiler)")
+    for arch in ("sm_80", "sm_90"):
+        result = run_ptxas(ptx, arch)
+        assert result.returncode == 0, f"ptxas {arch}: {result.stderr[:1000]}"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda.is_available() is False: no CUDA device")
+def test_runs_on_cuda(kernels):
+    """Pointers bound as CUDA device addresses: each kernel's results on cuda tensors."""
+    x, y = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+    c = torch.zeros(1024, device="cuda")
+    kernels["vector_add"](x, y, c, 1000, threads=1024, group_size=128)
+    assert torch.equal(c[:1000], x + y)
+    sums = torch.zeros(16, device="cuda")
+    kernels["block_sum"](x, sums, 1000, threads=1024, group_size=64)
+    torch.testing.assert_close(sums, torch.nn.functional.pad(x, (0, 24)).view(16, 64).sum(1), rtol=1e-5, atol=1e-5)
+    total = torch.zeros(1, device="cuda")
+    kernels["simd_sum_atomic"](x, total, 1000, threads=1024, group_size=256)
+    torch.testing.assert_close(total[0], x.sum(), rtol=1e-4, atol=1e-3)
+    h, soft = (x * 6).half(), torch.zeros(1024, dtype=torch.half, device="cuda")
+    kernels["softplus_f16"](h, soft, 1000, threads=1024, group_size=128)
+    torch.testing.assert_close(soft[:1000], torch.nn.functional.softplus(h.float()).half(), rtol=2e-3, atol=2e-3)
+    m, t = torch.randn(37, 50, device="cuda"), torch.zeros(50, 37, device="cuda")
+    kernels["transpose_tiled"](m, t, 37, 50, threads=(64, 48), group_size=(16, 16))
+    assert torch.equal(t, m.t())

@@ -10,12 +10,15 @@ dispatches a grid that is a multiple of its threadgroup size.
 
 import io
 
+import llvmlite.binding as llvm
 import pytest
 import torch
 
 import torch_metallib as tm
+from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.cli.inspect_reflection import print_reflection
-from _mojo import KERNELS, mojo_kernels
+from torch_metallib.reflection.reflect import reflect
+from _mojo import FOLDER, KERNELS, mojo_kernels
 
 
 
@@ -125,7 +128,6 @@ def test_checked_call_bounds_a_pointer_by_the_tensors_view(kernels):
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_lowers_and_assembles_for_cuda(kernels, name):
-    from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
     ptx = kernel_ptx(kernels[name], {}, "t")
     if ptxas_path() is None:
         pytest.skip("ptxas not found (CUDA's compiler)")
@@ -154,3 +156,23 @@ def test_runs_on_cuda(kernels):
     m, t = torch.randn(37, 50, device="cuda"), torch.zeros(50, 37, device="cuda")
     kernels["transpose_tiled"](m, t, 37, 50, threads=(64, 48), group_size=(16, 16))
     assert torch.equal(t, m.t())
+
+
+# --- what is not a pointer argument -----------------------------------------------------------------
+
+@pytest.mark.parametrize("edit", [
+    # the address read 8 bytes in: not at the buffer's start
+    ("  %11 = load ptr addrspace(1), ptr addrspace(1) %10, align 8",
+     "  %at = getelementptr i8, ptr addrspace(1) %10, i64 8\n  %11 = load ptr addrspace(1), ptr addrspace(1) %at, align 8"),
+    # the buffer read as data besides: not only a pointer
+    ("  %11 = load ptr addrspace(1), ptr addrspace(1) %10, align 8",
+     "  %11 = load ptr addrspace(1), ptr addrspace(1) %10, align 8\n  %data = load float, ptr addrspace(1) %10, align 4"),
+])
+def test_a_buffer_used_otherwise_is_not_a_pointer_argument(edit):
+    module = llvm.parse_bitcode((FOLDER / "vector_add.air").read_bytes(), context=llvm.create_context())
+    symbol = next(f.name for f in module.functions if not f.is_declaration)
+    text = str(module)
+    assert edit[0] in text
+    edited = llvm.parse_assembly(text.replace(edit[0], edit[1]), context=llvm.create_context())
+    held = [a.holds_pointer for a in reflect(symbol, edited.as_bitcode()).buffers]
+    assert held == [False, True, True, False]

@@ -21,6 +21,7 @@ import _conformance as conformance
 import _cooperative as cooperative
 import _mlx_matmul as matmul
 import _argument_buffers as argument_buffers
+import _mojo as mojo
 from _metal_sim import native, simulated_metal
 from torch_metallib.backends.mps_backend import MpsBackend
 
@@ -166,6 +167,27 @@ def test_argument_buffer_holds_gpu_addresses_of_resident_buffers(mlx002, metal):
     assert len(record["resources"]) == 4 and set(usage for _, usage in resident.values()) == {3}
     assert resident[storage.untyped_storage().data_ptr()] == (48, 3)
     assert torch.equal(out, src[rows.long(), cols.long()])
+
+
+def test_mojo_pointer_arguments_hold_gpu_addresses_of_resident_buffers(metal):
+    """Mojo's pointer arguments: each buffer holding a pointer goes by setBytes, 8 bytes
+    holding its tensor's gpuAddress plus byte offset; the tensor is made resident, read and
+    write only where the kernel writes through the pointer. Barriers and threadgroup memory
+    run as recorded, bit-identical to the CPU backend."""
+    kernels = mojo.mojo_kernels()
+    storage, b, c = torch.randn(300), torch.randn(200), torch.zeros(256)
+    a = storage[7:207]
+    kernels["vector_add"](a, b, c, 200, threads=256, group_size=64)
+    record, tag = metal.last, metal.native.GPU_ADDRESS_TAG
+    assert [struct.unpack("<Q", record["bytes"][i])[0] ^ tag for i in range(3)] == [a.data_ptr(), b.data_ptr(),
+                                                                                   c.data_ptr()]
+    usage = {address: used for address, _, used, _ in record["resources"]}
+    assert [usage[t.untyped_storage().data_ptr()] for t in (a, b, c)] == [1, 1, 3]
+    assert struct.unpack("<q", record["bytes"][3]) == (200,)
+    assert torch.equal(c[:200], a + b)
+    x, sums = torch.randn(1000), torch.zeros(16)
+    kernels["block_sum"](x, sums, 1000, threads=1024, group_size=64)
+    torch.testing.assert_close(sums, torch.nn.functional.pad(x, (0, 24)).view(16, 64).sum(1), rtol=1e-5, atol=1e-5)
 
 
 def test_values_over_4_kilobytes_go_in_a_buffer_of_their_own(mlx_lib, metal):

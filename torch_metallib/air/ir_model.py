@@ -14,7 +14,7 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
-           "branches", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis",
+           "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis",
            "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
@@ -78,6 +78,33 @@ def functions(lines: List[str]) -> Iterator[Function]:
 def function(lines: List[str], name: str) -> Optional[Function]:
     """The definition of @`name` among a module's `lines`; None where it has none."""
     return next((f for f in functions(lines) if f.name == name), None)
+
+
+_GLOBAL_REFERENCE = re.compile(rf"@({NAME})")
+
+
+def reachable(lines: List[str], roots) -> set:
+    """The names of the functions and declarations `roots` (function names) reach: those a
+    reached definition's body names (a call or a function pointer), and those the module's
+    global variables name (their initializers). Metadata is not followed (``!air.kernel``
+    names every kernel of the module)."""
+    bodies = {found.name: found.body for found in functions(lines)}
+
+    def names(text: str) -> set:
+        return {name.strip('"') for name in _GLOBAL_REFERENCE.findall(text)}
+    todo = set(roots)
+    for line in lines:
+        if line.startswith("@"):
+            todo |= names(line.split("=", 1)[1] if "=" in line else "")
+    seen: set = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for line in bodies.get(name, ()):
+            todo |= names(line) - seen
+    return seen
 
 
 def edit_functions(text: str, edit: Callable[[Function], List[str]]) -> str:

@@ -5,9 +5,10 @@ IR-editing API).
 """
 
 import re
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .intrinsics import parse_declaration
+from .ir_model import reachable
 from .target import Target
 from .tensor_ops import TENSOR_OP_PREFIX
 from ..errors import UnsupportedKernelError
@@ -41,19 +42,29 @@ def internalize(text: str, kernel: str, cooperative: bool) -> str:
 EXTERNALLY_DEFINED = 'section "air.externally_defined"'
 
 
-def define_intrinsics(text: str, kernel: str, define: Define, backend: str, target: Target) -> str:
+def _trap(ret: str, name: str, params: List[str]) -> str:
+    signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
+    return f"define internal {ret} @{name}({signature}) {{\n  call void @llvm.trap()\n  unreachable\n}}"
+
+
+def define_intrinsics(text: str, kernel: str, define: Define, backend: str, target: Target,
+                      roots: Sequence[str] = ()) -> str:
     """`text` with each ``air.*`` declaration replaced by `define`'s definition (a backend's:
     cpu_definition, cuda_definition), and what they call that `target` supplies declared;
-    UnsupportedKernelError naming what `backend` cannot run."""
+    UnsupportedKernelError naming what `backend` cannot run of what `kernel` (and `roots`:
+    the constructors it runs) can call. A declaration nothing reaches (compilers such as
+    Mojo's leave some in every module) becomes a definition that traps."""
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
+    called = reachable(text.split("\n"), [kernel, *roots])
     extra, unsupported, external = [], [], []
     def replace(match):
         parsed = parse_declaration(match.group(0))
-        if parsed is None or not parsed[1].startswith(("air.", "tm.", TENSOR_OP_PREFIX)):
-            if parsed is not None and EXTERNALLY_DEFINED in match.group(0):
-                external.append(parsed[1])
+        ours = parsed is not None and parsed[1].startswith(("air.", "tm.", TENSOR_OP_PREFIX))
+        if not ours and (parsed is None or EXTERNALLY_DEFINED not in match.group(0)):
             return match.group(0)
-        made = define(*parsed)
+        made = define(*parsed) if ours else None
+        if made is None and parsed[1] not in called:
+            made = _trap(*parsed), ["declare void @llvm.trap()"]
         if made is None:
             (external if EXTERNALLY_DEFINED in match.group(0) else unsupported).append(parsed[1])
             return match.group(0)

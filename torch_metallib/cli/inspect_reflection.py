@@ -47,6 +47,9 @@ def _notes(argument) -> str:
     if argument.is_builtin:
         if argument.components is not None:
             notes.append(f"{argument.components} x {argument.component_bits}-bit")
+    if argument.holds_pointer:
+        notes.append(f"holds a pointer to {argument.pointee_address_space} {argument.pointee_type or 'memory'} "
+                     f"({argument.pointee_access})")
     if argument.buffer_size is not None:
         notes.append(f"{argument.buffer_size}-byte value")
     if argument.function_constant is not None:

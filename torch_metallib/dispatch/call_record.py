@@ -44,7 +44,25 @@ def _argument_record(argument, fields) -> dict:
     record = {f: getattr(argument, f) for f in fields}
     if argument.kind == "indirect_buffer":
         record["members"] = argument_buffer_members(argument)
+    if argument.holds_pointer:
+        record.update(pointer_argument(argument))
     return record
+
+
+# What a pointer argument's element type binds: the float types name their dtype; an
+# integer's signedness is not in LLVM's type, and bytes may be any dtype: no dtype check.
+_POINTEE_TYPES = {"float": ("float", 4), "half": ("half", 2), "bfloat": ("bfloat", 2)}
+
+
+def pointer_argument(argument) -> dict:
+    """A buffer holding a pointer (reflection/pointer_arguments.py) as the binding plan
+    binds it: an 8-byte argument buffer whose one member, at byte 0, points to the tensor
+    passed. The kernel's bounds through the pointer are not known: no size is checked."""
+    type_name, size = _POINTEE_TYPES.get(argument.pointee_type, ("void", None))
+    member = {"name": argument.name or "pointer", "id": 0, "pointer": True, "offset": 0, "count": 1,
+              "address_space": argument.pointee_address_space, "access": argument.pointee_access,
+              "type_name": type_name, "type_size": size}
+    return {"kind": "indirect_buffer", "type_size": 8, "holds_pointer": True, "members": [member]}
 
 
 def argument_buffer_members(argument) -> list:

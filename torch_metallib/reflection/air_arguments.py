@@ -72,6 +72,16 @@ class Argument(NamedTuple):
         component_bits: for builtins, 16 (``ushort``) or 32 (``uint``) bits per component.
         ir_type: the LLVM type of the IR parameter, e.g. ``"ptr addrspace(1)"``, ``"i32"``.
         extra: ``(key, values)`` pairs of metadata keys this version does not interpret.
+        holds_pointer: the buffer holds a pointer (Mojo's pointer arguments): the kernel only
+            reads the 8-byte address at its start and reaches memory through it. A call
+            passes the tensor pointed to; its address is bound (reflection/pointer_arguments.py).
+        pointee_address_space: for such a buffer, the address space of the memory the
+            pointer reaches (``"device"``, ``"constant"``...).
+        pointee_type: for such a buffer, the one LLVM type the kernel reads or writes
+            through the pointer (``"float"``, ``"half"``, ...), None if not one type.
+        pointee_access: for such a buffer, what the kernel does through the pointer:
+            ``"read"``, ``"write"`` or ``"read_write"`` (also where the pointer escapes
+            the kernel's reading: passed to a function, stored).
     """
 
     name: str
@@ -93,6 +103,10 @@ class Argument(NamedTuple):
     component_bits: Optional[int] = None
     ir_type: Optional[str] = None
     extra: Tuple[Tuple[str, tuple], ...] = ()
+    holds_pointer: bool = False
+    pointee_address_space: Optional[str] = None
+    pointee_type: Optional[str] = None
+    pointee_access: Optional[str] = None
 
     @property
     def is_builtin(self) -> bool:

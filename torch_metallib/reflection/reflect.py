@@ -15,6 +15,7 @@ import llvmlite.binding as llvm
 from .air_arguments import Argument, decode_argument, decode_standard_argument
 from .bitcode import parse_bitcode
 from .constant_predicates import derived_predicates
+from .pointer_arguments import mark_pointer_arguments
 from .air_text import GlobalRef, MalformedNode, ModuleText, Ref, alignment_of
 from ..errors import ReflectionError
 from ..container.function_constant import FunctionConstant
@@ -135,6 +136,7 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
     argument_list = str(entry[2])
     arguments = tuple(_argument(text, argument_list, ref, parameters) for ref in text.node(entry[2]))
     _check_positions(argument_list, name, arguments, len(parameters))
+    arguments = mark_pointer_arguments(text.text, name, arguments)
     max_threads, extra = _attributes(text, entry[3:])
     constants, initializers = _function_constants(text)
     return Reflection(

@@ -11,6 +11,10 @@ __all__ = ["format_signature", "format_argument"]
 _BINDING_ATTRIBUTES = {"buffer": "buffer", "indirect_buffer": "buffer", "threadgroup": "threadgroup",
                        "texture": "texture", "sampler": "sampler"}
 
+# LLVM types -> Metal's names, for what a pointer argument points to.
+_METAL_NAMES = {"float": "float", "half": "half", "bfloat": "bfloat", "double": "double", "i64": "long",
+                "i32": "int", "i16": "short", "i8": "char", "i1": "bool"}
+
 
 def format_argument(argument: Argument) -> str:
     """One parameter as Metal source would declare it."""
@@ -18,6 +22,10 @@ def format_argument(argument: Argument) -> str:
     if argument.is_builtin:
         declaration = f"{type_name} {argument.name}"
         attributes = [argument.builtin]
+    elif argument.holds_pointer:  # the buffer's space after the pointee's, as C declares it
+        pointee = _METAL_NAMES.get(argument.pointee_type, argument.pointee_type or "void")
+        declaration = f"{argument.pointee_address_space} {pointee}* {argument.address_space}* {argument.name}"
+        attributes = [f"buffer({argument.binding})"]
     elif argument.address_space is None:  # textures, samplers and unknown kinds: by value
         declaration = f"{type_name} {argument.name}"
         attributes = [f"{_BINDING_ATTRIBUTES.get(argument.kind, argument.kind)}({argument.binding})"]
@@ -31,8 +39,9 @@ def format_argument(argument: Argument) -> str:
 
 
 def _declarator(argument: Argument) -> str:
-    """``* name`` for a pointer, ``& name`` for a reference (``buffer_size`` declared) and
-    ``(&name)[n]`` for a reference to an array of n elements."""
+    """``* name`` for a pointer, ``& name`` for a reference (``buffer_size`` declared),
+    ``(&name)[n]`` for a reference to an array of n elements, and for a buffer holding a
+    pointer ``device float* device* name``."""
     if argument.buffer_size is None:
         return f"* {argument.name}"
     count = argument.buffer_size // argument.type_size if argument.type_size else 1

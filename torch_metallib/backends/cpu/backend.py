@@ -65,6 +65,7 @@ def _described_parameters(function) -> list:
     for a in function.reflection.arguments:
         if not a.is_builtin:
             kind = f"{a.kind}({a.binding})" if a.binding is not None else a.kind
-            described[a.position] = (f"argument {a.position} '{a.name}' ({kind}, {a.address_space} {a.type_name}*)",
-                                     _SPACES.get(a.address_space, 0))
+            pointer = (f"{kind} holding a {a.pointee_address_space} {a.pointee_type or 'void'}*" if a.holds_pointer
+                       else f"{kind}, {a.address_space} {a.type_name}*")
+            described[a.position] = (f"argument {a.position} '{a.name}' ({pointer})", _SPACES.get(a.address_space, 0))
     return described

@@ -224,7 +224,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     if cooperative:
         text = batch_matrix_products(text, unroll)
     target = LaneLoops() if lanes else COROUTINES
-    text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target)
+    text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target,
+                             constructors)
     text = round_bfloat_exactly(number_exchange_sites(text))
     init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))

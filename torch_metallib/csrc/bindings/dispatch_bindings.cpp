@@ -55,9 +55,13 @@ std::vector<dispatch::MemberSpec> read_members(const dispatch::ArgumentSpec& arg
     element->buffer_size = member.pointer ? -1 : element->type_size;
     element->type = dispatch::find_metal_type(element->type_name);
     element->description =
-        "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" + member.name +
-        "' [[id(" + std::to_string(member.id) + ")]] (" +
-        (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
+        argument.holds_pointer
+            ? "argument " + std::to_string(argument.position) + " '" + argument.name + "' (buffer(" +
+                  std::to_string(argument.binding) + ") holding a " + element->address_space + " " +
+                  element->type_name + "*)"
+            : "argument " + std::to_string(argument.position) + " '" + argument.name + "' member '" + member.name +
+                  "' [[id(" + std::to_string(member.id) + ")]] (" +
+                  (member.pointer ? element->address_space + " " + element->type_name + "*" : element->type_name) + ")";
     member.element = std::move(element);
     members.push_back(std::move(member));
   }
@@ -132,6 +136,7 @@ void bind_dispatch(py::module_& m) {
                spec.buffer_size = a["buffer_size"].is_none() ? -1 : a["buffer_size"].cast<int64_t>();
                spec.guard = a["function_constant"].is_none() ? "" : a["function_constant"].cast<std::string>();
                spec.unused = a["unused"].cast<bool>();
+               spec.holds_pointer = a.contains("holds_pointer") && a["holds_pointer"].cast<bool>();
                if (a.contains("members")) spec.members = read_members(spec, a["members"]);
                specs.push_back(std::move(spec));
              }

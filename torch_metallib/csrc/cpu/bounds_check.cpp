@@ -72,7 +72,8 @@ CheckedLaunch::CheckedLaunch(const dispatch::Plan& plan, std::vector<std::string
       const auto first = reinterpret_cast<uintptr_t>(slot.tensor.data_ptr());
       if (first == 0) continue;
       const dispatch::Span span = storage ? dispatch::storage_span(slot.tensor) : dispatch::view_span(slot.tensor);
-      extra_.push_back({first + uintptr_t(span.begin), uint64_t(std::max<int64_t>(0, span.bytes)), 0});
+      extra_.push_back({first + uintptr_t(span.begin), uint64_t(std::max<int64_t>(0, span.bytes)), 0, buffer.position,
+                        first, storage});
     }
   }
 }
@@ -177,8 +178,25 @@ std::string CheckedLaunch::describe(uintptr_t p, uint64_t n, int origin, int spa
       nearest = int(position);
     }
   }
+  // A tensor an argument buffer points to (Mojo's pointer arguments) may be nearer.
+  const Range* pointed = nullptr;
+  for (const Range& range : extra_) {
+    if (range.start <= p && range.start >= best) {
+      best = range.start;
+      pointed = &range;
+    }
+  }
   out += std::string("of ") + space_name(space) + " memory outside every bound argument and the kernel's own variables";
-  if (nearest >= 0) out += " (" + against(p, n, size_t(nearest), range_of(nearest)) + ")";
+  if (pointed != nullptr) {
+    const int64_t offset = int64_t(p - pointed->address), low = int64_t(pointed->start - pointed->address);
+    out += " (at byte offset " + to_string(offset) + " of the tensor " + names_[size_t(pointed->owner)] +
+           " points to; expected byte offsets " + to_string(low) + " to " + to_string(low + int64_t(pointed->bytes)) +
+           " (the " + to_string(pointed->bytes) +
+           (pointed->storage ? " bytes of its storage" : " bytes its view spans") + "), got " + to_string(offset) +
+           " to " + to_string(offset + int64_t(n)) + ")";
+  } else if (nearest >= 0) {
+    out += " (" + against(p, n, size_t(nearest), range_of(nearest)) + ")";
+  }
   return out + ". Bind larger tensors, or dispatch fewer threads";
 }
 

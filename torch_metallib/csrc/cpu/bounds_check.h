@@ -78,6 +78,9 @@ class CheckedLaunch {
     uintptr_t start = 0;
     uint64_t bytes = 0;
     int space = 0;
+    int owner = -1;         // argument-buffer members: the IR parameter holding the pointer
+    uintptr_t address = 0;  //   and the address it holds (offsets are told from there)
+    bool storage = false;   //   bounded by the tensor's storage, not its view
   };
   Range range_of(int position) const;  // threadgroup arguments: the running group's buffer
   std::string describe(uintptr_t p, uint64_t n, int origin, int space, bool write) const;

@@ -26,7 +26,11 @@ void KernelSpec::bind_argument_buffer(Plan& plan, const ArgumentSpec& argument, 
   auto where = [&] { return name_ + ": " + argument.describe(); };
   const size_t n = argument.members.size();
   std::vector<const CallValue*> values(n, nullptr);
-  if (value.kind == CallValue::Kind::Mapping) {
+  if (argument.holds_pointer && n == 1 && value.kind == CallValue::Kind::Tensor) {
+    values[0] = &value;  // the tensor it points to
+  } else if (argument.holds_pointer) {
+    throw ArgumentError(where() + ": expected a tensor (its address is bound), got " + value.written());
+  } else if (value.kind == CallValue::Kind::Mapping) {
     for (const CallValue& item : value.items) {
       const std::string& name = item.key;
       auto found = std::find_if(argument.members.begin(), argument.members.end(),

@@ -12,7 +12,7 @@ namespace torch_metallib::dispatch {
 void KernelSpec::bind_value(Plan& plan, const ArgumentSpec& argument, const CallValue& value, CallOrigin origin,
                             bool& device_seen) const {
   if (argument.kind == ArgumentKind::IndirectBuffer) {
-    if (origin == CallOrigin::Operator) {
+    if (origin == CallOrigin::Operator && !argument.holds_pointer) {
       throw ArgumentError(name_ + ": " + argument.describe() +
                           ": operators cannot bind argument buffers yet; "
                           "call the kernel with a dict of its members instead");

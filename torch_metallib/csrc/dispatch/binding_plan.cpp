@@ -66,6 +66,7 @@ std::string ArgumentSpec::describe() const {
   // system libstdc++ it did not match on one GPU machine (torch 2.11) and crashed.
   if (!description.empty()) return description;
   const std::string head = "argument " + std::to_string(position) + " '" + name + "' (";
+  if (holds_pointer && !members.empty()) return members.front().element->describe();
   if (kind == ArgumentKind::IndirectBuffer) {
     return head + "buffer(" + std::to_string(binding) + "), argument buffer " + type_name + ")";
   }

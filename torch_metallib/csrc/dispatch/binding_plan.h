@@ -75,7 +75,10 @@ struct ArgumentSpec {
   bool unused = false;
   const MetalType* type = nullptr;  // nullptr for structs and other non-scalar types
   std::vector<MemberSpec> members;  // IndirectBuffer: the argument buffer's members, by id
-  std::string description;          // set for argument-buffer members: what describe() says
+  // An IndirectBuffer that holds one pointer at its start (Mojo's pointer arguments): a
+  // tensor binds as its address, in an 8-byte argument buffer of one pointer member.
+  bool holds_pointer = false;
+  std::string description;  // set for argument-buffer members: what describe() says
   bool writable() const { return access != Access::Read; }
   bool buffer_slot() const { return kind == ArgumentKind::Buffer || kind == ArgumentKind::IndirectBuffer; }
   std::string describe() const;  // "argument 2 'c' (buffer(2), device float*)"

@@ -4,23 +4,20 @@
 import pathlib
 import re
 
-import llvmlite.binding as llvm
-
 import torch_metallib as tm
 
 FOLDER = pathlib.Path(__file__).parent / "fixtures" / "mojo"
 KERNELS = ("vector_add", "block_sum", "simd_sum_atomic", "softplus_f16", "transpose_tiled")
 
 
+def mojo_modules(folder: pathlib.Path = FOLDER) -> list:
+    return sorted(folder.glob("*.air"))
+
+
 def mojo_library(folder: pathlib.Path = FOLDER) -> tm.Library:
-    """The modules in `folder` packed into one library, each under its kernel's symbol."""
-    sources = []
-    for path in sorted(folder.glob("*.air")):
-        bitcode = path.read_bytes()
-        module = llvm.parse_bitcode(bitcode, context=llvm.create_context())
-        symbol = next(f.name for f in module.functions if not f.is_declaration)
-        sources.append(tm.FunctionSource(symbol, bitcode))
-    return tm.load(tm.pack(sources))
+    """The modules in `folder` packed into one library as `xcrun metallib` would: names,
+    types, versions and platform from the modules themselves."""
+    return tm.load(tm.pack_modules(mojo_modules(folder)))
 
 
 def mojo_kernels() -> dict:

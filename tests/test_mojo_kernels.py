@@ -17,14 +17,35 @@ import torch
 import torch_metallib as tm
 from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.cli.inspect_reflection import print_reflection
+from torch_metallib.lint import lint_path
 from torch_metallib.reflection.reflect import reflect
-from _mojo import FOLDER, KERNELS, mojo_kernels
-
+from _mojo import FOLDER, KERNELS, mojo_kernels, mojo_modules
 
 
 @pytest.fixture(scope="module")
 def kernels():
     return mojo_kernels()
+
+
+# --- packing and lint ---------------------------------------------------------------------------
+
+
+def test_packed_from_the_modules_alone(kernels):
+    """pack_modules takes each kernel's name, type and versions from its module, as Apple's
+    metallib tool does, and the header's platform from the triple."""
+    library = tm.load(tm.pack_modules(mojo_modules()))
+    assert len(library.function_names) == len(KERNELS)
+    assert all(name.startswith("kernels_") for name in library.function_names)
+    assert {library[name].type for name in library.function_names} == {"kernel"}
+
+
+def test_lint_finds_no_errors_in_mojos_modules():
+    """Mojo's modules have typed pointers and Apple's metadata shape; what lint reports
+    are warnings (its producer string, nameless buffers, llvm.fma and llvm.copysign where
+    Apple writes air.fma), none that Metal refuses."""
+    findings = [f for path in mojo_modules() for f in lint_path(str(path))]
+    assert findings and not [f for f in findings if f.severity == "error"], findings
+    assert {f.rule for f in findings} == {"AIR003", "AIR015", "AIR024"}, findings
 
 
 # --- reflection -----------------------------------------------------------------------------------

@@ -244,6 +244,29 @@ def test_cuda_ptx_is_archived_per_architecture(mlx_path, mlx_lib, tmp_path, monk
     assert "loaded from an archive (sm_80)" in said[0] and "compiled (sm_90)" in said[1], said
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+def test_archived_ptx_runs_on_the_gpu(mlx_path, tmp_path, monkeypatch, caplog):
+    """On a GPU: the archive's PTX for this GPU's architecture is what the call loads and
+    runs, with the JIT's result."""
+    import logging
+
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm_{major}{minor}"
+    archive = tmp_path / "gpu.tmar"
+    precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", f"cuda:{arch}", "-j", "1", "-o", archive)
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    caplog.set_level(logging.INFO, logger="torch_metallib")
+    function = tm.load(mlx_path, archives=[str(archive)])[ELEMENTWISE]
+    a, b = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
+    out = torch.empty_like(a)
+    function(a, b, out, threads=5000)
+    torch.cuda.synchronize()
+    assert torch.equal(out, a + b)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"cuda: {ELEMENTWISE}")]
+    assert said and f"loaded from an archive ({arch})" in said[0], said
+
+
 def test_archives_carry_call_records_so_first_calls_skip_reflection(built, mlx_lib, monkeypatch):
     from torch_metallib.dispatch import call_record
 

@@ -188,6 +188,18 @@ def test_cli_packs_modules(tmp_path, fixture_sources):
     assert (tm.load(out).platform_version, tm.load(out).file_version) == ((15, 5, 0), (1, 2, 8))
 
 
+def test_cli_warns_about_bitcode_metal_would_refuse(tmp_path, mlx_lib):
+    """IR text is packed as llvmlite's LLVM writes it (opaque pointers): the command says
+    Metal is expected to refuse it; an Apple-built module, repacked, draws no warning."""
+    out = tmp_path / "lib.metallib"
+    result = run_cli("pack", FIXTURES / "vector_add_float.ll", "-o", out)
+    assert result.returncode == 0 and "warning: 1 of 1 functions (vector_add_float)" in result.stderr, result.stderr
+    apple = tmp_path / "apple.air"
+    apple.write_bytes(bytes(mlx_lib[mlx_lib.function_names[0]].bitcode))
+    result = run_cli("pack", apple, "-o", out)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+
+
 def test_cli_reports_a_bad_module_without_a_traceback(tmp_path):
     bad = tmp_path / "bad.ll"
     bad.write_bytes(edit("!air.kernel = !{!15}\n", ""))

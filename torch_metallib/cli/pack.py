@@ -3,6 +3,7 @@
 them (reflection/pack_modules.py)."""
 
 import os
+import sys
 
 from ..reflection.module_source import read_modules
 from ..reflection.pack_modules import library_header
@@ -50,7 +51,25 @@ def run(args) -> int:
         constants = f", {len(function.function_constants)} function constants" if function.function_constants else ""
         print(f"{function.type} {function.name}: AIR {'.'.join(map(str, function.air_version))}, Metal "
               f"{'.'.join(map(str, function.language_version))}{constants} ({os.path.basename(path)})")
+    _warn_if_metal_would_refuse(sources)
     version = ".".join(map(str, header["platform_version"]))
     print(f"wrote {args.output}: {len(sources)} functions, {header['platform']} {version}, "
           f"format {'.'.join(map(str, header['file_version']))}, {len(data)} bytes")
     return 0
+
+
+def _warn_if_metal_would_refuse(sources) -> None:
+    """The bitcode rules of `lint` that Metal's loader is known to enforce, on what was
+    packed: IR text and modules cut from a larger one are written by llvmlite's LLVM (opaque
+    pointers, newer attribute kinds), which Apple's reader is expected to refuse."""
+    from ..lint import RULES, lint_bitcode
+
+    rules = [rule for rule in RULES if rule.id in ("AIR001", "AIR002")]
+    flagged = [source.function.name for source in sources
+               if lint_bitcode(bytes(source.function.bitcode), source.function.name, rules=rules)]
+    if flagged:
+        print(f"warning: {len(flagged)} of {len(sources)} functions ({', '.join(flagged[:3])}"
+              f"{', ...' if len(flagged) > 3 else ''}) are bitcode of a newer LLVM than Apple's reader "
+              f"(opaque pointers or newer attributes), which Metal is expected to refuse. `python -m "
+              f"torch_metallib lint` says what; write LLVM 14-era bitcode (as Metal.jl does) for a Mac",
+              file=sys.stderr)

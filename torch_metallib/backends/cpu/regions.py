@@ -167,21 +167,52 @@ def _blocks(body: List[str]) -> List[_Block]:
 
 
 def _blocks_in_loops(by_label: Dict[str, "_Block"], labels: List[str]) -> Set[str]:
-    """The blocks among `labels` (one region's) that lie on a cycle within them."""
+    """The blocks among `labels` (one region's) that lie on a cycle within them (a block
+    ending in a marker leaves the region: its edges are not followed). One pass over the
+    strongly connected components (Tarjan's, iterative): a block is on a cycle when its
+    component has another block or it branches to itself."""
     inside = set(labels)
-    looped = set()
-    for label in labels:
-        seen, stack = set(), [s for s in by_label[label].successors if s in inside and not by_label[label].marker]
-        while stack:
-            current = stack.pop()
-            if current == label:
-                looped.add(label)
-                break
-            if current in seen:
-                continue
-            seen.add(current)
-            if not by_label[current].marker:
-                stack += [s for s in by_label[current].successors if s in inside]
+    edges = {label: [] if by_label[label].marker else [s for s in by_label[label].successors if s in inside]
+             for label in labels}
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    looped: Set[str] = set()
+    for root in labels:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            successors = edges[node]
+            while next_edge < len(successors):
+                successor = successors[next_edge]
+                next_edge += 1
+                if successor not in index:
+                    work.append((node, next_edge))
+                    work.append((successor, 0))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                if low[node] == index[node]:  # the root of a component: pop it
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in edges[node]:
+                        looped.update(component)
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
     return looped
 
 

@@ -144,9 +144,7 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         diagnostics.dump_stage("lowered", text)
         return text
     finally:
-        for module in modules:
-            module.close()
-        context.close()
+        _close(modules, context)
 
 
 def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool) -> bytes:
@@ -171,9 +169,7 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
                 modules.append(llvm.parse_assembly(text, context=context))
         return _optimized_object(modules[-1])
     finally:
-        for module in modules:
-            module.close()
-        context.close()
+        _close(modules, context)
 
 
 def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
@@ -211,6 +207,12 @@ def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
         diagnostics.dump_stage("lanes", lambda: str(modules[-1]))
         return _optimized_object(modules[-1])
     finally:
+        _close(modules, context)
+
+
+def _close(modules: list, context) -> None:
+    """Frees `modules`, then their `context` (in that order: see lowered_ir)."""
+    with _phase("free modules"):
         for module in modules:
             module.close()
         context.close()

@@ -30,6 +30,7 @@ WAITS = re.compile(r"tm_rt_(?:barrier|simd_exchange|simd_stage)|tm\.lanes\.\w+|"
                    r"llvm\.nvvm\.(?:barrier\w*|bar\.[\w.]+|shfl\.[\w.]+|vote\.[\w.]+|activemask|match\.[\w.]+)")
 _DECLARE = re.compile(r"^declare [^\n]*?@([-\w$.]+)\([^\n]*$", re.M)
 _GROUPS = re.compile(r"^attributes (#\d+) = \{([^\n]*)\}$", re.M)
+_PARENS = re.compile(r"[()]")
 
 
 def _has(attribute: str, attributes: str, groups: Dict[str, str]) -> bool:
@@ -40,12 +41,12 @@ def _has(attribute: str, attributes: str, groups: Dict[str, str]) -> bool:
 
 def _function_attributes(header: str) -> str:
     """What follows the parameter list of a ``define`` or ``declare`` line."""
-    depth, at = 0, header.index("(", header.index("@"))
-    for at in range(at, len(header)):
-        depth += {"(": 1, ")": -1}.get(header[at], 0)
+    depth = 0
+    for paren in _PARENS.finditer(header, header.index("(", header.index("@"))):
+        depth += 1 if paren.group() == "(" else -1
         if depth == 0:
-            break
-    return header[at + 1:]
+            return header[paren.end():]
+    return ""
 
 
 def mark_convergent(text: str, nounwind: bool = False) -> str:
@@ -53,10 +54,14 @@ def mark_convergent(text: str, nounwind: bool = False) -> str:
     convergent, and ``convergent`` (and ``nounwind`` where asked: targets without exceptions)
     on each definition that calls, directly or not, a wait or a convergent declaration."""
     groups = dict(_GROUPS.findall(text))
-    declared = {m.group(1): m.group(0) for m in _DECLARE.finditer(text)}
+    lines = text.split("\n")  # edited line by line: one pass, not a search of the module per function
+    declarations = {i: m for i, m in ((i, _DECLARE.match(line)) for i, line in enumerate(lines)
+                                      if line.startswith("declare ")) if m}
+    declared = {m.group(1): m.group(0) for m in declarations.values()}
     meets = {name for name, line in declared.items()
              if WAITS.fullmatch(name) or _has("convergent", _function_attributes(line), groups)}
-    defined = {f.name: (f.header, set(filter(None, map(callee, f.body)))) for f in functions(text.split("\n"))}
+    found = {f.name: f for f in functions(lines)}
+    defined = {name: (f.header, set(filter(None, map(callee, f.body)))) for name, f in found.items()}
     changed = True
     while changed:  # to a fixed point: callers of functions that meet, meet
         changed = False
@@ -72,12 +77,15 @@ def mark_convergent(text: str, nounwind: bool = False) -> str:
             return line
         return line + " convergent"
 
-    text = _DECLARE.sub(declaration, text)
+    for i, match in declarations.items():
+        lines[i] = declaration(match)
     for name in meets & defined.keys():
         attributes = _function_attributes(defined[name][0])
         added = " ".join(a for a in ("convergent", "nounwind" if nounwind else None)
                          if a and not _has(a, attributes, groups))
         if added:
-            pattern = re.compile(rf"^(define [^\n]*?@{re.escape(name)}\([^\n]*?)( #\d+)?( section \"[^\"]*\")? \{{$", re.M)
-            text = pattern.sub(lambda m: f"{m.group(1)} {added}{m.group(2) or ''}{m.group(3) or ''} {{", text, count=1)
-    return text
+            pattern = re.compile(rf"^(define [^\n]*?@{re.escape(name)}\([^\n]*?)( #\d+)?( section \"[^\"]*\")? \{{$")
+            start = found[name].start
+            lines[start] = pattern.sub(lambda m: f"{m.group(1)} {added}{m.group(2) or ''}{m.group(3) or ''} {{",
+                                       lines[start], count=1)
+    return "\n".join(lines)

@@ -217,6 +217,8 @@ def opcode(line: str) -> Optional[str]:
 def callee(line: str) -> Optional[str]:
     """The function a call, invoke or callbr line names (None for other lines and calls
     through a pointer)."""
+    if "call" not in line and "invoke" not in line:  # most lines: no search (it is per line, per module)
+        return None
     found = CALLEE.search(line)
     return found.group(1) if found else None
 

@@ -16,6 +16,7 @@ import os
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -75,12 +76,44 @@ _payloads: Dict[str, Tuple[bytes, str]] = {}  # (object, symbol) of kernels that
 _engines = []  # every engine lives as long as the process: launchers point into them
 _lock = threading.RLock()  # one compile at a time; llvmlite serializes LLVM calls anyway
 
+# (wall, CPU) seconds spent in each step of compiling, summed over the process, each step
+# without the steps inside it (benchmarks/cold_compile.py reads them). Compiles hold _lock.
+PHASES: Dict[str, Tuple[float, float]] = {}
+_phase_stack = []  # [(wall, CPU) time spent in nested phases] per open phase
+
+
+def _clock() -> Tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def _account(name: str, start: Tuple[float, float]) -> None:
+    """Closes the phase `name` opened at `start` (its entry on _phase_stack)."""
+    now = _clock()
+    elapsed = (now[0] - start[0], now[1] - start[1])
+    nested = _phase_stack.pop()
+    old = PHASES.get(name, (0.0, 0.0))
+    PHASES[name] = (old[0] + elapsed[0] - nested[0], old[1] + elapsed[1] - nested[1])
+    if _phase_stack:
+        outer = _phase_stack[-1]
+        _phase_stack[-1] = (outer[0] + elapsed[0], outer[1] + elapsed[1])
+
+
+@contextmanager
+def _phase(name: str):
+    start = _clock()
+    _phase_stack.append((0.0, 0.0))
+    try:
+        yield
+    finally:
+        _account(name, start)
+
 
 def host() -> _Host:
     global _host
     with _lock:
         if _host is None:
-            _host = _Host()
+            with _phase("host target machine"):
+                _host = _Host()
         return _host
 
 
@@ -100,7 +133,8 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,
                lanes: bool = False, initcheck: bool = True) -> str:
     """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
-    from .lowering import lower  # only on a cache miss
+    with _phase("import lowering"):
+        from .lowering import lower  # only on a cache miss
 
     machine = host()
     # Modules are closed before their context, explicitly: if lowering raises, the
@@ -109,18 +143,20 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
     context = llvm.create_context()
     modules = []
     try:
-        modules.append(parse_bitcode(function.name, function.bitcode, context))
+        with _phase("parse AIR bitcode"):
+            modules.append(parse_bitcode(function.name, function.bitcode, context))
         diagnostics.dump_stage("air", lambda: str(modules[0]))
-        text = lower(str(modules[0]), function.name, function.arguments, constants, symbol,
-                     machine.triple, machine.datalayout, cooperative,
-                     unroll=lambda text: _unroll_loops(text, context, modules), checked=checked, lanes=lanes,
-                     initcheck=initcheck)
+        with _phase("print AIR"):
+            air = str(modules[0])
+        with _phase("lower (Python text)"):
+            text = lower(air, function.name, function.arguments, constants, symbol,
+                         machine.triple, machine.datalayout, cooperative,
+                         unroll=lambda text: _unroll_loops(text, context, modules), checked=checked,
+                         lanes=lanes, initcheck=initcheck)
         diagnostics.dump_stage("lowered", text)
         return text
     finally:
-        for module in modules:
-            module.close()
-        context.close()
+        _close(modules, context)
 
 
 def _build_object(function, constants: dict, symbol: str, cooperative: bool, checked: bool,
@@ -131,18 +167,22 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
     context = llvm.create_context()
     modules = []
     try:
-        modules.append(llvm.parse_assembly(text, context=context))
-        if cooperative:  # inline every wait into the thread entry, then make them suspensions
-            _inline_everything(modules[-1])
-            _fold_constants(modules[-1].get_function(f"__tm_thread_{symbol}"))
-            text = split_at_suspends(str(modules[-1]), f"__tm_thread_{symbol}", function.name)
-            diagnostics.dump_stage("coroutines", text)
+        with _phase("parse host IR"):
             modules.append(llvm.parse_assembly(text, context=context))
+        if cooperative:  # inline every wait into the thread entry, then make them suspensions
+            with _phase("inline + fold (passes)"):
+                _inline_everything(modules[-1])
+                _fold_constants(modules[-1].get_function(f"__tm_thread_{symbol}"))
+            with _phase("print host IR"):
+                text = str(modules[-1])
+            with _phase("coroutines (Python text)"):
+                text = split_at_suspends(text, f"__tm_thread_{symbol}", function.name)
+            diagnostics.dump_stage("coroutines", text)
+            with _phase("parse host IR"):
+                modules.append(llvm.parse_assembly(text, context=context))
         return _optimized_object(modules[-1])
     finally:
-        for module in modules:
-            module.close()
-        context.close()
+        _close(modules, context)
 
 
 def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
@@ -155,18 +195,37 @@ def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
     context = llvm.create_context()
     modules = []
     try:
-        modules.append(llvm.parse_assembly(text, context=context))
-        _inline_everything(modules[-1])
-        _fold_constants(modules[-1].get_function(entry), scalars=True)
-        modules.append(llvm.parse_assembly(cut_at_markers(str(modules[-1]), entry), context=context))
-        demote = llvm.create_new_function_pass_manager()
-        demote.add_register_to_memory_pass()
-        demote.add_instruction_namer_pass()
-        demote.run(modules[-1].get_function(entry), _builder())
-        modules.append(llvm.parse_assembly(build_regions(str(modules[-1]), entry, symbol), context=context))
+        with _phase("parse host IR"):
+            modules.append(llvm.parse_assembly(text, context=context))
+        with _phase("inline + fold (passes)"):
+            _inline_everything(modules[-1])
+            _fold_constants(modules[-1].get_function(entry), scalars=True)
+        with _phase("print host IR"):
+            text = str(modules[-1])
+        with _phase("lanes (Python text)"):
+            text = cut_at_markers(text, entry)
+        with _phase("parse host IR"):
+            modules.append(llvm.parse_assembly(text, context=context))
+        with _phase("inline + fold (passes)"):
+            demote = llvm.create_new_function_pass_manager()
+            demote.add_register_to_memory_pass()
+            demote.add_instruction_namer_pass()
+            demote.run(modules[-1].get_function(entry), _builder())
+        with _phase("print host IR"):
+            text = str(modules[-1])
+        with _phase("lanes (Python text)"):
+            text = build_regions(text, entry, symbol)
+        with _phase("parse host IR"):
+            modules.append(llvm.parse_assembly(text, context=context))
         diagnostics.dump_stage("lanes", lambda: str(modules[-1]))
         return _optimized_object(modules[-1])
     finally:
+        _close(modules, context)
+
+
+def _close(modules: list, context) -> None:
+    """Frees `modules`, then their `context` (in that order: see lowered_ir)."""
+    with _phase("free modules"):
         for module in modules:
             module.close()
         context.close()
@@ -185,11 +244,14 @@ def _inline_everything(module) -> None:
 
 def _optimized_object(module) -> bytes:
     """`module` verified, optimized at O3 and compiled to an object for the host."""
-    module.verify()
-    builder = _builder(speed_level=3)
-    builder.getModulePassManager().run(module, builder)
+    with _phase("verify"):
+        module.verify()
+    with _phase("optimize (O3)"):
+        builder = _builder(speed_level=3)
+        builder.getModulePassManager().run(module, builder)
     diagnostics.dump_stage("optimized", lambda: str(module))
-    return host().machine.emit_object(module)
+    with _phase("codegen (object)"):
+        return host().machine.emit_object(module)
 
 
 def _fold_constants(function, scalars: bool = False) -> None:
@@ -211,23 +273,35 @@ def _unroll_loops(text: str, context, modules: list) -> str:
     registers where that became possible, every value named (_cpu_matrix_batches moves
     instructions, which numbered values forbid)."""
     machine = host()
-    modules.append(llvm.parse_assembly(text, context=context))
+    with _phase("unroll: parse"):
+        modules.append(llvm.parse_assembly(text, context=context))
+    with _phase("unroll: passes"):
+        return _unroll_passes(machine, modules[-1])
+
+
+def _unroll_passes(machine, module) -> str:
     passes = llvm.create_new_function_pass_manager()
     for add in (passes.add_sroa_pass, passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass,
                 passes.add_loop_rotate_pass, passes.add_loop_unroll_pass, passes.add_sroa_pass,
                 passes.add_instruction_combine_pass, passes.add_simplify_cfg_pass, passes.add_instruction_namer_pass):
         add()
     builder = llvm.create_pass_builder(machine.machine, llvm.create_pipeline_tuning_options(speed_level=3))
-    for function in modules[-1].functions:
+    for function in module.functions:
         if not function.is_declaration:
             passes.run(function, builder)
-    return str(modules[-1])
+    with _phase("unroll: print"):
+        return str(module)
 
 
 def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
     """Loads one copy of the object in its own engine; runs its constructors; returns its
     entry point (a lane-loop kernel's region table) and whether it is lane loops. Engines
     live as long as the process: launchers point into them."""
+    with _phase("load object (engine)"):
+        return _load(payload, symbol, cooperative)
+
+
+def _load(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
     machine = host()
     engine = llvm.create_mcjit_compiler(
         llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
@@ -283,6 +357,8 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
         symbol = key[:24]
         if compiled is None:
             started = time.perf_counter()
+            phase_start = _clock()  # the compile's time outside its named steps: "other"
+            _phase_stack.append((0.0, 0.0))
             launchers, is_lanes, source = (), False, "compiled"
             archived = None if diagnostics.dumps() else archived_object(function, constants,
                                                                         form_of(cooperative, checked, lanes, initcheck))
@@ -312,6 +388,7 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                     payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck)
                 if path:
                     write_entry(path, key_text, payload)
+            _account("other", phase_start)
         else:
             (payload, symbol), from_disk, launchers, is_lanes = (_payloads[key], compiled.from_disk, compiled.launchers,
                                                                  compiled.lanes)

@@ -44,9 +44,7 @@ from ...air.private_tensors import define_private_tensor
 from ...air.simdgroup_matrix import define_matrix, define_product_batch
 from ...air.target import Target
 from ...air.tensor_ops import check_tensor_op_calls, define_tensor_op
-from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
 from .coroutine import thread_entry
-from .matrix_batches import batch_matrix_products
 from .reconvergence import number_exchange_sites
 from .target import COROUTINES, LaneLoops
 
@@ -210,9 +208,11 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     bytes no thread wrote. `lanes`: a cooperative kernel's waits are markers
     for regions.py instead (target.LaneLoops)."""
     text = retarget(text, triple, datalayout)
-    statics, static_names = static_ranges_init(text) if checked else ([], "")
-    helpers_checked = False
-    if checked:
+    statics, static_names, helpers_checked = [], "", False
+    if checked:  # imported here: most kernels are never checked (a first compile's import time)
+        from .bounds_checks import check_definitions, instrument_accesses, static_ranges_init
+
+        statics, static_names = static_ranges_init(text)
         text, helpers_checked = instrument_accesses(text, kernel, initcheck)
         text += check_definitions() + static_names
     text = internalize(text, kernel, cooperative)
@@ -222,6 +222,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text, constructors = take_constructors(text)
     check_constant_globals(text, kernel, constructors)
     if cooperative:
+        from .matrix_batches import batch_matrix_products  # only cooperative kernels need it
+
         text = batch_matrix_products(text, unroll)
     target = LaneLoops() if lanes else COROUTINES
     text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target,

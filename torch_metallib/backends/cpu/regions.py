@@ -78,6 +78,11 @@ _RUNTIME = re.compile(r"@(tm_rt_\w+|tm\.suspend)\(")
 _ALLOWED_RUNTIME = {"tm_rt_thread_in_group", "tm_rt_async_copy_2d"}
 
 
+def _may_alloca(line: str) -> bool:
+    """Whether `line` may be an alloca: a substring test before _ALLOCA, on every line."""
+    return "= alloca " in line
+
+
 def _function_span(lines: List[str], entry: str) -> Tuple[int, int]:
     found = function(lines, entry)
     return found.start, found.end
@@ -119,12 +124,12 @@ def _sink_array_addresses(body: List[str]) -> List[str]:
     """`body` with an address into a thread's allocation recomputed in each block that uses
     it, so reg2mem keeps its index, not the address: then the allocation can be copied per
     region (build_regions), and LLVM keeps it in registers."""
-    allocas = {m.group(1) for m in map(_ALLOCA.match, body) if m}
+    allocas = {m.group(1) for m in map(_ALLOCA.match, filter(_may_alloca, body)) if m}
     found = ir_model.blocks(body)
     defined = {}
     for name, block in found.items():
         for line in block.lines:
-            match = _ARRAY_ADDRESS.match(line)
+            match = "getelementptr" in line and _ARRAY_ADDRESS.match(line)
             if match and match.group(2) in allocas:
                 defined[match.group(1)] = (name, line)
     out: List[str] = []
@@ -167,21 +172,52 @@ def _blocks(body: List[str]) -> List[_Block]:
 
 
 def _blocks_in_loops(by_label: Dict[str, "_Block"], labels: List[str]) -> Set[str]:
-    """The blocks among `labels` (one region's) that lie on a cycle within them."""
+    """The blocks among `labels` (one region's) that lie on a cycle within them (a block
+    ending in a marker leaves the region: its edges are not followed). One pass over the
+    strongly connected components (Tarjan's, iterative): a block is on a cycle when its
+    component has another block or it branches to itself."""
     inside = set(labels)
-    looped = set()
-    for label in labels:
-        seen, stack = set(), [s for s in by_label[label].successors if s in inside and not by_label[label].marker]
-        while stack:
-            current = stack.pop()
-            if current == label:
-                looped.add(label)
-                break
-            if current in seen:
-                continue
-            seen.add(current)
-            if not by_label[current].marker:
-                stack += [s for s in by_label[current].successors if s in inside]
+    edges = {label: [] if by_label[label].marker else [s for s in by_label[label].successors if s in inside]
+             for label in labels}
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    looped: Set[str] = set()
+    for root in labels:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, next_edge = work.pop()
+            if next_edge == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            successors = edges[node]
+            while next_edge < len(successors):
+                successor = successors[next_edge]
+                next_edge += 1
+                if successor not in index:
+                    work.append((node, next_edge))
+                    work.append((successor, 0))
+                    break
+                if successor in on_stack:
+                    low[node] = min(low[node], index[successor])
+            else:
+                if low[node] == index[node]:  # the root of a component: pop it
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in edges[node]:
+                        looped.update(component)
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
     return looped
 
 
@@ -243,7 +279,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     allocas: Dict[str, Tuple[str, int]] = {}
     for b in blocks:
         for line in b.lines:
-            match = _ALLOCA.match(line)
+            match = _may_alloca(line) and _ALLOCA.match(line)
             if match:
                 allocas[match.group(1)] = _alloca_type(match.group(2))
     used_in: Dict[str, Set[int]] = {name: set() for name in allocas}
@@ -252,15 +288,15 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     for b in blocks:
         addresses = {}  # address -> the allocation it points into, in this block
         for line in b.lines:
-            if _ALLOCA.match(line) or _STACK.search(line):
+            if (_may_alloca(line) and _ALLOCA.match(line)) or ("@llvm." in line and _STACK.search(line)):
                 continue
             for name in LOCAL.findall(line):
                 if name in used_in:
                     used_in[name] |= regions_of.get(b.label, set())
-            address = _ARRAY_ADDRESS.match(line)
+            address = "getelementptr" in line and _ARRAY_ADDRESS.match(line)
             if address and address.group(2) in allocas:
                 addresses[address.group(1)] = address.group(2)
-            store = _STORE_TO.match(line)
+            store = "store " in line and _STORE_TO.match(line)
             target = store and addresses.get(store.group(1), store.group(1))
             if target in allocas:
                 stored_in_loop[target] |= {r for r in regions_of.get(b.label, set()) if b.label in in_loop[r]}
@@ -341,7 +377,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         copied = [n for n in kept if n in copyable and (n in values or r in stored_in_loop[n])]
         live_at_start = live[labels[0]] if r else set()
         written = {m.group(1) for label in labels for line in by_label[label].lines
-                   for m in [_STORE_TO.match(line)] if m and m.group(1) in values}
+                   for m in ["store " in line and _STORE_TO.match(line)] if m and m.group(1) in values}
 
         def copy(n: str, target: str, source: str, value: str) -> List[str]:
             """Lines copying kept allocation `n` from `source` to `target`: a value or a short
@@ -411,7 +447,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                     continue
                 elif line is b.lines[-1] and b.marker:
                     body += write_back(len(body), b.marker) + [f"  store i32 {b.marker}, ptr %tm.pt", "  br label %tm.latch"]
-                elif _RET.match(line):  # the thread's memory is not read again
+                elif "ret void" in line and _RET.match(line):  # the thread's memory is not read again
                     body += [f"  store i32 {DONE}, ptr %tm.pt", "  br label %tm.latch"]
                 elif " = phi " in line:
                     body.append(_keep_incoming(line, regions_of, r))
@@ -489,9 +525,9 @@ def _live_values(blocks: List[_Block], values: Set[str]) -> Dict[str, Set[str]]:
     for b in blocks:
         read, written = set(), set()
         for line in b.lines:
-            if _ALLOCA.match(line):
+            if _may_alloca(line) and _ALLOCA.match(line):
                 continue
-            store = _STORE_TO.match(line)
+            store = "store " in line and _STORE_TO.match(line)
             if store and store.group(1) in values:
                 written.add(store.group(1))
                 line = line[:store.start(1)]  # the stored value may be read too (not a slot here)
@@ -518,7 +554,7 @@ def _stage_bytes(blocks: List[_Block]) -> Dict[int, int]:
     found: Dict[int, int] = {}
     for b in blocks:
         for line in b.lines:
-            stage = _STAGE.match(line)
+            stage = "@tm.lanes.stage(" in line and _STAGE.match(line)
             if not stage:
                 continue
             if not b.marker or not stage.group(2).isdigit():

@@ -224,9 +224,6 @@ static const char kArchiveMagic[] = "SIM-MTLBINARYARCHIVE-1";
 @end
 
 @implementation MTLBinaryArchiveDescriptor
-- (NSURL*)url {
-  return _sim_url;
-}
 - (void)setUrl:(NSURL*)url {
   [url retain];
   [_sim_url release];
@@ -239,16 +236,10 @@ static const char kArchiveMagic[] = "SIM-MTLBINARYARCHIVE-1";
 @end
 
 @implementation MTLComputePipelineDescriptor
-- (id<MTLFunction>)computeFunction {
-  return _sim_function;
-}
 - (void)setComputeFunction:(id<MTLFunction>)function {
   [function retain];
   [_sim_function release];
   _sim_function = function;
-}
-- (NSArray*)binaryArchives {
-  return _sim_archives;
 }
 - (void)setBinaryArchives:(NSArray*)archives {
   [archives retain];

@@ -88,7 +88,7 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
  @public
   NSURL* _sim_url;
 }
-@property(copy) NSURL* url;
+- (void)setUrl:(NSURL*)url;  // property url (copy) in Apple's header; only its setter is used
 @end
 
 @protocol MTLBinaryArchive <NSObject>
@@ -101,8 +101,10 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
   id<MTLFunction> _sim_function;
   NSArray* _sim_archives;
 }
-@property(retain) id<MTLFunction> computeFunction;
-@property(copy) NSArray* binaryArchives;  // NSArray<id<MTLBinaryArchive>>*
+// Properties in Apple's header (computeFunction; binaryArchives, NSArray<id<MTLBinaryArchive>>*,
+// nullable, copy); only their setters are used.
+- (void)setComputeFunction:(id<MTLFunction>)computeFunction;
+- (void)setBinaryArchives:(NSArray*)binaryArchives;
 @end
 
 @interface MTLComputePipelineReflection : NSObject

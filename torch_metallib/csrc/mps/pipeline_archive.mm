@@ -17,6 +17,7 @@ struct Archive {
   std::mutex mutex;  // guards everything here; Metal's archive is used under it only
   std::string folder, os_build;
   id<MTLBinaryArchive> archive = nil;  // opened on the first pipeline asked for
+  id<MTLDevice> device = nil;          // the archive's: another GPU compiles without it
   bool opened = false;                 // tried to open (archive may still be nil: unavailable)
   PipelineArchiveStatus status;
 };
@@ -48,8 +49,9 @@ id<MTLBinaryArchive> new_archive(id<MTLDevice> device, const std::string& path) 
 
 // The archive for `device`, read from its file when there is one (under the lock).
 id<MTLBinaryArchive> open_archive(Archive& shared, id<MTLDevice> device) {
-  if (shared.opened) return shared.archive;
+  if (shared.opened) return device == shared.device ? shared.archive : nil;
   shared.opened = true;
+  shared.device = device;
   if (shared.folder.empty()) return nil;
   std::error_code failed;
   std::filesystem::create_directories(shared.folder, failed);
@@ -95,6 +97,7 @@ void configure_pipeline_archive(const std::string& folder, const std::string& os
   [archive.archive release];
   archive.archive = nil;
   archive.opened = false;
+  archive.device = nil;
   archive.folder = folder;
   archive.os_build = os_build;
   archive.status.path.clear();

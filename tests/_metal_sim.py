@@ -13,6 +13,7 @@ encoding that sends a kernel outside its memory can crash the run rather than fa
 import contextlib
 import ctypes
 import importlib.util
+import os
 import struct
 import threading
 
@@ -163,9 +164,25 @@ class SimulatedMetal(Backend):
 
 
 @contextlib.contextmanager
-def simulated_metal(device_type: str = "cpu"):
+def simulated_metal(device_type: str = "cpu", archive: bool = False):
     """The simulated Metal as the backend for `device_type`: cpu (calls on cpu tensors) or
-    mps (operators dispatched for the MPS key, given cpu tensors)."""
+    mps (operators dispatched for the MPS key, given cpu tensors). Pipelines are compiled
+    each time unless `archive` (the binary archive under the cache folder, as on a Mac)."""
+    saved = os.environ.get("TORCH_METALLIB_METAL_ARCHIVE")
+    if not archive:
+        os.environ["TORCH_METALLIB_METAL_ARCHIVE"] = "0"
+    try:
+        with _registered(device_type) as metal:
+            yield metal
+    finally:
+        if not archive:
+            os.environ.pop("TORCH_METALLIB_METAL_ARCHIVE")
+            if saved is not None:
+                os.environ["TORCH_METALLIB_METAL_ARCHIVE"] = saved
+
+
+@contextlib.contextmanager
+def _registered(device_type: str):
     cpu = seam.backend_for("cpu", "")
     metal = SimulatedMetal(cpu)
     metal.device_type = device_type

@@ -124,3 +124,19 @@ def test_the_baseline_reads_what_load_reads(mlx_bytes):
     fields = parsed["vv_Addfloat32"]
     assert fields["hash"].hex() == kernel.hash and fields["module_size"] == kernel.module_size
     assert fields["versions"] == kernel.air_version + kernel.language_version
+
+
+def test_on_mps_a_warm_probe_without_the_pipeline_archive_is_planned_and_reported():
+    """On mps the warm probe takes pipelines from the binary archive; the unarchived one
+    (TORCH_METALLIB_METAL_ARCHIVE=0) has Metal compile them, so the first result shows both."""
+    from torch_metallib.cli import bench
+
+    assert ("unarchived", "k") in bench._plan(["k"], None, "mps")[0]
+    assert not any(kind == "unarchived" for kind, _ in bench._plan(["k"], None, "cpu")[0])
+    figures = {label: {"median": value} for label, value in {
+        "import torch": 700.0, "import torch_metallib": 50.0, "load(path)": 1.0, "first reflection (k)": 2.0,
+        "first call, warm cache (k)": 3.0, "first call, cold cache (k)": 30.0,
+        "first call, unarchived cache (k)": 20.0}.items()}
+    first = bench._first_result(figures, ["k"])
+    assert first["torch_metallib, warm cache, pipeline archive off"]["phases"]["first call"] == 20.0
+    assert first["torch_metallib, warm cache"]["phases"]["first call"] == 3.0

@@ -50,7 +50,15 @@ def test_csrc_mps_uses_apples_api(report):
     # What PyObjC does not record is listed with a reason, and only that.
     unrecorded = {c.method for c in report.checks if c.source == "unrecorded"}
     assert unrecorded == set(check_metal_api.compare.UNRECORDED)
-    assert report.counts["classes"] == 3  # NSString, NSError, MTLFunctionConstantValues
+    # NSString, NSError, NSURL, NSArray, MTLFunctionConstantValues and, for binary archives,
+    # MTLBinaryArchiveDescriptor, MTLComputePipelineDescriptor, MTLComputePipelineReflection.
+    assert report.counts["classes"] == 8
+    # The binary archive's methods exactly (PyObjC's MTLBinaryArchive table: BOOL return).
+    for selector in ("addComputePipelineFunctionsWithDescriptor:error:", "serializeToURL:error:"):
+        assert checks[f"-[<MTLBinaryArchive> {selector}]"].apple == "c@:@^@"
+        assert checks[f"-[<MTLBinaryArchive> {selector}]"].source == "protocol table"
+    made = checks["-[<MTLDevice> newComputePipelineStateWithDescriptor:options:reflection:error:]"]
+    assert (made.ours, made.apple) == ("@@:@Q^@^@", "@@:@Q^@^@")
 
 
 def test_every_file_is_inside_the_namespace_the_ast_is_read_for():

@@ -30,6 +30,13 @@ pytestmark = [pytest.mark.metal_sim,
               pytest.mark.skipif(sys.platform == "darwin", reason="the simulated Metal is built on Linux only")]
 
 
+@pytest.fixture(autouse=True)
+def compile_every_pipeline(monkeypatch):
+    """Pipelines compiled, not taken from a binary archive left by an earlier run, so the
+    counts below are exact (test_metal_sim_archive.py covers the archive)."""
+    monkeypatch.setenv("TORCH_METALLIB_METAL_ARCHIVE", "0")
+
+
 @pytest.fixture
 def metal():
     with simulated_metal() as simulated:

@@ -118,6 +118,9 @@ XDG_CACHE_HOME = PathKnob("XDG_CACHE_HOME", None, "The user's cache folder, unde
 ARCHIVES = PathListKnob("TORCH_METALLIB_ARCHIVES", (), "Ahead-of-time archives (`precompile`) that every "
                         "library's calls take compiled kernels from before compiling, separated by `:`.",
                         shown_default="unset")
+METAL_ARCHIVE = BoolKnob("TORCH_METALLIB_METAL_ARCHIVE", True,
+                         "On Apple GPUs, keep compiled pipelines in a binary archive under the cache folder "
+                         "(`metal/`), so later processes skip compiling them; `0` turns it off.")
 
 # Running kernels.
 CHECKED = BoolKnob("TORCH_METALLIB_CHECKED", False,

@@ -25,7 +25,7 @@ GCC_OBJC = "/usr/lib/gcc/x86_64-linux-gnu/12"
 CLANG = "clang++-14"
 # The product's Objective-C++ that runs in the simulation; torch_mps_stream.mm needs a
 # real MPS build of torch and is only syntax-checked (against torch's MPSStream.h).
-PRODUCT = ["metal_library.mm", "command_encoder.mm", "mps_bindings.mm"]
+PRODUCT = ["metal_library.mm", "command_encoder.mm", "pipeline_archive.mm", "mps_bindings.mm"]
 SIMULATION = ["sim_foundation.mm", "sim_metal.mm", "sim_stream.mm", "sim_module.mm", "objc_personality.cpp"]
 
 

@@ -34,6 +34,10 @@ struct Recorder {
   std::mutex mutex;
   std::vector<Call> calls;
   int64_t libraries = 0, functions = 0, pipelines = 0, buffers = 0, released_copies = 0;
+  // Binary archives: pipelines made from an archive's code (not compiled: `pipelines`
+  // counts compiles), archive misses refused (FailOnBinaryArchiveMiss), functions added,
+  // archives read from a file and written to one.
+  int64_t archived_pipelines = 0, archive_misses = 0, archive_additions = 0, archives_read = 0, archives_written = 0;
   Limits limits;
   void add(Call call) {
     std::lock_guard<std::mutex> lock(mutex);

@@ -128,3 +128,43 @@ extern "C" void dispatch_sync(dispatch_queue_t, dispatch_block_t block) {
 // Accessors for the simulated Metal (sim_metal.mm).
 const void* sim_data_bytes(dispatch_data_t data) { return data->bytes; }
 size_t sim_data_size(dispatch_data_t data) { return data->size; }
+
+// --- file URLs, one-object arrays, errors (binary archives) -------------------------------
+
+@implementation NSURL
++ (NSURL*)fileURLWithPath:(NSString*)path {
+  NSURL* made = [[self alloc] init];
+  made->_sim_path = strdup([path UTF8String]);
+  return [made autorelease];
+}
+- (void)dealloc {
+  free(_sim_path);
+  [super dealloc];
+}
+@end
+
+@implementation NSArray
++ (id)arrayWithObject:(id)anObject {
+  NSArray* made = [[self alloc] init];
+  made->_sim_objects = new std::vector<id>{[anObject retain]};
+  return [made autorelease];
+}
+- (void)dealloc {
+  auto* objects = static_cast<std::vector<id>*>(_sim_objects);
+  for (id object : *objects) [object release];
+  delete objects;
+  [super dealloc];
+}
+@end
+
+// An autoreleased NSError saying `text` (what the simulated Metal hands back on failure).
+NSError* sim_error(const char* text) {
+  NSError* error = [[NSError alloc] init];
+  error->_sim_description = [[NSString stringWithUTF8String:text] retain];
+  return [error autorelease];
+}
+// The simulated Metal's view of an NSURL and an NSArray.
+const char* sim_url_path(NSURL* url) { return url->_sim_path; }
+std::vector<id> sim_array_objects(NSArray* array) {
+  return array != nil ? *static_cast<std::vector<id>*>(array->_sim_objects) : std::vector<id>();
+}

@@ -4,6 +4,9 @@
 #import <Metal/Metal.h>
 
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -12,6 +15,9 @@
 
 const void* sim_data_bytes(dispatch_data_t data);
 size_t sim_data_size(dispatch_data_t data);
+NSError* sim_error(const char* text);
+const char* sim_url_path(NSURL* url);
+std::vector<id> sim_array_objects(NSArray* array);
 
 namespace metal_sim {
 Recorder& recorder() {
@@ -100,6 +106,7 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
  @public
   NSString* _name;
   Constants* _constants;
+  std::string* _key;  // what a binary archive knows it by: library, name, constant values
 }
 @end
 
@@ -110,6 +117,7 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
 - (void)dealloc {
   [_name release];
   delete _constants;
+  delete _key;
   [super dealloc];
 }
 @end
@@ -133,6 +141,18 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
   function->_name = [name retain];
   function->_constants =
       new Constants(constantValues != nil ? *static_cast<Constants*>(constantValues->_sim_values) : Constants());
+  // Apple's archive knows a function by its code and specialization; the simulation by its
+  // library (size and first 4 KB), name and constant values.
+  size_t size = sim_data_size(_data), head = size < 4096 ? size : 4096;
+  std::string key =
+      std::to_string(size) + ":" +
+      std::to_string(std::hash<std::string>()(std::string(static_cast<const char*>(sim_data_bytes(_data)), head))) +
+      ":" + [name UTF8String];
+  for (const auto& [index, type, bytes] : *function->_constants) {
+    key += "|" + std::to_string(index) + ":" + std::to_string(type) + "=";
+    for (unsigned char c : bytes) key += "0123456789abcdef"[c >> 4], key += "0123456789abcdef"[c & 15];
+  }
+  function->_key = new std::string(key);
   std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
   ++metal_sim::recorder().functions;
   return function;
@@ -160,6 +180,80 @@ id<MTLBuffer> sim_buffer(void* contents, NSUInteger length, bool owned) {
   [_function release];
   [super dealloc];
 }
+@end
+
+// --- binary archives: a set of function keys, written to a file one per line -------------
+
+static const char kArchiveMagic[] = "SIM-MTLBINARYARCHIVE-1";
+
+@interface SimBinaryArchive : NSObject <MTLBinaryArchive> {
+ @public
+  std::set<std::string>* _keys;
+}
+@end
+
+@implementation SimBinaryArchive
+- (BOOL)addComputePipelineFunctionsWithDescriptor:(MTLComputePipelineDescriptor*)descriptor error:(NSError**)error {
+  SimFunction* function = static_cast<SimFunction*>(descriptor->_sim_function);
+  if (function == nil) {
+    if (error != nullptr) *error = sim_error("the descriptor has no compute function");
+    return NO;
+  }
+  _keys->insert(*function->_key);
+  std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
+  ++metal_sim::recorder().archive_additions;
+  return YES;
+}
+- (BOOL)serializeToURL:(NSURL*)url error:(NSError**)error {
+  std::ofstream out(sim_url_path(url), std::ios::binary | std::ios::trunc);
+  out << kArchiveMagic << "\n";
+  for (const std::string& key : *_keys) out << key << "\n";
+  out.close();
+  if (!out) {
+    if (error != nullptr) *error = sim_error("could not write the archive");
+    return NO;
+  }
+  std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
+  ++metal_sim::recorder().archives_written;
+  return YES;
+}
+- (void)dealloc {
+  delete _keys;
+  [super dealloc];
+}
+@end
+
+@implementation MTLBinaryArchiveDescriptor
+- (void)setUrl:(NSURL*)url {
+  [url retain];
+  [_sim_url release];
+  _sim_url = url;
+}
+- (void)dealloc {
+  [_sim_url release];
+  [super dealloc];
+}
+@end
+
+@implementation MTLComputePipelineDescriptor
+- (void)setComputeFunction:(id<MTLFunction>)function {
+  [function retain];
+  [_sim_function release];
+  _sim_function = function;
+}
+- (void)setBinaryArchives:(NSArray*)archives {
+  [archives retain];
+  [_sim_archives release];
+  _sim_archives = archives;
+}
+- (void)dealloc {
+  [_sim_function release];
+  [_sim_archives release];
+  [super dealloc];
+}
+@end
+
+@implementation MTLComputePipelineReflection
 @end
 
 @interface SimEncoder : NSObject <MTLComputeCommandEncoder>
@@ -226,6 +320,55 @@ id<MTLComputeCommandEncoder> sim_encoder() {
   pipeline->_limits = metal_sim::recorder().limits;
   ++metal_sim::recorder().pipelines;
   return pipeline;
+}
+- (id<MTLBinaryArchive>)newBinaryArchiveWithDescriptor:(MTLBinaryArchiveDescriptor*)descriptor error:(NSError**)error {
+  auto* keys = new std::set<std::string>();
+  if (descriptor->_sim_url != nil) {  // read the file; anything but a written archive is an error
+    std::ifstream in(sim_url_path(descriptor->_sim_url), std::ios::binary);
+    std::string line;
+    bool valid = in && std::getline(in, line) && line == kArchiveMagic;
+    while (valid && std::getline(in, line)) {
+      valid = !line.empty() && line.find_first_not_of("0123456789") != 0;
+      keys->insert(line);
+    }
+    if (!valid) {
+      delete keys;
+      if (error != nullptr) *error = sim_error("MTLBinaryArchiveErrorInvalidFile: not a binary archive");
+      return nil;
+    }
+    std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
+    ++metal_sim::recorder().archives_read;
+  }
+  SimBinaryArchive* archive = [[SimBinaryArchive alloc] init];
+  archive->_keys = keys;
+  return archive;
+}
+- (id<MTLComputePipelineState>)newComputePipelineStateWithDescriptor:(MTLComputePipelineDescriptor*)descriptor
+                                                             options:(MTLPipelineOption)options
+                                                          reflection:(MTLComputePipelineReflection**)reflection
+                                                               error:(NSError**)error {
+  SimFunction* function = static_cast<SimFunction*>(descriptor->_sim_function);
+  bool archived = false;
+  for (id object : sim_array_objects(descriptor->_sim_archives))
+    archived = archived || static_cast<SimBinaryArchive*>(object)->_keys->count(*function->_key) > 0;
+  if (!archived) {
+    if (options & MTLPipelineOptionFailOnBinaryArchiveMiss) {
+      std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
+      ++metal_sim::recorder().archive_misses;
+      if (error != nullptr) *error = sim_error("the function is not in the binary archives (FailOnBinaryArchiveMiss)");
+      return nil;
+    }
+    return [self newComputePipelineStateWithFunction:function error:error];
+  }
+  SimPipeline* pipeline = [[SimPipeline alloc] init];
+  pipeline->_function = [function retain];
+  std::lock_guard<std::mutex> lock(metal_sim::recorder().mutex);
+  pipeline->_limits = metal_sim::recorder().limits;
+  ++metal_sim::recorder().archived_pipelines;
+  return pipeline;
+}
+- (NSString*)name {
+  return [NSString stringWithUTF8String:"Simulated GPU"];
 }
 - (id<MTLBuffer>)newBufferWithBytes:(const void*)pointer length:(NSUInteger)length options:(MTLResourceOptions)options {
   void* copy = std::malloc(length);

@@ -60,6 +60,11 @@ PYBIND11_MODULE(metal_sim_native, m) {
     out["pipelines"] = recorder.pipelines;
     out["buffers"] = recorder.buffers;
     out["released_copies"] = recorder.released_copies;
+    out["archived_pipelines"] = recorder.archived_pipelines;
+    out["archive_misses"] = recorder.archive_misses;
+    out["archive_additions"] = recorder.archive_additions;
+    out["archives_read"] = recorder.archives_read;
+    out["archives_written"] = recorder.archives_written;
     return out;
   });
 

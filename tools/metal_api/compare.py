@@ -35,11 +35,23 @@ UNRECORDED = {
     "-[NSError localizedDescription]": "returns an object and takes nothing: nothing for PyObjC's metadata to add",
     "-[MTLFunctionConstantValues setConstantValue:type:atIndex:]":
         "PyObjC has no metadata for MTLFunctionConstantValues (a class; its methods come from the runtime)",
+    # Setters of object-typed properties of descriptor classes: nothing for metadata to add, so PyObjC
+    # records none; Apple documents each (macOS 11+ for the archive ones).
+    "-[MTLComputePipelineDescriptor setComputeFunction:]": "property computeFunction (id<MTLFunction>), documented",
+    "-[MTLComputePipelineDescriptor setBinaryArchives:]":
+        "property binaryArchives (NSArray<id<MTLBinaryArchive>>*, nullable), documented",
+    "-[MTLBinaryArchiveDescriptor setUrl:]": "property url (NSURL*), documented; PyObjC has no metadata for the class",
+    "+[NSURL fileURLWithPath:]": "takes and returns objects: nothing for metadata to add (fileURLWithPath:isDirectory: "
+                                 "is recorded, for its BOOL)",
+    "+[NSArray arrayWithObject:]": "takes and returns objects: nothing for metadata to add",
 }
 
 # Classes csrc/mps or Metal.h names that PyObjC's metadata does not mention -> why.
 UNRECORDED_CLASSES = {
     "MTLFunctionConstantValues": "PyObjC needs no metadata for it (see its method above)",
+    "MTLBinaryArchiveDescriptor": "PyObjC needs no metadata for it (see its property above)",
+    "MTLComputePipelineReflection": "named only as the type of an out-argument we pass as null; its name is in "
+                                    "PyObjC's Metal module",
 }
 
 

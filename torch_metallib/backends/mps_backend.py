@@ -3,7 +3,8 @@
 The binding plan's command list (``_C.Plan.commands``, csrc/dispatch/command_list.h) is the
 only input: the Objective-C++ in csrc/mps replays it as setBuffer / setBytes /
 setThreadgroupMemoryLength / dispatchThreads on the current stream's compute encoder, with
-a pipeline per (function, constant values) built once. Each loaded library becomes one
+a pipeline per (function, constant values) built once, its compiled code kept across
+processes in a binary archive (mps_archive.py). Each loaded library becomes one
 Metal library, made from its bytes in place. Registered for ``mps`` when the native module
 has the Metal backend (a macOS build); tests/metal_sim drives this same class on Linux
 with a simulated Metal. Checked execution is a CPU-backend feature: calls run unchecked.
@@ -13,6 +14,7 @@ import threading
 import weakref
 
 from ..dispatch.backend import Backend
+from . import mps_archive
 
 __all__ = ["MpsBackend"]
 
@@ -30,6 +32,7 @@ class MpsBackend(Backend):
         with self._lock:
             made = self._libraries.get(library)
             if made is None:
+                mps_archive.configure(self._native)
                 made = self._libraries[library] = self._native.MetalLibrary(library._view)
             return made
 

@@ -7,7 +7,10 @@ reported as median, p10 and p90. The baselines run in the same rounds: a plain P
 reading of the file's function list (function_list_baseline.py) and, on a Mac, torch's own
 ``torch.mps.compile_shader`` (given the library's source with ``--source``) and
 ``torch.mps.load_metallib`` (where the installed torch has it), each to its first finished
-kernel. A figure that cannot be taken is listed under ``not_measured`` with the reason.
+kernel. On mps, ``warm`` probes take pipelines from the binary archive the cache holds, and
+``unarchived`` probes (warm, the archive off) have Metal compile them: the two first calls
+differ by the pipeline compile the archive saves. A figure that cannot be taken is listed
+under ``not_measured`` with the reason.
 
 JSON (``--json FILE``), schema ``torch_metallib.bench/1``::
 
@@ -135,6 +138,8 @@ def _probe(kind, library, kernel, calls, device, source, cache_dir) -> dict:
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(PROBE)))
     path = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, TORCH_METALLIB_CACHE_DIR=cache_dir, PYTHONPATH=path)
+    if kind == "unarchived":
+        env["TORCH_METALLIB_METAL_ARCHIVE"] = "0"
     command = [sys.executable, PROBE, kind, library, kernel, str(calls), device, source or ""]
     run = subprocess.run(command, capture_output=True, text=True, env=env)
     if run.returncode != 0:
@@ -143,12 +148,14 @@ def _probe(kind, library, kernel, calls, device, source, cache_dir) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-def _plan(kernels, source) -> tuple:
+def _plan(kernels, source, device="cpu") -> tuple:
     """(probe kinds per round, figures that cannot be taken here and why)."""
     import torch
 
     kinds = [("baseline", kernels[0]), ("bytes", kernels[0])]
     kinds += [(kind, kernel) for kernel in kernels for kind in ("cold", "warm")]
+    if device == "mps":  # warm: pipelines from the binary archive; unarchived: the same, compiled by Metal
+        kinds += [("unarchived", kernel) for kernel in kernels]
     skipped = {}
     mps = torch.backends.mps.is_available()
     if not mps:
@@ -186,7 +193,7 @@ def measure(path: str, kernel_names=None, repeat: int = 7, calls: int = 20, sour
     library = load(path)  # refuses a file that is not a metallib, with the byte offset
     kernels = choose_kernels(library, kernel_names)
     device = _device(device)
-    kinds, skipped = _plan(kernels, source)
+    kinds, skipped = _plan(kernels, source, device)
     samples = {}
     progress_bar = _Progress(len(kinds) * repeat + len(kernels), progress)
     with tempfile.TemporaryDirectory(prefix="torch_metallib_bench_") as scratch:
@@ -196,14 +203,14 @@ def measure(path: str, kernel_names=None, repeat: int = 7, calls: int = 20, sour
             progress_bar.step(f"filling the cache for {kernel}")
         for round_ in range(repeat):
             for number, (kind, kernel) in enumerate(kinds if round_ % 2 == 0 else kinds[::-1]):
-                cache = warm_cache if kind == "warm" else os.path.join(scratch, f"cold-{round_}-{number}")
+                cache = warm_cache if kind in ("warm", "unarchived") else os.path.join(scratch, f"cold-{round_}-{number}")
                 # Steady-state calls are the same whatever the cache held: timed in warm probes only.
                 figures = _probe(kind, path, kernel, calls if kind == "warm" else 0, device, source, cache)
                 for label, value in figures.items():
                     if label == "functions":
                         continue
                     library_wide = label.startswith(("import", "load", "memory", "function list"))
-                    per_kernel = kind in ("cold", "warm") and not library_wide
+                    per_kernel = kind in ("cold", "warm", "unarchived") and not library_wide
                     samples.setdefault(f"{label} ({kernel})" if per_kernel else label, []).append(value)
                 progress_bar.step(f"{kind} {kernel}")
     progress_bar.close()
@@ -237,6 +244,11 @@ def _first_result(figures: dict, kernels: list) -> dict:
             **imports, "load(path)": median.get("load(path)"),
             "first reflection": median.get(f"first reflection ({kernel})"),
             "first call": median.get(f"first call, {cache} cache ({kernel})")}
+    if f"first call, unarchived cache ({kernel})" in median:  # mps: the pipeline compiled, not archived
+        approaches["torch_metallib, warm cache, pipeline archive off"] = {
+            **imports, "load(path)": median.get("load(path)"),
+            "first reflection": median.get(f"first reflection ({kernel})"),
+            "first call": median.get(f"first call, unarchived cache ({kernel})")}
     approaches["plain Python, function list only"] = {"read the function list": median.get("python function list")}
     if "compile_shader" in median:
         approaches["torch.mps.compile_shader"] = {

@@ -9,6 +9,8 @@ nothing is imported before the imports are timed; prints one JSON object of figu
 * ``cold`` / ``warm``: ``load(path)``, the function list, the first reflection, the first
   call (with an empty, or a filled, on-disk cache: the caller sets the cache directory),
   then steady-state calls;
+* ``unarchived`` (mps): as ``warm``, run with TORCH_METALLIB_METAL_ARCHIVE=0, so Metal
+  compiles the pipeline that ``warm`` takes from the binary archive;
 * ``compile_shader`` (macOS): ``torch.mps.compile_shader`` of SOURCE (the library's Metal
   source), then the first call of KERNEL on mps;
 * ``torch_load_metallib`` (macOS): ``torch.mps.load_metallib(path)``, then the first call.
@@ -124,7 +126,7 @@ def main(kind: str, library: str, kernel_name: str, calls: int, device: str = "c
         out["load(bytes)"] = since(start)
         out["memory added by load(bytes)"] = rss_mb() - before
         out["functions"] = len(lib)
-    elif kind in ("cold", "warm"):
+    elif kind in ("cold", "warm", "unarchived"):  # unarchived: warm, TORCH_METALLIB_METAL_ARCHIVE=0 (mps)
         torch, tm = timed_imports(out)
         before = rss_mb()
         start = now()

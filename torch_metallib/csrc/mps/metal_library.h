@@ -42,7 +42,8 @@ class MetalLibrary {
   // encoder. Never ends encoding or commits: the stream owns that.
   void run(const dispatch::CommandList& commands);
 
-  int64_t pipelines_built() const;  // how many (function, constants) were compiled
+  int64_t pipelines_built() const;     // how many (function, constants) were compiled
+  int64_t pipelines_archived() const;  // how many came from the binary archive instead
 
  private:
   struct State;

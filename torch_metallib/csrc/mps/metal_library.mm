@@ -8,6 +8,7 @@
 
 #include "dispatch/binding_plan.h"
 #include "mps/command_encoder.h"
+#include "mps/pipeline_archive.h"
 #include "mps/torch_mps_stream.h"
 
 // Manual reference counting throughout (no ARC: the same source builds against GCC's
@@ -62,9 +63,9 @@ struct MetalLibrary::State {
   id<MTLDevice> device = nil;  // torch's; not ours to release
   dispatch_data_t data = nullptr;
   id<MTLLibrary> library = nil;
-  mutable std::mutex mutex;  // guards pipelines and built
+  mutable std::mutex mutex;  // guards pipelines, built and archived
   std::map<std::string, id<MTLComputePipelineState>> pipelines;
-  int64_t built = 0;
+  int64_t built = 0, archived = 0;
 
   id<MTLComputePipelineState> pipeline(const std::string& function,
                                        const std::vector<dispatch::ConstantValue>& constants);
@@ -118,13 +119,14 @@ id<MTLComputePipelineState> MetalLibrary::State::pipeline(const std::string& fun
   if (made == nil) {
     throw dispatch::UnsupportedCall(function + ": Metal could not make the function: " + describe(error));
   }
-  id<MTLComputePipelineState> pipeline = [device newComputePipelineStateWithFunction:made error:&error];
+  bool from_archive = false;  // its compiled code from the binary archive (pipeline_archive.h)
+  id<MTLComputePipelineState> pipeline = archived_pipeline(device, made, &error, &from_archive);
   [made release];
   if (pipeline == nil) {
     throw dispatch::UnsupportedCall(function + ": Metal could not build its compute pipeline: " + describe(error));
   }
   pipelines.emplace(key, pipeline);
-  ++built;
+  ++(from_archive ? archived : built);
   return pipeline;
 }
 
@@ -163,6 +165,11 @@ void MetalLibrary::run(const dispatch::CommandList& commands) {
 int64_t MetalLibrary::pipelines_built() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->built;
+}
+
+int64_t MetalLibrary::pipelines_archived() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->archived;
 }
 
 }  // namespace torch_metallib::mps

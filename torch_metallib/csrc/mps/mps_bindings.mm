@@ -4,6 +4,7 @@
 
 #include "dispatch/binding_plan.h"
 #include "mps/metal_library.h"
+#include "mps/pipeline_archive.h"
 
 namespace py = pybind11;
 
@@ -56,7 +57,29 @@ void register_metal_backend(py::module_& m) {
             library.run(commands);
           },
           py::arg("plan"), "Encodes the plan's command list into the current MPS stream")
-      .def_property_readonly("pipelines_built", &MetalLibrary::pipelines_built);
+      .def_property_readonly("pipelines_built", &MetalLibrary::pipelines_built)
+      .def_property_readonly("pipelines_archived", &MetalLibrary::pipelines_archived);
+
+  m.def("configure_pipeline_archive", &configure_pipeline_archive, py::arg("folder"), py::arg("os_build"),
+        "Keep compiled pipelines in <folder>/<device>-<os_build>.binarchive; folder '' turns it off");
+  m.def(
+      "save_pipeline_archive",
+      [] {
+        py::gil_scoped_release release;
+        return save_pipeline_archive();
+      },
+      "Writes the binary archive if pipelines were added; False if writing failed");
+  m.def("pipeline_archive_status", [] {
+    PipelineArchiveStatus status = pipeline_archive_status();
+    py::dict out;
+    out["path"] = status.path;
+    out["hits"] = status.hits;
+    out["compiled"] = status.compiled;
+    out["discarded"] = status.discarded;
+    out["written"] = status.written;
+    out["pending"] = status.pending;
+    return out;
+  });
 }
 
 }  // namespace torch_metallib::mps

@@ -58,7 +58,24 @@ typedef long NSInteger;
 @end
 
 @interface NSError : NSObject {
+ @public
   NSString* _sim_description;
 }
 - (NSString*)localizedDescription;
+@end
+
+// A file URL (binary archives are read from and written to one).
+@interface NSURL : NSObject {
+ @public
+  char* _sim_path;
+}
++ (NSURL*)fileURLWithPath:(NSString*)path;
+@end
+
+// What a pipeline descriptor's binaryArchives holds; the simulation keeps the objects retained.
+@interface NSArray : NSObject {
+ @public
+  void* _sim_objects;  // std::vector<id>
+}
++ (id)arrayWithObject:(id)anObject;
 @end

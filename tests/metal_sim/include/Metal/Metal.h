@@ -26,6 +26,12 @@ enum : NSUInteger {
   MTLResourceStorageModeShared = 0,
 };
 
+typedef NSUInteger MTLPipelineOption;
+enum : NSUInteger {
+  MTLPipelineOptionNone = 0,
+  MTLPipelineOptionFailOnBinaryArchiveMiss = 1 << 2,  // API_AVAILABLE(macos(11.0))
+};
+
 typedef NSUInteger MTLResourceUsage;
 enum : NSUInteger {
   MTLResourceUsageRead = 1 << 0,
@@ -68,10 +74,40 @@ static inline MTLSize MTLSizeMake(NSUInteger width, NSUInteger height, NSUIntege
                                  error:(NSError**)error;
 @end
 
+@class MTLComputePipelineDescriptor;
+
 @protocol MTLComputePipelineState <NSObject>
 @property(readonly) NSUInteger maxTotalThreadsPerThreadgroup;
 @property(readonly) NSUInteger threadExecutionWidth;
 @property(readonly) NSUInteger staticThreadgroupMemoryLength;
+@end
+
+// Pipelines' compiled code kept across processes (macOS 11+): made empty, or read from the
+// file a descriptor's url names; functions added from pipeline descriptors; written to a file.
+@interface MTLBinaryArchiveDescriptor : NSObject {
+ @public
+  NSURL* _sim_url;
+}
+- (void)setUrl:(NSURL*)url;  // property url (copy) in Apple's header; only its setter is used
+@end
+
+@protocol MTLBinaryArchive <NSObject>
+- (BOOL)addComputePipelineFunctionsWithDescriptor:(MTLComputePipelineDescriptor*)descriptor error:(NSError**)error;
+- (BOOL)serializeToURL:(NSURL*)url error:(NSError**)error;
+@end
+
+@interface MTLComputePipelineDescriptor : NSObject {
+ @public
+  id<MTLFunction> _sim_function;
+  NSArray* _sim_archives;
+}
+// Properties in Apple's header (computeFunction; binaryArchives, NSArray<id<MTLBinaryArchive>>*,
+// nullable, copy); only their setters are used.
+- (void)setComputeFunction:(id<MTLFunction>)computeFunction;
+- (void)setBinaryArchives:(NSArray*)binaryArchives;
+@end
+
+@interface MTLComputePipelineReflection : NSObject
 @end
 
 @protocol MTLCommandBuffer <NSObject>
@@ -102,7 +138,14 @@ typedef void (^MTLCommandBufferHandler)(id<MTLCommandBuffer>);
 - (id<MTLComputePipelineState>)newComputePipelineStateWithFunction:(id<MTLFunction>)computeFunction
                                                              error:(NSError**)error;
 - (id<MTLBuffer>)newBufferWithBytes:(const void*)pointer length:(NSUInteger)length options:(MTLResourceOptions)options;
+- (id<MTLBinaryArchive>)newBinaryArchiveWithDescriptor:(MTLBinaryArchiveDescriptor*)descriptor error:(NSError**)error;
+// reflection: MTLAutoreleasedComputePipelineReflection* in Apple's header.
+- (id<MTLComputePipelineState>)newComputePipelineStateWithDescriptor:(MTLComputePipelineDescriptor*)descriptor
+                                                             options:(MTLPipelineOption)options
+                                                          reflection:(MTLComputePipelineReflection**)reflection
+                                                               error:(NSError**)error;
 @property(readonly) NSUInteger maxThreadgroupMemoryLength;
+@property(readonly) NSString* name;
 @end
 
 #ifdef __cplusplus

@@ -101,7 +101,8 @@ def plot(result: dict, path: str) -> None:
     _bars(after, approaches, colors, palette, skip_imports=True)
     whole.set_yticks(range(len(approaches)), list(approaches))  # shared with `after`
     whole.invert_yaxis()
-    whole.set_xlabel("ms, fresh process to first finished kernel")
+    whole.set_xlabel("ms, fresh process to " + ("the scenario's first result" if "scenario" in result
+                                                 else "first finished kernel"))
     after.set_xlabel("ms, the same after the imports")
     library = result["library"]
     if "scenario" in result:

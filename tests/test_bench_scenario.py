@@ -26,8 +26,9 @@ def bench(*args):
                           capture_output=True, text=True)
 
 
-def run_scenario(folder, scenario, library):
-    run = bench(library, "--scenario", scenario, "--repeat", 1, "--json", folder / "out.json", "--plot", folder / "out.png")
+def run_scenario(folder, scenario, library, *more):
+    run = bench(library, "--scenario", scenario, "--repeat", 1, "--json", folder / "out.json", "--plot", folder / "out.png",
+                *more)
     assert run.returncode == 0, run.stderr
     return run.stdout, json.loads((folder / "out.json").read_text()), (folder / "out.png").read_bytes()
 
@@ -45,7 +46,8 @@ def check_modes(result):
     assert sorted(kernel for kernel, _ in scenario["compiled"]["cold JIT"]) == sorted(wanted)
     assert where["cold JIT"] == ["compiled"] * len(wanted)
     assert where["warm disk cache"] == ["loaded from the disk cache"] * len(wanted)
-    assert all(source.startswith("loaded from archive") for source in where["archive"]), where["archive"]
+    # The CPU says "loaded from archive PATH", CUDA "loaded from an archive".
+    assert all(source.startswith("loaded from a") for source in where["archive"]), where["archive"]
     assert len(where["archive"]) == len(wanted) and result["not_measured"] == {}
     checksums = [value for mode in MODES for value in scenario["checksums"][mode]]
     assert checksums == pytest.approx([checksums[0]] * len(checksums), rel=1e-6)
@@ -102,6 +104,15 @@ def test_the_llama_block(mlx_path, tmp_path):
             "block_softmax"} <= kernels, kernels
     gemms = [c["constants"] for c in result["scenario"]["compiles"] if c["kernel"].startswith("steel_gemm")]
     assert sorted(g["align_M"] for g in gemms) == [0, 1]  # the prompt's 32 rows, the decoding step's one
+    check_modes(result)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+def test_the_small_scenario_on_the_gpu(mlx_path, tmp_path):
+    _, result, _ = run_scenario(tmp_path, "llama-norms", mlx_path, "--device", "cuda")
+    assert result["device"] == "cuda" and result["scenario"]["distinct_kernels"] == 3
+    assert all(target.startswith("cuda:sm_") for target in result["scenario"]["archive"]["targets"])
     check_modes(result)
 
 

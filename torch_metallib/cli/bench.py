@@ -313,23 +313,3 @@ def _document(path, library, kernels, device, repeat, calls, figures, skipped) -
         "not_measured": skipped,
     }
 
-
-def _document_of_scenario(library_path, device, repeat, figures, section) -> dict:
-    from . import bench_scenario
-
-    library = load(library_path)
-    first = bench_scenario.first_result(figures)
-    ratios, targets = bench_scenario.ratios_and_targets(figures, first)
-    not_measured = {}
-    archived = [kernel for kernel, where in section["compiled"]["archive"] if where == "compiled"]
-    if archived:
-        not_measured["archive"] = (f"the archive lacked {len(archived)} of the scenario's compiles "
-                                   f"({', '.join(archived)}); they compiled at first call")
-    return {
-        "schema": SCHEMA, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": _machine(), "versions": _versions(),
-        "library": {"path": os.path.abspath(library_path), "bytes": library.nbytes, "functions": len(library)},
-        "kernels": list(dict.fromkeys(c["kernel"] for c in section["compiles"])), "device": device,
-        "repeat": repeat, "calls": 0, "figures": figures, "first_result": first, "ratios": ratios,
-        "targets": targets, "not_measured": not_measured, "scenario": section,
-    }

@@ -17,6 +17,7 @@ bench.py); each process's compile log says, per mode, which kernels it compiled 
 it loaded, and a checksum of the result shows every mode computed the same.
 """
 
+import datetime
 import json
 import os
 import subprocess
@@ -80,7 +81,7 @@ def _build_archive(library, requests, device, output) -> dict:
 
 def measure_scenario(scenario: str, library=None, repeat: int = 7, device=None, progress=None) -> dict:
     """Every figure of `scenario`, as the bench document with its ``scenario`` section."""
-    from .bench import _document_of_scenario, _summary
+    from .bench import _summary
 
     device = _device(device)
     if library is None:
@@ -120,7 +121,7 @@ def measure_scenario(scenario: str, library=None, repeat: int = 7, device=None, 
         "compiled": compiled, "checksums": checksums,
         "archive": {key: value for key, value in archive.items() if key != "log"},
     }
-    return _document_of_scenario(library, device, repeat, figures, section)
+    return _document(library, device, repeat, figures, section)
 
 
 def first_result(figures: dict) -> dict:
@@ -144,3 +145,25 @@ def ratios_and_targets(figures: dict, first: dict) -> tuple:
     targets = {f"first result >= {SPEEDUP_LIMIT:g}x sooner with an archive than with a cold JIT": {
         "value": speedup, "limit": SPEEDUP_LIMIT, "met": speedup >= SPEEDUP_LIMIT}}
     return ratios, targets
+
+
+def _document(library_path, device, repeat, figures, section) -> dict:
+    from ..library.library import load
+    from .bench import SCHEMA, _machine, _versions
+
+    library = load(library_path)
+    first = first_result(figures)
+    ratios, targets = ratios_and_targets(figures, first)
+    not_measured = {}
+    archived = [kernel for kernel, where in section["compiled"]["archive"] if where == "compiled"]
+    if archived:
+        not_measured["archive"] = (f"the archive lacked {len(archived)} of the scenario's compiles "
+                                   f"({', '.join(archived)}); they compiled at first call")
+    return {
+        "schema": SCHEMA, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": _machine(), "versions": _versions(),
+        "library": {"path": os.path.abspath(library_path), "bytes": library.nbytes, "functions": len(library)},
+        "kernels": list(dict.fromkeys(c["kernel"] for c in section["compiles"])), "device": device,
+        "repeat": repeat, "calls": 0, "figures": figures, "first_result": first, "ratios": ratios,
+        "targets": targets, "not_measured": not_measured, "scenario": section,
+    }

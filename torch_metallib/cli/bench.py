@@ -24,6 +24,18 @@ JSON (``--json FILE``), schema ``torch_metallib.bench/1``::
      "not_measured": {label: reason}}
 
 Labels of per-kernel figures end in `` (KERNEL)``.
+
+With ``--scenario NAME`` (bench_scenario.py) the same keys hold a model's start-up: "library" is
+MLX's, "kernels" the distinct kernels the scenario compiles, "calls" 0; figures are labelled
+``PHASE, MODE`` (phases ``import torch``, ``import torch_metallib``, ``mlx.load``, ``first
+result``, ``steady-state run``; modes ``cold JIT``, ``warm disk cache``, ``archive``), and one
+more key describes the scenario::
+
+     "scenario": {"name", "description",
+                  "compiles": [{"kernel", "constants": {name: value}, "target", "form"}],
+                  "distinct_kernels": N, "compiled": {mode: [[kernel, where from], ...]},
+                  "checksums": {mode: [sum of the result per process]},
+                  "archive": {"targets", "build_s", "bytes", "failed"}}
 """
 
 import datetime
@@ -37,6 +49,7 @@ import tempfile
 
 from .. import errors
 from ..library.library import load
+from .bench_scenarios import SCENARIOS
 
 __all__ = ["add_parser", "measure", "SCHEMA"]
 
@@ -52,7 +65,11 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "bench", help="start-up figures for a metallib: load, reflect, first call, memory, against baselines",
         description=__doc__.split("\n\n")[1])
-    parser.add_argument("library", help="the .metallib to measure")
+    parser.add_argument("library", nargs="?",
+                        help="the .metallib to measure (with --scenario: MLX's, by default the cached one)")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS),
+                        help="time a model's start-up instead: the scenario's distinct MLX kernels from a fresh "
+                             "process to its first result, with a cold JIT, a warm disk cache and an archive")
     parser.add_argument("--kernel", action="append", metavar="NAME",
                         help="a kernel to reflect and call (repeatable; default: vv_Addfloat32 or the first "
                              "kernel whose arguments bench can make up)")
@@ -61,7 +78,8 @@ def add_parser(subparsers) -> None:
                         help="calls timed for the steady-state figure (default 20)")
     parser.add_argument("--source", metavar="FILE.metal",
                         help="the library's Metal source, for the torch.mps.compile_shader baseline (macOS)")
-    parser.add_argument("--device", choices=("cpu", "mps"), help="where calls run (default: mps where available)")
+    parser.add_argument("--device", choices=("cpu", "mps", "cuda"),
+                        help="where calls run (default: mps where available; with --scenario, cpu)")
     parser.add_argument("--json", metavar="FILE", help="write every figure as JSON (schema in --help of the module)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw time to first result, by phase (needs matplotlib)")
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -75,8 +93,22 @@ def run(args) -> int:
         raise errors.TorchMetallibError("bench: --repeat must be at least 1 and --calls at least 0")
     if args.plot:
         bench_report.require_matplotlib()
-    result = measure(args.library, args.kernel, args.repeat, args.calls, args.source, args.device,
-                     progress=sys.stderr.isatty())
+    if args.scenario:
+        from .bench_scenario import MODES, measure_scenario
+
+        if args.kernel or args.source:
+            raise errors.TorchMetallibError("bench: --scenario measures the kernels its model calls; expected no "
+                                            "--kernel or --source with it, got "
+                                            + ("--kernel" if args.kernel else "--source")
+                                            + ". Leave them out, or leave out --scenario")
+        progress = _Progress(2 + len(MODES) * args.repeat, sys.stderr.isatty())
+        result = measure_scenario(args.scenario, args.library, args.repeat, args.device, progress)
+        progress.close()
+    elif args.library is None:
+        raise errors.TorchMetallibError("bench: expected a .metallib to measure, or --scenario NAME; got neither")
+    else:
+        result = measure(args.library, args.kernel, args.repeat, args.calls, args.source, args.device,
+                         progress=sys.stderr.isatty())
     print(bench_report.table(result, markdown=args.markdown))
     if args.json:
         with open(args.json, "w") as out:
@@ -114,6 +146,9 @@ def _device(requested):
     available = torch.backends.mps.is_available()
     if requested == "mps" and not available:
         raise errors.UnsupportedDeviceError("bench: --device mps, but torch.backends.mps.is_available() is False")
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise errors.UnsupportedDeviceError("bench: --device cuda, but torch.cuda.is_available() is False; run on "
+                                            "a machine with an NVIDIA GPU, or leave out --device")
     return requested or ("mps" if available else "cpu")
 
 
@@ -289,3 +324,4 @@ def _document(path, library, kernels, device, repeat, calls, figures, skipped) -
         "first_result": _first_result(figures, kernels), "ratios": ratios, "targets": targets,
         "not_measured": skipped,
     }
+

@@ -85,6 +85,8 @@ def first_and_steady_calls(out: dict, torch, call, args: list, approach: str, ca
     def finished():
         if device == "mps":
             torch.mps.synchronize()
+        elif device == "cuda":
+            torch.cuda.synchronize()
 
     start = now()
     call(*args)

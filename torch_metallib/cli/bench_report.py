@@ -50,10 +50,29 @@ def table(result: dict, markdown: bool = False) -> str:
         lines += ["", "targets (the project's, set on mlx.metallib):"]
         lines += [f"  {'met   ' if t['met'] else 'MISSED'} {label}: {t['value']:.2f}"
                   for label, t in result["targets"].items()]
+    if "scenario" in result:
+        lines += ["", *_scenario_lines(result["scenario"])]
     if result["not_measured"]:
         lines += ["", "not measured:"]
         lines += [f"  {label}: {reason}" for label, reason in result["not_measured"].items()]
     return "\n".join(lines)
+
+
+def _scenario_lines(scenario: dict) -> list:
+    archive = scenario["archive"]
+    lines = [f"scenario {scenario['name']}: {scenario['description']}",
+             f"  {scenario['distinct_kernels']} distinct compiles: "
+             + ", ".join(c["kernel"] + (" " + ",".join(f"{k}={v}" for k, v in c["constants"].items() if v)
+                                        if any(c["constants"].values()) else "")
+                         for c in scenario["compiles"]),
+             f"  archive ({', '.join(archive['targets'])}): {archive['bytes']:,} bytes, built in "
+             f"{archive['build_s']:.1f} s" + (f"; {archive['failed']} failed to build" if archive["failed"] else "")]
+    for mode, kernels in scenario["compiled"].items():
+        sources = {}
+        for _, where in kernels:
+            sources[where] = sources.get(where, 0) + 1
+        lines.append(f"  {mode}: " + ", ".join(f"{count} {where}" for where, count in sources.items()))
+    return lines
 
 
 def _bars(axes, approaches: dict, colors: dict, palette, skip_imports: bool) -> None:
@@ -82,11 +101,17 @@ def plot(result: dict, path: str) -> None:
     _bars(after, approaches, colors, palette, skip_imports=True)
     whole.set_yticks(range(len(approaches)), list(approaches))  # shared with `after`
     whole.invert_yaxis()
-    whole.set_xlabel("ms, fresh process to first finished kernel")
+    whole.set_xlabel("ms, fresh process to " + ("the scenario's first result" if "scenario" in result
+                                                 else "first finished kernel"))
     after.set_xlabel("ms, the same after the imports")
     library = result["library"]
+    if "scenario" in result:
+        what = (f"scenario {result['scenario']['name']} ({result['scenario']['distinct_kernels']} distinct "
+                f"compiles)")
+    else:
+        what = f"{result['kernels'][0]}"
     figure.suptitle(f"Time to first result: {library['path'].rsplit('/', 1)[-1]} ({library['functions']:,} functions), "
-                    f"{result['kernels'][0]} on {result['device']}; torch {result['versions']['torch']}, "
+                    f"{what} on {result['device']}; torch {result['versions']['torch']}, "
                     f"medians of {result['repeat']}")
     figure.legend(loc="lower center", ncol=len(colors), fontsize="small", frameon=False)
     figure.tight_layout(rect=(0, 0.08, 1, 1))

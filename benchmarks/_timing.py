@@ -12,7 +12,7 @@ __all__ = ["interleaved"]
 def interleaved(runs: dict, repeat: int, number: int = 1) -> dict:
     """Median milliseconds per call of each callable in `runs`: `repeat` rounds, each
     timing a batch of `number` calls of every callable in turn (order reversed every
-    other round), after one untimed warm-up call of each."""
+    other round), after one untimed warm-up call of each; also the minimum of each."""
     for run in runs.values():
         run()
     samples = {name: [] for name in runs}
@@ -29,4 +29,5 @@ def interleaved(runs: dict, repeat: int, number: int = 1) -> dict:
     finally:
         gc.enable()
     return {"median_ms": {name: statistics.median(values) for name, values in samples.items()},
+            "min_ms": {name: min(values) for name, values in samples.items()},
             "samples_ms": samples}

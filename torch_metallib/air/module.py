@@ -70,7 +70,7 @@ def define_intrinsics(text: str, kernel: str, define: Define, backend: str, targ
             return match.group(0)
         definition, needs = made
         for line in needs:
-            name = re.search(r"@([-\w$.]+)\(", line).group(1)
+            name = re.search(r"@([-\w$.]+)(?:\(| = )", line).group(1)  # a function, or a constant it reads
             if name not in declared:
                 declared.add(name)
                 extra.append(line)

@@ -35,6 +35,8 @@ from ...air.builtins import DISPATCH_LINES, LANE_LINES, builtin_operand
 from ...air.collectives import define_collective
 from ...air.constant_globals import check_constant_globals
 from ...air.convergence import mark_convergent
+from ...air.derived_forms import lanewise, via_wider
+from ...air.float_exp import define_fast_exp_float
 from ...air.function_constants import specialize_constants, take_constructors
 from ...air.integer_division import guard_integer_division
 from ...air.intrinsics import SIMD_WIDTH, define_intrinsic
@@ -55,6 +57,22 @@ __all__ = ["lower", "cpu_definition", "cpu_implements"]
 _UNREACHABLE = {"air.get_function_pointer_visible_function_table"}
 
 
+def _host_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[str] = None
+                    ) -> Optional[Tuple[str, List[str]]]:
+    """define_intrinsic, but ``fast_exp`` on floats (and its vector, half and bfloat forms)
+    inline as glibc's expf computes it (air/float_exp.py): the same bits as the libm call,
+    which LLVM can neither inline nor vectorize."""
+    if name.startswith("air.fast_exp.") and len(params) == 1:
+        symbol = symbol or name
+        if ret.startswith("<"):
+            return lanewise(ret, name, params, symbol, _host_intrinsic)
+        if ret in ("half", "bfloat") and params == [ret]:
+            return via_wider(ret, name, params, symbol, _host_intrinsic)
+        if ret == params[0] == "float":
+            return define_fast_exp_float(symbol)
+    return define_intrinsic(ret, name, params, symbol)
+
+
 def cpu_definition(ret: str, name: str, params: List[str],
                    target: Target = COROUTINES) -> Optional[Tuple[str, List[str]]]:
     """(the host definition of the declared intrinsic `name`, its waits as `target` spells
@@ -64,7 +82,7 @@ def cpu_definition(ret: str, name: str, params: List[str],
         signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
         return (f"define internal {ret} @{name}({signature}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
                 ["declare void @llvm.trap()"])
-    return (define_intrinsic(ret, name, params) or define_atomic(ret, name, params)
+    return (_host_intrinsic(ret, name, params) or define_atomic(ret, name, params)
             or define_matrix(ret, name, params, target) or define_product_batch(ret, name, params, target)
             or define_collective(ret, name, params, target) or define_async_copy(ret, name, params, target)
             or define_tensor_op(ret, name, params, target) or define_private_tensor(ret, name, params))

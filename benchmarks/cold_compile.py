@@ -47,7 +47,7 @@ import torch_metallib
 import torch_metallib.backends.cpu.backend as backend
 import torch_metallib.backends.cpu.jit as jit
 import torch_metallib.mlx as mlx
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 name = sys.argv[1]
 clock = time.perf_counter

@@ -47,7 +47,7 @@ import torch
 import torch_metallib as tm
 from _mlx_launch import mlx_softmax_group
 from _timing import interleaved
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 SOFTMAX_TARGET = 3.0
 GEMM_TARGET = 5.0
@@ -120,7 +120,7 @@ _COLD = """
 import time, sys
 sys.path.insert(0, {here!r})
 import torch_metallib as tm
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 from cooperative import _gemm_call
 call, _, _ = _gemm_call(tm.load(mlx_metallib_path()), 32)
 t0 = time.perf_counter(); call(); t1 = time.perf_counter(); call(); t2 = time.perf_counter()

@@ -56,7 +56,7 @@ import llvmlite
 import torch
 
 import torch_metallib
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 N = 2**24
 WARMUP = 3

@@ -212,7 +212,7 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("benchmarks/cuda_kernels.py needs a CUDA GPU (torch.cuda.is_available() is False)")
     if args.metallib is None:
-        from torch_metallib.cli.corpus import mlx_metallib_path
+        from torch_metallib.cache.corpus import mlx_metallib_path
         args.metallib = mlx_metallib_path()
     lib = tm.load(args.metallib)
     torch.backends.cuda.matmul.allow_tf32 = False

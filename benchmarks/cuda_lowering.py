@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--metallib", help="mlx.metallib (default: the cached corpus)")
     args = parser.parse_args()
     if args.metallib is None:
-        from torch_metallib.cli.corpus import mlx_metallib_path
+        from torch_metallib.cache.corpus import mlx_metallib_path
         args.metallib = mlx_metallib_path()
     checkouts = {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
     if args.against:

@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_metallib as tm  # noqa: E402
 from _timing import interleaved  # noqa: E402
-from torch_metallib.cli.corpus import mlx_metallib_path  # noqa: E402
+from torch_metallib.cache.corpus import mlx_metallib_path  # noqa: E402
 
 SIZE = 16
 

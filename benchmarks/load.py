@@ -11,7 +11,7 @@ same run; load(path) adds at most 5 MB of resident memory.
 
 import sys
 
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 from torch_metallib.cli.main import main
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import torch
 import torch_metallib as tm
 from _timing import interleaved
 from torch_metallib import ops
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 KERNEL = "v_Sigmoidfloat32float32"
 NATIVE_TARGET = 1.5

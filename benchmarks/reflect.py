@@ -37,7 +37,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 import torch_metallib
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 from torch_metallib.reflection.reflect import reflect
 
 SAMPLE = 1000

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 # (label, kernel the archive holds, what the child calls)
 KERNELS = (("vv_Addfloat32 (elementwise)", "vv_Addfloat32", "add"),

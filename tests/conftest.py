@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import torch_metallib as tm
-from torch_metallib.cli.corpus import mlx_metallib_path
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 # The shared helper modules (tests/_*.py) hold most checks' asserts: pytest rewrites them as it
 # does the tests', so a failure shows the values compared. Registered before any is imported.
@@ -41,7 +41,7 @@ def torch_libraries() -> dict:
     """{"macos14": path, "macos26": path}: the two Apple-built libraries of PyTorch's own
     Metal kernels in torch 2.13's macOS wheel (downloaded once into the cache). In CI a
     missing corpus fails the run; locally, without network, the tests that need it skip."""
-    from torch_metallib.cli.torch_corpus import torch_metallib_paths
+    from torch_metallib.cache.torch_corpus import torch_metallib_paths
     try:
         return torch_metallib_paths()
     except Exception as error:  # noqa: BLE001 - any fetch failure

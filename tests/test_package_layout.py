@@ -13,7 +13,8 @@ import torch_metallib
 
 PACKAGE = pathlib.Path(torch_metallib.__file__).parent
 # ARCHITECTURE.md's order; a module may import its own stage and the ones before it.
-STAGES = ["errors", "container", "reflection", "cache", "dispatch", "air", "backends", "library", "ops", "cli", "mlx"]
+STAGES = ["errors", "container", "reflection", "cache", "dispatch", "air", "backends", "library", "ops", "lint", "mlx",
+          "cli"]
 PUBLIC_TOP_LEVEL = {"__init__.py", "__main__.py", "_version.py", "errors.py", "config.py", "diagnostics.py"}
 ROOT = PACKAGE.parent
 

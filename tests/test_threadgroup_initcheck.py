@@ -4,7 +4,8 @@ the threadgroup argument or variable, the byte offset and the thread; correct ke
 (write, barrier, read; partial writes that cover what is read; atomics) run clean and give
 the results they give unchecked. Fixture kernels: tests/_initcheck_kernels.py; real ones:
 MLX's sdpa_vector and looped softmax launched with smaller threadgroups than they are
-written for, which read slots no SIMD-group wrote."""
+written for, which read slots no SIMD-group wrote. The initcheck is a switch of its own
+(off by default): this module turns it on through the environment."""
 
 import pytest
 import torch
@@ -19,6 +20,11 @@ GROUP, GROUPS = 64, 3
 @pytest.fixture(scope="module")
 def kernels():
     return library()
+
+
+@pytest.fixture(autouse=True)
+def initcheck_on(monkeypatch):
+    monkeypatch.setenv("TORCH_METALLIB_INITCHECK", "1")
 
 
 def _run(kernels, name, checked=True):
@@ -130,13 +136,16 @@ def test_looped_softmax(mlx_lib, group):
             run()
 
 
-def test_initcheck_can_be_left_out(kernels, monkeypatch):
-    """checked(initcheck=False) and TORCH_METALLIB_INITCHECK=0 keep the bounds checks only."""
+def test_initcheck_is_a_switch_of_its_own(kernels, monkeypatch):
+    """Off by default; checked(initcheck=False) and TORCH_METALLIB_INITCHECK=0 keep the
+    bounds checks only, and the innermost checked() block wins over the environment."""
     with tm.checked(initcheck=False):
         _run(kernels, "read_before_write", checked=None)
+    monkeypatch.delenv("TORCH_METALLIB_INITCHECK")
+    _run(kernels, "read_before_write")
     monkeypatch.setenv("TORCH_METALLIB_INITCHECK", "0")
     _run(kernels, "read_before_write")
-    with tm.checked(initcheck=True):  # the innermost say wins over the environment
+    with tm.checked(initcheck=True):
         with pytest.raises(tm.KernelMemoryError):
             _run(kernels, "read_before_write", checked=None)
 
@@ -145,7 +154,8 @@ def test_mlx_contiguous_scan_reads_slots_no_simdgroup_wrote(mlx_lib):
     """MLX's contiguous scan, in threadgroups of fewer than 32 SIMD-groups (as MLX launches
     it for short rows), has SIMD-group 0 read all 32 slots of simdgroup_sums; the slots no
     SIMD-group wrote reach only lanes whose results are unused, so the output is right.
-    The initcheck reports the read all the same; initcheck=False runs it checked for bounds."""
+    The initcheck reports the read all the same (why it is off by default); initcheck=False
+    runs it checked for bounds."""
     x = torch.randn(2, 1000, generator=torch.Generator().manual_seed(5))
     out = torch.empty_like(x)
 
@@ -153,7 +163,7 @@ def test_mlx_contiguous_scan_reads_slots_no_simdgroup_wrote(mlx_lib):
         mlx_lib.contig_scan_inclusive_sum_float32_float32(x, out, x.shape[-1], threads=(64, 2, 1),
                                                           group_size=(64, 1, 1))
 
-    with tm.checked():
+    with tm.checked(initcheck=True):
         with pytest.raises(tm.KernelMemoryError, match=r"^contig_scan_inclusive_sum_float32_float32: thread "
                                                        r"\(2, 0, 0\) reads 4 bytes at byte offset 8 of threadgroup "
                                                        r"variable 'simdgroup_sums'"):

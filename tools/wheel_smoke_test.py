@@ -138,7 +138,7 @@ def check_mlx() -> str:
 
     import torch_metallib as tm
     from torch_metallib import ops
-    from torch_metallib.cli.corpus import mlx_metallib_path
+    from torch_metallib.cache.corpus import mlx_metallib_path
 
     try:
         path = mlx_metallib_path(download=False)

@@ -126,10 +126,10 @@ METAL_ARCHIVE = BoolKnob("TORCH_METALLIB_METAL_ARCHIVE", True,
 CHECKED = BoolKnob("TORCH_METALLIB_CHECKED", False,
                    "Run every call checked (bounds-checked on the CPU backend) unless the call or a "
                    "`checked()` block says otherwise.")
-INITCHECK = BoolKnob("TORCH_METALLIB_INITCHECK", True,
+INITCHECK = BoolKnob("TORCH_METALLIB_INITCHECK", False,
                      "In checked calls, also report reads of threadgroup memory no thread of the "
-                     "threadgroup has written (`0`: bounds checks only) unless a `checked()` block says "
-                     "otherwise.")
+                     "threadgroup has written (the threadgroup initcheck; some correct kernels read "
+                     "slots they never wrote and discard them) unless a `checked()` block says otherwise.")
 CPU_SCHEDULE = Knob("TORCH_METALLIB_CPU_SCHEDULE", "parallel",
                     "The CPU backend's default thread order: `parallel`, `sequential`, `permuted` or "
                     "`permuted:<seed>`.")

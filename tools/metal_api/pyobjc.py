@@ -49,7 +49,7 @@ _WHEELS = {
 
 
 def _folder() -> pathlib.Path:
-    from torch_metallib.cli.corpus import corpus_dir
+    from torch_metallib.cache.corpus import corpus_dir
 
     return pathlib.Path(corpus_dir()) / f"pyobjc-{PYOBJC_VERSION}"
 
@@ -64,7 +64,7 @@ def fetch() -> pathlib.Path:
     Raises:
         RuntimeError: pip could not fetch a wheel, or a file is not the pinned one.
     """
-    from torch_metallib.cli.corpus import download_macos_wheel
+    from torch_metallib.cache.corpus import download_macos_wheel
 
     folder = _folder()
     for requirement, members in _WHEELS.items():

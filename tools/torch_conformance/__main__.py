@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch_metallib as tm
-    from torch_metallib.cli.torch_corpus import torch_metallib_paths
+    from torch_metallib.cache.torch_corpus import torch_metallib_paths
 
     path = args.path or torch_metallib_paths()[args.library]
     names = [n for n in tm.load(path).function_names if re.search(args.filter, n)]

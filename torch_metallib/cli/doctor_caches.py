@@ -8,7 +8,7 @@ from typing import Optional
 
 from .. import config
 from ..cache.disk_cache import cache_directory
-from .corpus import corpus_dir
+from ..cache.corpus import corpus_dir
 
 __all__ = ["caches", "folder_size"]
 

@@ -31,8 +31,8 @@ def _add_corpus_parser(subparsers) -> None:
 
 
 def _run_corpus(args) -> int:
-    from .corpus import mlx_metallib_path
-    from .torch_corpus import torch_metallib_paths
+    from ..cache.corpus import mlx_metallib_path
+    from ..cache.torch_corpus import torch_metallib_paths
 
     if args.torch:
         for path in torch_metallib_paths().values():

@@ -10,9 +10,11 @@ purpose names the argument in ``storage_bounds`` (``fn(..., storage_bounds={"out
 ``checked(storage_bounds=...)`` for every kernel of a block that has such an argument),
 and that argument is bounded by its storage instead.
 
-Checked calls also report reads of threadgroup memory that no thread of the threadgroup has
-written in the launch (the CPU backend's threadgroup initcheck); ``checked(initcheck=False)``
-or ``TORCH_METALLIB_INITCHECK=0`` leaves that out (bounds checks only)."""
+Checked calls can also report reads of threadgroup memory that no thread of the threadgroup
+has written in the launch (the CPU backend's threadgroup initcheck), with
+``checked(initcheck=True)`` or ``TORCH_METALLIB_INITCHECK=1``; it is a switch of its own,
+as compute-sanitizer's initcheck is a tool of its own, since some correct kernels read slots
+they never wrote and discard what they read."""
 
 import contextlib
 import contextvars
@@ -36,9 +38,9 @@ def checked(enabled: bool = True, storage_bounds=(), initcheck: Optional[bool] =
 
     `storage_bounds`: argument names (a str or a collection of them) bounded by their
     storage rather than their view in each kernel of the block that has them; they add to
-    an enclosing block's. `initcheck`: False leaves out the report of threadgroup memory
-    read before any thread of the threadgroup wrote it (None: as the enclosing block, else
-    TORCH_METALLIB_INITCHECK, default on)."""
+    an enclosing block's. `initcheck`: True also reports threadgroup memory read before
+    any thread of the threadgroup wrote it (None: as the enclosing block, else
+    TORCH_METALLIB_INITCHECK, default off)."""
     names = _names(storage_bounds)
     initcheck_token = _initcheck.set(bool(initcheck)) if initcheck is not None else None
     token = _context.set(bool(enabled))

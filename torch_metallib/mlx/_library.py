@@ -8,7 +8,7 @@ The file is the one ``python -m torch_metallib corpus`` downloads (Apple-built
 import os
 import threading
 
-from ..cli.corpus import MLX_METAL_VERSION, mlx_metallib_path
+from ..cache.corpus import MLX_METAL_VERSION, mlx_metallib_path
 from ..library.library import load as load_library
 
 __all__ = ["library", "library_path"]

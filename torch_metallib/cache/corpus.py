@@ -12,7 +12,7 @@ import tempfile
 import zipfile
 
 from .. import config
-from ..cache.disk_cache import user_cache_root
+from .disk_cache import user_cache_root
 
 __all__ = ["MLX_METAL_VERSION", "mlx_metallib_path", "corpus_dir", "download_macos_wheel"]
 

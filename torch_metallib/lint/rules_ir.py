@@ -12,7 +12,8 @@ _NAMES = re.compile(r'[@%](?:"[^"]*"|[-\w$.]+)|!"[^"]*"|c"[^"]*"')
 APPLE_LLVM_INTRINSICS = ("llvm.lifetime.start", "llvm.lifetime.end", "llvm.fmuladd", "llvm.memset",
                          "llvm.memcpy", "llvm.memmove", "llvm.umax", "llvm.umin", "llvm.smax", "llvm.smin",
                          "llvm.abs", "llvm.assume", "llvm.bitreverse", "llvm.fshl", "llvm.fshr",
-                         "llvm.usub.with.overflow", "llvm.uadd.with.overflow", "llvm.experimental.noalias.scope.decl")
+                         "llvm.usub.with.overflow", "llvm.uadd.with.overflow", "llvm.usub.sat",
+                         "llvm.experimental.noalias.scope.decl")
 
 
 def _stripped(line: str) -> str:

@@ -143,3 +143,14 @@ def test_quantized_matmul(defined, dtype, bits, group_size, rows, transpose):
         return mlx.quantized_matmul(x, w_q, scales, biases, transpose=transpose, group_size=group_size, bits=bits)
     cpu, gpu, _ = _both(product, _data((rows, k), dtype), w_q, scales, biases)
     _same(cpu, gpu, "quantized_matmul")
+
+
+@dtypes
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantize_and_dequantize_on_the_gpu(dtype, bits):
+    """mlx.quantize and dequantize (torch code) on cuda tensors give what they give on the CPU."""
+    w = _data((64, 256), dtype, 7)
+    on_cpu, on_gpu = mlx.quantize(w, 64, bits), mlx.quantize(w.cuda(), 64, bits)
+    for cpu, gpu in zip(on_cpu, on_gpu):
+        assert gpu.device.type == "cuda" and torch.equal(gpu.cpu(), cpu)
+    assert torch.equal(mlx.dequantize(*on_gpu, 64, bits).cpu(), mlx.dequantize(*on_cpu, 64, bits))

@@ -50,7 +50,7 @@ def quantize(w: torch.Tensor, group_size: int = 64, bits: int = 4):
     bias = torch.where(q0 == 0, torch.zeros_like(edge), edge)
     q = torch.round((groups - bias) / scale).clamp(0, n_bins).to(torch.int64)
     per_word = 32 // bits
-    shifts = torch.arange(0, 32, bits, dtype=torch.int64)
+    shifts = torch.arange(0, 32, bits, dtype=torch.int64, device=w.device)
     words = (q.reshape(-1, k // per_word, per_word) << shifts).sum(-1)
     shape = w.shape[:-1]
     return (words.to(torch.uint32).reshape(*shape, k // per_word),
@@ -68,7 +68,7 @@ def dequantize(w_q: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, gr
         raise ValueError(f"dequantize: w_q holds {k} values per row, so scales and biases need "
                          f"{k // group_size} per row; got {tuple(scales.shape)} and {tuple(biases.shape)}")
     words = w_q.to(torch.int64) & 0xFFFFFFFF     # int32 words read as unsigned
-    q = (words[..., None] >> torch.arange(0, 32, bits, dtype=torch.int64)) & ((1 << bits) - 1)
+    q = (words[..., None] >> torch.arange(0, 32, bits, dtype=torch.int64, device=w_q.device)) & ((1 << bits) - 1)
     q = q.reshape(*w_q.shape[:-1], k // group_size, group_size).float()
     w = q * scales.float()[..., None] + biases.float()[..., None]
     return w.reshape(*w_q.shape[:-1], k).to(scales.dtype)

@@ -13,6 +13,7 @@ mirrors)."""
 import llvmlite.binding as llvm
 
 import torch_metallib as tm
+from _air_modules import _FOOTER, _HEADER
 
 _TILE = "@_ZZ9initcheckE4tile"
 
@@ -83,58 +84,28 @@ join:
 """,
 }
 
-_MODULE = """source_filename = "{name}"
-target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-f32:32:32-f64:64:64-v16:16:16-v24:32:32-v32:32:32-v48:64:64-v64:64:64-v96:128:128-v128:128:128-v192:256:256-v256:256:256-v512:512:512-v1024:1024:1024-n8:16:32"
-target triple = "air64_v26-apple-macosx14.0.0"
+_ARGUMENT_NODES = """!18 = !{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"in"}
+!19 = !{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"out"}
+!20 = !{i32 2, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read_write", !"air.address_space", i32 3, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"scratch"}
+!21 = !{i32 3, !"air.thread_position_in_threadgroup", !"air.arg_type_name", !"uint", !"air.arg_name", !"lid"}
+!22 = !{i32 4, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"gid"}"""
 
-@llvm.global_ctors = appending global [0 x {{ i32, ptr, ptr }}] zeroinitializer
-@_ZZ9initcheckE4tile = internal unnamed_addr addrspace(3) global [64 x float] undef, align 4
+# The module around a body: tests/_air_modules.py's header and metadata (Apple's module
+# flags), this kernel's signature, threadgroup variable and argument nodes.
+_MODULE = _HEADER + """@_ZZ9initcheckE4tile = internal unnamed_addr addrspace(3) global [64 x float] undef, align 4
 
 define weak_odr void @{name}(ptr addrspace(1) noundef "air-buffer-no-alias" %in, ptr addrspace(1) noundef "air-buffer-no-alias" %out, ptr addrspace(3) noundef "air-buffer-no-alias" %scratch, i32 noundef %lid, i32 noundef %gid) local_unnamed_addr #0 {{
 entry:
 {body}}}
 
 declare void @air.wg.barrier(i32, i32) local_unnamed_addr #1
-
-attributes #0 = {{ convergent mustprogress nounwind "frame-pointer"="all" "min-legal-vector-width"="0" "no-builtins" "no-trapping-math"="true" "stack-protector-buffer-size"="8" }}
-attributes #1 = {{ convergent mustprogress nounwind willreturn }}
 attributes #2 = {{ convergent nounwind willreturn }}
-
-!llvm.module.flags = !{{!0, !1, !2, !3, !4, !5, !6, !7, !8}}
-!llvm.ident = !{{!9}}
-!air.version = !{{!10}}
-!air.language_version = !{{!11}}
-!air.compile_options = !{{!12, !13, !14}}
-!air.kernel = !{{!15}}
-
-!0 = !{{i32 2, !"SDK Version", [2 x i32] [i32 26, i32 5]}}
-!1 = !{{i32 1, !"wchar_size", i32 4}}
-!2 = !{{i32 7, !"frame-pointer", i32 2}}
-!3 = !{{i32 7, !"air.max_device_buffers", i32 31}}
-!4 = !{{i32 7, !"air.max_constant_buffers", i32 31}}
-!5 = !{{i32 7, !"air.max_threadgroup_buffers", i32 31}}
-!6 = !{{i32 7, !"air.max_textures", i32 128}}
-!7 = !{{i32 7, !"air.max_read_write_textures", i32 8}}
-!8 = !{{i32 7, !"air.max_samplers", i32 16}}
-!9 = !{{!"Apple metal version 32023.883 (metalfe-32023.883)"}}
-!10 = !{{i32 2, i32 6, i32 0}}
-!11 = !{{!"Metal", i32 3, i32 1, i32 0}}
-!12 = !{{!"air.compile.denorms_disable"}}
-!13 = !{{!"air.compile.fast_math_disable"}}
-!14 = !{{!"air.compile.framebuffer_fetch_enable"}}
-!15 = !{{ptr @{name}, !16, !17}}
-!16 = !{{}}
-!17 = !{{!18, !19, !20, !21, !22}}
-!18 = !{{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"in"}}
-!19 = !{{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"out"}}
-!20 = !{{i32 2, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read_write", !"air.address_space", i32 3, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"scratch"}}
-!21 = !{{i32 3, !"air.thread_position_in_threadgroup", !"air.arg_type_name", !"uint", !"air.arg_name", !"lid"}}
-!22 = !{{i32 4, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"gid"}}
-"""
-
+""" + _FOOTER
 
 def module_text(name: str) -> str:
-    return _MODULE.format(name=name, body=_PROLOGUE.replace("@TILE", _TILE) + KERNELS[name])
+    return _MODULE.format(name=name, body=_PROLOGUE.replace("@TILE", _TILE) + KERNELS[name],
+                          intrinsic_attributes="convergent mustprogress nounwind willreturn",
+                          argument_refs="!18, !19, !20, !21, !22", argument_nodes=_ARGUMENT_NODES)
 
 
 def library() -> tm.Library:

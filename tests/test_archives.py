@@ -198,12 +198,14 @@ def test_a_damaged_archive_in_the_environment_is_skipped_with_a_warning(built, w
     assert torch.equal(results["rms"], without_archive[0]["rms"])
 
 
-def test_mutated_archives_never_crash_hang_or_raise_foreign_errors(built, tmp_path, fixture_metallib):
-    """tools/fuzz_archive.py: each case in a forked worker, with the metallib fuzzer's mutations."""
+def test_mutated_archives_never_crash_hang_or_raise_foreign_errors(built, tmp_path, fixture_metallib, request):
+    """tools/fuzz_archive.py: each case in a forked worker, with the metallib fuzzer's mutations
+    (and an archive with cubins where ptxas can build one)."""
     _, mlx_archive, fixture_archive, fixtures = built
+    seeds = [mlx_archive, fixture_archive] + ([request.getfixturevalue("cuda_archive")] if _ptxas() else [])
     result = subprocess.run([sys.executable, str(ROOT / "tools" / "fuzz_archive.py"), "--cases", "3000", "--jobs",
-                             "2", "--out", str(tmp_path / "findings"), "--library", str(fixtures), str(mlx_archive),
-                             str(fixture_archive)], capture_output=True, text=True, timeout=600,
+                             "2", "--out", str(tmp_path / "findings"), "--library", str(fixtures), *map(str, seeds)],
+                            capture_output=True, text=True, timeout=600,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     summary = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
@@ -230,7 +232,8 @@ def test_cuda_ptx_is_archived_per_architecture(mlx_path, mlx_lib, tmp_path, monk
 
     archive = tmp_path / "cuda.tmar"
     said = precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", "cuda:sm_80", "-j", "1", "-o", archive)
-    assert "1 entries (1 kernels; cuda:sm_80)" in said, said
+    assert ("2 entries (1 kernels; cuda:sm_80; 1 of them cubins" if _ptxas() else "1 entries (1 kernels; cuda:sm_80)") \
+        in said, said
     monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
     monkeypatch.setenv("TORCH_METALLIB_ARCHIVES", str(archive))
     caplog.set_level(logging.INFO, logger="torch_metallib")
@@ -324,3 +327,277 @@ def test_cpu_objects_use_only_their_levels_instructions(mlx_path, tmp_path):
     assert v2 and v3
     assert "ymm" not in listing2 and not [m for m in v2 if m.startswith(("vmov", "vadd", "vfmadd", "vbroadcast"))]
     assert "zmm" not in listing3 and "ymm" in listing3  # AVX2 vectors, no AVX-512
+
+
+# --- CUDA cubins ---------------------------------------------------------------------------
+
+def _ptxas():
+    from torch_metallib.backends.cuda.archived import ptxas_for_archives
+
+    return ptxas_for_archives()[0]
+
+
+needs_ptxas = pytest.mark.skipif(_ptxas() is None, reason="needs CUDA's ptxas (precompile assembles cubins with it)")
+
+
+@pytest.fixture(scope="module")
+def cuda_archive(tmp_path_factory, mlx_path):
+    """An archive of PTX and cubins for sm_80 and sm_90 (ptxas installed)."""
+    if _ptxas() is None:
+        pytest.skip("needs CUDA's ptxas (precompile assembles cubins with it)")
+    path = tmp_path_factory.mktemp("cuda") / "cubins.tmar"
+    said = precompile(mlx_path, "--kernel", ELEMENTWISE, "--kernel", "rms(float32)", "--target", "cuda:sm_80,sm_90",
+                      "-j", "2", "-o", path)
+    assert "8 entries (2 kernels; cuda:sm_80, cuda:sm_90; 4 of them cubins, by ptxas V" in said, said
+    return path
+
+
+def with_payloads(path, replace) -> bytes:
+    """The archive at `path` with each payload `replace(entry, payload)` gives (None: kept)
+    in its place: new SHA-256s, so the reader takes it."""
+    archive = read_archive(path)
+    entries = []
+    for key, entry in archive.entries.items():
+        payload = archive.lookup(*key)[1]
+        entries.append((entry, replace(entry, payload) or payload))
+    return write_archive(archive.targets, entries)
+
+
+@needs_ptxas
+def test_cubins_are_archived_per_architecture_beside_the_ptx(cuda_archive):
+    """Each kernel's cubin is ptxas's ELF for exactly its target's architecture, its entry
+    the PTX's, its toolchain the PTX's with the ptxas version after it."""
+    import struct
+
+    from torch_metallib.backends.cuda.archived import cubin_problem, cubin_toolchain, cuda_toolchain, ptxas_version
+
+    archive = read_archive(cuda_archive)
+    cubins = {}
+    for (target, _, constants, form), entry in archive.entries.items():
+        if target.startswith("cuda:") and form.startswith("cubin"):
+            cubins[(target, entry.function)] = entry, archive.lookup(target, entry.hash, constants, form)[1]
+    assert set(cubins) == {(f"cuda:{arch}", name) for arch in ("sm_80", "sm_90") for name in (ELEMENTWISE, COOPERATIVE)}
+    for (target, name), (entry, image) in cubins.items():
+        flags = struct.unpack_from("<I", image, 48)[0]
+        number = int(target.split("_")[1])
+        assert image[:4] == b"\x7fELF" and struct.unpack_from("<H", image, 18)[0] == 190  # EM_CUDA
+        assert number in (flags & 0xFF, (flags >> 8) & 0xFF), (target, hex(flags))  # the SM, by ABI version
+        assert cubin_problem(image) is None
+        assert entry.target.toolchain == cubin_toolchain(ptxas_version(_ptxas()))
+        ptx_form = entry.form.replace("cubin", "ptx")
+        ptx_entry, ptx = archive.lookup(target, entry.hash, entry.constants, ptx_form)
+        assert ptx_entry.target.toolchain == cuda_toolchain()
+        assert f".entry {entry.symbol}(".encode() in ptx and entry.symbol.encode() + b"\0" in image
+    assert cubins[("cuda:sm_80", ELEMENTWISE)][1] != cubins[("cuda:sm_90", ELEMENTWISE)][1]
+    assert cubins[("cuda:sm_90", ELEMENTWISE)][0].form == "cubin+grid-only"  # coarsened: its entry says so
+    assert cubins[("cuda:sm_90", ELEMENTWISE)][0].symbol.endswith("_x4")
+
+
+def test_precompile_without_ptxas_stores_ptx_only_and_says_so(mlx_path, tmp_path):
+    path = tmp_path / "ptx.tmar"
+    result = subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", str(mlx_path), "--kernel",
+                             ELEMENTWISE, "--kernel", "rms(float32)", "--target", "cuda:sm_80,sm_90", "-j", "2", "-o",
+                             str(path)], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                            env={**os.environ, "PTXAS": str(tmp_path / "no-ptxas")})
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = [line for line in result.stdout.splitlines() if not line.startswith("wrote ")]
+    assert said == [f"ptxas {tmp_path / 'no-ptxas'} (PTXAS) is not an executable file: storing PTX only, no cubins "
+                    "(a GPU's driver compiles the PTX when it loads it)"], result.stdout
+    forms = sorted(key[3] for key in read_archive(path).entries if key[0].startswith("cuda:"))
+    assert forms == ["ptx", "ptx", "ptx+grid-only", "ptx+grid-only"], forms
+    assert "4 entries (2 kernels; cuda:sm_80, cuda:sm_90) and 2 call records" in result.stdout, result.stdout
+
+
+@needs_ptxas
+def test_the_cubin_check_refuses_damaged_headers_and_never_raises(cuda_archive):
+    """The driver is given no length: a cubin whose headers point outside its bytes is
+    refused before it; every truncation is; 3,000 overwritten headers never raise."""
+    import random
+    import struct
+
+    from torch_metallib.backends.cuda.archived import cubin_problem
+
+    archive = read_archive(cuda_archive)
+    image = next(archive.lookup(*key)[1] for key in archive.entries if key[3].startswith("cubin"))
+    assert all(cubin_problem(image[:size]) for size in range(len(image)))
+    shoff, shnum = struct.unpack_from("<Q", image, 40)[0], struct.unpack_from("<H", image, 60)[0]
+    far = bytearray(image)
+    struct.pack_into("<Q", far, shoff + 64 + 32, len(image))  # section 1's size: past the end
+    assert "section 1:" in cubin_problem(bytes(far)) and "past its" in cubin_problem(bytes(far))
+    moved = bytearray(image)
+    struct.pack_into("<Q", moved, 40, len(image) - 64 * shnum + 1)
+    assert "section headers" in cubin_problem(bytes(moved))
+    assert "not a 64-bit little-endian ELF" in cubin_problem(b"\0" * 64)
+    rng = random.Random(7)
+    refused = 0
+    for _ in range(3000):
+        damaged = bytearray(image)
+        at = rng.choice([rng.randrange(64), shoff + rng.randrange(64 * shnum), rng.randrange(len(image))])
+        damaged[at:at + 8] = rng.randbytes(8)
+        problem = cubin_problem(bytes(damaged))
+        assert problem is None or isinstance(problem, str)
+        refused += problem is not None
+    assert refused > 1000, refused
+
+
+class FakeDriver:
+    """The driver's calls a kernel's load makes, recorded; `refuse`: cuModuleLoadData's error."""
+
+    def __init__(self, capability, refuse=None):
+        self.capability, self.refuse, self.calls = capability, refuse, []
+
+    def compute_capability(self, index):
+        return self.capability
+
+    def load_cubin(self, image, entry):
+        self.calls.append(("cubin", image, entry))
+        if self.refuse:
+            raise tm.KernelExecutionError(self.refuse)
+        return "cubin kernel"
+
+    def load(self, ptx, entry, threads=0):
+        self.calls.append(("ptx", ptx, entry))
+        return "ptx kernel"
+
+    def attribute(self, function, attribute):
+        return 1024 if attribute == 0 else 0
+
+
+def load_with(monkeypatch, caplog, mlx_path, archive, driver, threads=0):
+    """(what the fake driver was asked, the kernel's load, log lines) of ELEMENTWISE's first
+    load from `archive` on a device of the driver's compute capability."""
+    import logging
+
+    from torch_metallib.backends.cuda import driver as cuda_driver
+    from torch_metallib.backends.cuda.backend import CudaKernel
+
+    monkeypatch.setattr(cuda_driver, "driver", lambda: driver)
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="torch_metallib")
+    function = tm.load(mlx_path, archives=[str(archive)])[ELEMENTWISE]
+    loaded = CudaKernel(function, (), True).loaded(0, threads)
+    return driver.calls, loaded, [r.getMessage() for r in caplog.records]
+
+
+@needs_ptxas
+def test_a_gpu_of_the_cubins_architecture_loads_the_cubin(cuda_archive, mlx_path, monkeypatch, caplog):
+    """Exactly sm_90: its cubin, nothing compiled; a block larger than the cubin allows and
+    an sm_86 GPU (SASS is not portable to it) take PTX."""
+    archive = read_archive(cuda_archive)
+    want = next((e, archive.lookup(*k)[1]) for k, e in archive.entries.items()
+                if k[0] == "cuda:sm_90" and e.function == ELEMENTWISE and e.form == "cubin+grid-only")
+    calls, loaded, said = load_with(monkeypatch, caplog, mlx_path, cuda_archive, FakeDriver(90))
+    assert calls == [("cubin", want[1], want[0].symbol)] and loaded[0] == "cubin kernel" and loaded[3] == 4
+    assert any(f"{ELEMENTWISE}: loaded from an archive (sm_90 cubin, ptxas V" in line for line in said), said
+    calls, loaded, said = load_with(monkeypatch, caplog, mlx_path, cuda_archive, FakeDriver(90), threads=2048)
+    assert [call[0] for call in calls] == ["ptx"] and loaded[3] == 4
+    calls, _, said = load_with(monkeypatch, caplog, mlx_path, cuda_archive, FakeDriver(86))
+    assert [call[0] for call in calls] == ["ptx"] and any("compiled (sm_86)" in line for line in said), said
+
+
+@needs_ptxas
+@pytest.mark.parametrize("damage", ["refused by the driver", "garbage with a valid SHA-256", "another entry point"])
+def test_a_cubin_that_cannot_load_falls_back_to_the_ptx_with_one_warning(cuda_archive, mlx_path, monkeypatch, caplog,
+                                                                          tmp_path, damage):
+    import dataclasses
+
+    archive = read_archive(cuda_archive)
+    ptx = next(archive.lookup(*k)[1] for k, e in archive.entries.items()
+               if k[0] == "cuda:sm_90" and e.function == ELEMENTWISE and e.form == "ptx+grid-only")
+    path = tmp_path / f"{damage.split()[0]}.tmar"
+    refuse = None
+    if damage == "refused by the driver":
+        refuse = "CUDA driver: cuModuleLoadData failed with error 209 (no kernel image is available for execution)"
+        path.write_bytes(cuda_archive.read_bytes())
+    elif damage == "another entry point":
+        data = read_archive(cuda_archive)
+        entries = [(dataclasses.replace(e, symbol="main") if e.form.startswith("cubin") else e, data.lookup(*k)[1])
+                   for k, e in data.entries.items()]
+        path.write_bytes(write_archive(data.targets, entries))
+    else:
+        path.write_bytes(with_payloads(cuda_archive, lambda e, p: bytes(range(256)) * 8 if e.form.startswith("cubin")
+                                       else None))
+    calls, loaded, said = load_with(monkeypatch, caplog, mlx_path, path, FakeDriver(90, refuse))
+    assert calls[-1] == ("ptx", ptx.decode(), calls[-1][2]) and loaded[0] == "ptx kernel"
+    assert [call[0] for call in calls] == (["cubin", "ptx"] if refuse else ["ptx"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    why = {"refused by the driver": "cuModuleLoadData failed with error 209",
+           "garbage with a valid SHA-256": "not a 64-bit little-endian ELF file",
+           "another entry point": "its entry 'main' is not this kernel's"}[damage]
+    assert len(warnings) == 1 and warnings[0].startswith(f"archive {path}: {ELEMENTWISE}: its sm_90 cubin (ptxas V")
+    assert why in warnings[0] and "Loading the kernel's PTX instead" in warnings[0], warnings
+    assert any(f"{ELEMENTWISE}: loaded from an archive (sm_90)" in line for line in said), said
+
+
+def gpu_arch() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+@needs_ptxas
+def test_archived_cubins_run_on_the_gpu_with_the_jits_results(mlx_path, tmp_path, monkeypatch, caplog):
+    """An archive built for this GPU's architecture: both kernels load its cubins (nothing
+    compiled, by us or the driver) and compute what the JIT's PTX computes."""
+    import logging
+
+    arch = gpu_arch()
+    archive = tmp_path / "gpu.tmar"
+    precompile(mlx_path, "--kernel", ELEMENTWISE, "--kernel", "rms(float32)", "--target", f"cuda:{arch}", "-j", "2",
+               "-o", archive)
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    caplog.set_level(logging.INFO, logger="torch_metallib")
+    a, b = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
+    x, w = torch.randn(64, 1024, device="cuda"), torch.randn(1024, device="cuda")
+    results = {}
+    for label, archives in (("cubin", [str(archive)]), ("jit", None)):
+        library = tm.load(mlx_path, archives=archives)
+        out = torch.empty_like(a)
+        library[ELEMENTWISE](a, b, out, threads=5000)
+        normed = torch.empty_like(x)
+        library[COOPERATIVE](x, w, normed, eps=1e-5, axis_size=1024, w_stride=1, threads=64 * 256, group_size=256)
+        torch.cuda.synchronize()
+        results[label] = out, normed
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cuda: ")]
+    for name in (ELEMENTWISE, COOPERATIVE):
+        assert any(f"{name}: loaded from an archive ({arch} cubin, ptxas V" in line for line in said), said
+    assert not any("WARNING" == r.levelname for r in caplog.records), said
+    assert torch.equal(results["cubin"][0], a + b) and torch.equal(results["jit"][0], a + b)
+    # ptxas and the driver's JIT may be different versions: the same PTX, maybe other SASS.
+    torch.testing.assert_close(results["cubin"][1], results["jit"][1], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
+@needs_ptxas
+def test_a_cubin_the_driver_refuses_falls_back_to_the_ptx_on_the_gpu(mlx_path, tmp_path, monkeypatch, caplog):
+    """This GPU's cubins replaced by another major architecture's (SASS does not run
+    across majors): cuModuleLoadData's error, one warning, the archive's PTX, right results."""
+    import logging
+
+    arch = gpu_arch()
+    other = "sm_80" if not arch.startswith("sm_8") else "sm_90"
+    both = tmp_path / "both.tmar"
+    precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", f"cuda:{arch},{other}", "-j", "2", "-o", both)
+    opened = read_archive(both)
+    foreign = {e.function: opened.lookup(*k)[1] for k, e in opened.entries.items()
+               if k[0] == f"cuda:{other}" and e.form.startswith("cubin")}
+    swapped = tmp_path / "swapped.tmar"
+    swapped.write_bytes(with_payloads(both, lambda e, p: foreign[e.function] if e.form.startswith("cubin")
+                                      and e.target.name == f"cuda:{arch}" else None))
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    caplog.set_level(logging.INFO, logger="torch_metallib")
+    function = tm.load(mlx_path, archives=[str(swapped)])[ELEMENTWISE]
+    a, b = torch.randn(5000, device="cuda"), torch.randn(5000, device="cuda")
+    for _ in range(2):
+        out = torch.empty_like(a)
+        function(a, b, out, threads=5000)
+        torch.cuda.synchronize()
+        assert torch.equal(out, a + b)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"archive {swapped}: {ELEMENTWISE}: its {arch} cubin" in warnings[0], warnings
+    assert "cuModuleLoadData failed with error" in warnings[0], warnings
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"cuda: {ELEMENTWISE}")]
+    assert said == [f"cuda: {ELEMENTWISE}: loaded from an archive ({arch})" + said[0].rsplit(")", 1)[1]], said

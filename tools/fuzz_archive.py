@@ -5,7 +5,7 @@ in a forked worker, with tools/fuzz_metallib.py's mutations and runner.
 
 Each case mutates one seed archive and must then either be refused with
 ArchiveFormatError, or load and answer every lookup, also through ``tm.load(...,
-archives=)``. A crash, a hang or any other exception is a finding, reported with its case
+archives=)``, its cubins checked as the CUDA backend checks them before the driver. A crash, a hang or any other exception is a finding, reported with its case
 and written to --out as a reproducer.
 """
 
@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fuzz_metallib  # noqa: E402  (the mutations and the forked runner)
 
 import torch_metallib as tm  # noqa: E402
+from torch_metallib.backends.cuda.archived import cubin_problem  # noqa: E402
 from torch_metallib.cache.archive import read_archive  # noqa: E402
 
 _library = []  # bytes of a small valid metallib, for tm.load(..., archives=)
@@ -33,6 +34,9 @@ def exercise(data: bytes) -> str:
     for key, entry in archive.entries.items():
         found = archive.lookup(*key)
         assert found is not None and len(found[1]) == entry.size, key
+        if entry.form.startswith("cubin"):  # what the CUDA backend checks before the driver sees it
+            problem = cubin_problem(found[1])
+            assert problem is None or isinstance(problem, str), key
     if _library:
         tm.load(_library[0], archives=[data])
     return "loaded"

@@ -15,7 +15,7 @@ what was expected) and no byte of it reaches LLVM or a driver. Layout (little-en
       target: str16 name ("cpu:x86-64-v3", "cuda:sm_90"), str32 toolchain, str16 features
       entry:  u16 target, str16 function name, 32-byte function HASH, str32 constants,
               str16 form, str16 symbol, u64 payload offset, u64 payload size, payload SHA-256
-    payloads (objects, PTX), each inside the payload area
+    payloads (objects, PTX, cubins), each inside the payload area
 
 (strN: a uN byte length, then UTF-8). The file size sits at byte 16, as in a .metallib.
 An entry is used only for the same target, toolchain, function HASH, constants and form
@@ -51,7 +51,7 @@ class Entry:
     function: str   # the function's name (for listings and messages only)
     hash: str       # the function's HASH, hex
     constants: str  # the canonical constants text (compared, never evaluated)
-    form: str       # "threads", "lanes", "coroutines", "+checked" variants; "ptx"
+    form: str       # "threads", "lanes", "coroutines", "+checked" variants; "ptx", "cubin" (+grid-only)
     symbol: str     # the name the object's entry points were built with
     offset: int
     size: int
@@ -76,7 +76,7 @@ class Archive:
         return len(self.entries)
 
     def __repr__(self) -> str:
-        return f"<torch_metallib archive {self.description}: {len(self)} entries, {', '.join(t.name for t in self.targets)}>"
+        return f"<torch_metallib archive {self.description}: {len(self)} entries, {', '.join(dict.fromkeys(t.name for t in self.targets))}>"
 
 
 class _Reader:

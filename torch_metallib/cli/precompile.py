@@ -4,7 +4,8 @@ library's kernels compiled ahead of time, in parallel worker processes, into one
 
 For the CPU each kernel is built in the form a normal call asks for (lane loops where it
 is cooperative, else plain threads; with --checked, the checked variant too), for a named
-x86-64 level; for CUDA, PTX per architecture.
+x86-64 level; for CUDA, PTX per architecture and, where ptxas is installed, the cubin
+ptxas assembles from it for exactly that architecture (a GPU of it then compiles nothing).
 """
 
 import concurrent.futures
@@ -12,6 +13,7 @@ import json
 import multiprocessing
 import os
 import re
+import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Tuple
@@ -37,7 +39,8 @@ def add_parser(subparsers) -> None:
                              "kernel name or regex to such a list; @FILE reads the JSON from a file")
     parser.add_argument("--target", action="append", default=[],
                         help="cpu[:LEVEL] (LEVEL: x86-64, x86-64-v2, x86-64-v3 (default), x86-64-v4 or native) "
-                             "or cuda:sm_80[,sm_90...] (PTX); repeatable; default: cpu")
+                             "or cuda:sm_80[,sm_90...] (PTX, and cubins where ptxas is installed); repeatable; "
+                             "default: cpu")
     parser.add_argument("--checked", action="store_true", help="also build the CPU's checked variants")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("-o", "--output", required=True, help="the archive to write")
@@ -115,7 +118,7 @@ def _combinations(text: Optional[str], kernels: List[str]) -> Dict[str, Optional
                              f"got {type(value).__name__}")
 
 
-def _tasks(library, path: str, kernels, combinations, targets, checked) -> Tuple[list, list]:
+def _tasks(library, path: str, kernels, combinations, targets, checked, ptxas) -> Tuple[list, list]:
     """(tasks for the workers, kernels skipped and why)."""
     tasks, skipped = [], []
     for name in kernels:
@@ -146,7 +149,7 @@ def _tasks(library, path: str, kernels, combinations, targets, checked) -> Tuple
             tasks.append(("record", name))
         for constants in dict.fromkeys(canonical):
             for target in targets:
-                tasks.append((path, name, constants, target, checked, state.cooperative, state.serial))
+                tasks.append((path, name, constants, target, checked, state.cooperative, state.serial, ptxas))
     return tasks, skipped
 
 
@@ -156,26 +159,39 @@ _libraries = {}
 _level = [None]
 
 
-def _build(task) -> list:
-    """[(target, name, HASH, constants text, form, symbol, payload)] of one task."""
+def _build(task) -> Tuple[list, Optional[str]]:
+    """([(target record, name, HASH, constants text, form, symbol, payload)], what failed)
+    of one task (a failure to assemble a cubin keeps the PTX)."""
     import hashlib
 
     import torch_metallib as tm
     from .. import config
 
-    path, name, constants, target, checked, cooperative, serial = task
+    path, name, constants, target, checked, cooperative, serial, ptxas = task
     library = _libraries.get(path) or _libraries.setdefault(path, tm.load(path))
     function = library[name]
     kind, _, level = target.partition(":")
     if kind == "cuda":
-        from ..backends.cuda.archived import constants_text, ptx_form
+        from ..backends.cuda.archived import assemble_cubin, constants_text, cubin_form, ptx_form
         from ..backends.cuda.backend import grid_only
+        from ..backends.cuda.coarsening import COARSENING
+        from ..backends.cuda.lowering import entry_name
         from ..backends.cuda.ptx import kernel_ptx
 
         only = grid_only(function, cooperative, serial)
         symbol = "k" + function.hash[:16]  # as CudaKernel names it
         ptx = kernel_ptx(function, dict(constants), symbol, level, only).encode()
-        return [(target, name, function.hash, constants_text(constants), ptx_form(only), symbol, ptx)]
+        key = constants_text(constants)
+        built = [(target, name, function.hash, key, ptx_form(only), symbol, ptx)]
+        if ptxas is None:
+            return built, None
+        coarse = entry_name(symbol, COARSENING)
+        entry = coarse if f".entry {coarse}(".encode() in ptx else entry_name(symbol)
+        try:
+            cubin = assemble_cubin(ptxas, ptx, level)
+        except (RuntimeError, OSError, subprocess.SubprocessError) as error:
+            return built, f"{name} ({target} cubin): {str(error)[:400]}"
+        return built + [(_cubin_record(target), name, function.hash, key, cubin_form(only), entry, cubin)], None
     from ..backends.cpu import jit
     from ..backends.cpu.archived import form_of
 
@@ -190,14 +206,14 @@ def _build(task) -> list:
         symbol = hashlib.sha256(f"{target} {function.hash} {constants!r} {form}".encode()).hexdigest()[:24]
         payload = jit.build_object(function, constants, symbol, cooperative_form, checked_form, lanes_form)
         built.append((target, name, function.hash, repr(constants), form, symbol, payload))
-    return built
+    return built, None
 
 
 def _build_or_say(task):
     if task[0] == "record":  # made here: reflection only, no compile
         return [], None
     try:
-        return _build(task), None
+        return _build(task)
     except Exception as error:  # noqa: BLE001 - one kernel's failure is reported, the rest go on
         return [], f"{task[1]} ({task[3]}): {type(error).__name__}: {str(error)[:400]}"
 
@@ -213,9 +229,18 @@ def _records(library, names: List[str]) -> list:
              json.dumps(call_record(library[name])).encode()) for name in names]
 
 
-def _target_record(name: str):
+def _cubin_record(target: str) -> str:
+    """The key of the target record of `target`'s cubins (their toolchain names ptxas)."""
+    return f"{target} cubin"
+
+
+def _target_record(name: str, ptxas: Optional[str]):
     from ..cache.archive import Target
 
+    if name.endswith(" cubin"):
+        from ..backends.cuda.archived import cubin_toolchain, ptxas_version
+
+        return Target(name[:-len(" cubin")], cubin_toolchain(ptxas_version(ptxas)), ())
     if name == "calls":
         from ..dispatch.call_record import record_toolchain
 
@@ -241,14 +266,16 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
                jobs: int, checked: bool = False, say=print) -> int:
     """Builds the archive; returns the number of kernels that failed to build."""
     import torch_metallib as tm
+    from ..backends.cuda.archived import ptxas_version
     from ..cache.archive import Entry, write_archive
 
     started = time.perf_counter()
     library = tm.load(library_path)
     names = _kernels(library, kernels)
     targets = _targets(targets)
+    ptxas = _ptxas(targets, say)
     tasks, skipped = _tasks(library, os.path.abspath(library_path), names, _combinations(constants, names), targets,
-                            checked)
+                            checked, ptxas)
     for reason in skipped:
         say(f"skipped {reason}")
     results, failures = _records(library, [task[1] for task in tasks if task[0] == "record"]), []
@@ -268,7 +295,8 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
     finally:
         if jobs > 1:
             pool.shutdown()
-    records = {name: _target_record(name) for name in targets + (["calls"] if results else [])}
+    keys = targets + [_cubin_record(t) for t in targets if ptxas and t.startswith("cuda:")]
+    records = {key: _target_record(key, ptxas) for key in keys + (["calls"] if results else [])}
     entries = [(Entry(records[target], name, hash_, constants_text, form, symbol, 0, 0), payload)
                for target, name, hash_, constants_text, form, symbol, payload in sorted(results, key=lambda r: r[:5])]
     if not entries:
@@ -280,11 +308,25 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
         file.write(data)
     os.replace(temporary, output)
     compiled = [e for e, _ in entries if e.target.name != "calls"]
+    cubins = sum(e.form.startswith("cubin") for e in compiled)
+    assembled = f"; {cubins} of them cubins, by ptxas {ptxas_version(ptxas)}" if cubins else ""
     say(f"wrote {output}: {len(compiled)} entries ({len({e.function for e in compiled})} kernels; "
-        f"{', '.join(targets)}) and {len(entries) - len(compiled)} call records, {len(data):,} bytes, in "
+        f"{', '.join(targets)}{assembled}) and {len(entries) - len(compiled)} call records, {len(data):,} bytes, in "
         f"{time.perf_counter() - started:.1f} s with {jobs} "
         f"process{'es' if jobs > 1 else ''}")
     return len(failures)
+
+
+def _ptxas(targets: List[str], say) -> Optional[str]:
+    """The ptxas that assembles cubins for the CUDA targets; None (said once) where there is none."""
+    if not any(target.startswith("cuda:") for target in targets):
+        return None
+    from ..backends.cuda.archived import ptxas_for_archives
+
+    ptxas, why = ptxas_for_archives()
+    if ptxas is None:
+        say(f"{why}: storing PTX only, no cubins (a GPU's driver compiles the PTX when it loads it)")
+    return ptxas
 
 
 def _run(args) -> int:

@@ -14,6 +14,8 @@ its code allows, each CUDA thread runs 4 consecutive grid positions (coarsening.
 
 PTX is made once per (function HASH, constant values, GPU architecture, the package's code:
 cache/fingerprint.py) and kept in the disk cache; the driver loads it once per device and process.
+An archive's cubin for exactly the device's architecture is loaded instead where there is
+one (no compile in the driver either); any refusal falls back to the PTX (archived.py).
 """
 
 import collections
@@ -32,14 +34,15 @@ import torch
 from ... import _C
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
-from ...errors import DispatchError
+from ...cache.archives import warn_once
+from ...errors import DispatchError, KernelExecutionError
 from ...cache.fingerprint import code_fingerprint
 from torch_metallib import diagnostics
 from . import driver as cuda_driver
 from .coarsening import COARSENING
 from .lowering import entry_name
 from .ptx import kernel_ptx
-from .archived import archived_ptx
+from .archived import archived_cubin, archived_ptx, cubin_problem
 
 __all__ = ["CudaBackend"]
 
@@ -107,14 +110,48 @@ class CudaKernel:
             if found is None:
                 driver = cuda_driver.driver()
                 capability = driver.compute_capability(device)
-                ptx = self.ptx(f"sm_{min(capability, 90)}")
-                # The PTX's entry says whether the lowering coarsened the kernel (coarsening.py).
-                coarsening = COARSENING if f".entry {entry_name(self.symbol, COARSENING)}(" in ptx else 1
-                kernel = driver.load(ptx, entry_name(self.symbol, coarsening), threads)
+                # An archive's cubin is assembled for its default registers per thread: blocks
+                # larger than it allows take the PTX, compiled for them.
+                cubin = None if threads else self._from_cubin(driver, f"sm_{capability}")
+                if cubin is not None:
+                    kernel, coarsening = cubin
+                else:
+                    ptx = self.ptx(f"sm_{min(capability, 90)}")
+                    # The PTX's entry says whether the lowering coarsened the kernel (coarsening.py).
+                    coarsening = COARSENING if f".entry {entry_name(self.symbol, COARSENING)}(" in ptx else 1
+                    kernel = driver.load(ptx, entry_name(self.symbol, coarsening), threads)
                 found = self._loaded[(device, threads)] = (
                     kernel, driver.attribute(kernel, cuda_driver.MAX_THREADS_PER_BLOCK),
                     driver.attribute(kernel, cuda_driver.SHARED_SIZE_BYTES), coarsening)
             return found
+
+    def _from_cubin(self, driver, arch: str):
+        """(kernel, grid positions per thread) from an archive's cubin for exactly `arch`
+        (SASS runs only there); None where no archive has one or the driver refuses it
+        (warned once per kernel: its PTX is loaded instead, from the archive or compiled)."""
+        if diagnostics.dumps():  # dumps are of a compile
+            return None
+        started = time.perf_counter()
+        cubin = archived_cubin(self.function, self.constants, arch, self.grid_only)
+        if cubin is None:
+            return None
+        entries = {entry_name(self.symbol): 1, entry_name(self.symbol, COARSENING): COARSENING}
+        problem = None if cubin.entry in entries else f"its entry {cubin.entry!r} is not this kernel's"
+        problem = problem or cubin_problem(cubin.image)
+        if problem is None:
+            try:
+                kernel = driver.load_cubin(cubin.image, cubin.entry)
+            except KernelExecutionError as error:
+                problem = str(error)
+        if problem is not None:
+            warn_once((cubin.archive, self.function.name, arch, "cubin"),
+                      f"archive {cubin.archive}: {self.function.name}: its {arch} cubin (ptxas {cubin.ptxas}) "
+                      f"was refused: {problem}. Loading the kernel's PTX instead; rebuild the archive with "
+                      f"`python -m torch_metallib precompile` (a ptxas no newer than this driver supports)")
+            return None
+        diagnostics.get_logger().info("cuda: %s: %s (%s) in %.3f s", self.function.name, "loaded from an archive",
+                                      f"{arch} cubin, ptxas {cubin.ptxas}", time.perf_counter() - started)
+        return kernel, entries[cubin.entry]
 
     def launch(self, plan) -> None:
         buffers, data, threadgroup, grid, group = plan.launch_record

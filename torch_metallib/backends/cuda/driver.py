@@ -2,7 +2,7 @@
 extension builds and imports on machines without CUDA (as Triton's driver does).
 
 Only what the backend needs: load a module from PTX (the driver compiles it for the GPU
-it runs on), look up its kernel and the kernel's limits, and launch it on a stream. Calls
+it runs on) or from a cubin (an archive's, for exactly this GPU), look up its kernel and the kernel's limits, and launch it on a stream. Calls
 run in the context torch's CUDA runtime made current (its primary context for the device).
 """
 
@@ -98,6 +98,18 @@ class Driver:
             self._check(status, f"cuModuleLoadDataEx ({log.value.decode(errors='replace').strip()[:500]})")
         self._check(self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()),
                     "cuModuleGetFunction")
+        return function
+
+    def load_cubin(self, image: bytes, entry: str) -> ctypes.c_void_p:
+        """The kernel `entry` of a module loaded from cubin `image` (in the current context;
+        archived.cubin_problem checked its headers first). Raises KernelExecutionError with
+        the driver's error where it refuses the image or has no such kernel."""
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        self._check(self._cuda.cuModuleLoadData(ctypes.byref(module), ctypes.c_char_p(image)), "cuModuleLoadData")
+        status = self._cuda.cuModuleGetFunction(ctypes.byref(function), module, entry.encode())
+        if status != 0:
+            self._cuda.cuModuleUnload(module)
+            self._check(status, f"cuModuleGetFunction ({entry})")
         return function
 
     def attribute(self, function, attribute: int) -> int:

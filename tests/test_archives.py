@@ -25,9 +25,9 @@ ELEMENTWISE, COOPERATIVE = "vv_Addfloat32", "rmsfloat32"  # threads; lane loops 
 SCALE_CONSTANTS = {"use_bias": True, "alpha": 2.0}
 
 
-def precompile(*args):
+def precompile(*args, environment=None):
     result = subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", *map(str, args)],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+                            capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, **(environment or {})})
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -250,14 +250,15 @@ def test_cuda_ptx_is_archived_per_architecture(mlx_path, mlx_lib, tmp_path, monk
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (CUDA)")
 def test_archived_ptx_runs_on_the_gpu(mlx_path, tmp_path, monkeypatch, caplog):
-    """On a GPU: the archive's PTX for this GPU's architecture is what the call loads and
-    runs, with the JIT's result."""
+    """On a GPU: the archive's PTX for this GPU's architecture (no ptxas: no cubin) is what
+    the call loads and runs, with the JIT's result."""
     import logging
 
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     archive = tmp_path / "gpu.tmar"
-    precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", f"cuda:{arch}", "-j", "1", "-o", archive)
+    precompile(mlx_path, "--kernel", ELEMENTWISE, "--target", f"cuda:{arch}", "-j", "1", "-o", archive,
+               environment={"PTXAS": str(tmp_path / "no-ptxas")})
     monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
     caplog.set_level(logging.INFO, logger="torch_metallib")
     function = tm.load(mlx_path, archives=[str(archive)])[ELEMENTWISE]

@@ -5,8 +5,9 @@ in a forked worker, with tools/fuzz_metallib.py's mutations and runner.
 
 Each case mutates one seed archive and must then either be refused with
 ArchiveFormatError, or load and answer every lookup, also through ``tm.load(...,
-archives=)``, its cubins checked as the CUDA backend checks them before the driver. A crash, a hang or any other exception is a finding, reported with its case
-and written to --out as a reproducer.
+archives=)``, its cubins checked as the CUDA backend checks them before the driver. A
+crash, a hang or any other exception is a finding, reported with its case and written to
+--out as a reproducer.
 """
 
 import argparse

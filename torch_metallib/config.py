@@ -140,7 +140,8 @@ CPU_LANES = BoolKnob("TORCH_METALLIB_CPU_LANES", True,
 # The CUDA backend's tools.
 LIBDEVICE = PathKnob("TORCH_METALLIB_LIBDEVICE", None,
                      "NVIDIA's `libdevice.10.bc`, when it is not found in a CUDA toolkit or package.")
-PTXAS = PathKnob("PTXAS", None, "CUDA's `ptxas`, used to check PTX ahead of time, when it is not on `PATH`.")
+PTXAS = PathKnob("PTXAS", None, "CUDA's `ptxas`, used to check PTX and to assemble archives' cubins ahead of "
+                 "time, when it is not on `PATH`.")
 CUDA_HOME = PathKnob("CUDA_HOME", None, "A CUDA toolkit to take `libdevice` and `ptxas` from.")
 CUDA_PATH = PathKnob("CUDA_PATH", None, "Another CUDA toolkit to take them from (after `CUDA_HOME`).")
 

@@ -76,7 +76,8 @@ class Archive:
         return len(self.entries)
 
     def __repr__(self) -> str:
-        return f"<torch_metallib archive {self.description}: {len(self)} entries, {', '.join(dict.fromkeys(t.name for t in self.targets))}>"
+        names = ", ".join(dict.fromkeys(t.name for t in self.targets))  # a CUDA target's PTX and cubins: one name
+        return f"<torch_metallib archive {self.description}: {len(self)} entries, {names}>"
 
 
 class _Reader:

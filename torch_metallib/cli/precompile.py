@@ -266,7 +266,6 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
                jobs: int, checked: bool = False, say=print) -> int:
     """Builds the archive; returns the number of kernels that failed to build."""
     import torch_metallib as tm
-    from ..backends.cuda.archived import ptxas_version
     from ..cache.archive import Entry, write_archive
 
     started = time.perf_counter()
@@ -308,8 +307,9 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
         file.write(data)
     os.replace(temporary, output)
     compiled = [e for e, _ in entries if e.target.name != "calls"]
-    cubins = sum(e.form.startswith("cubin") for e in compiled)
-    assembled = f"; {cubins} of them cubins, by ptxas {ptxas_version(ptxas)}" if cubins else ""
+    cubins = [e for e in compiled if e.form.startswith("cubin")]
+    assembled = f"; {len(cubins)} of them cubins, by ptxas {cubins[0].target.toolchain.rsplit(' ptxas ', 1)[1]}" \
+        if cubins else ""
     say(f"wrote {output}: {len(compiled)} entries ({len({e.function for e in compiled})} kernels; "
         f"{', '.join(targets)}{assembled}) and {len(entries) - len(compiled)} call records, {len(data):,} bytes, in "
         f"{time.perf_counter() - started:.1f} s with {jobs} "

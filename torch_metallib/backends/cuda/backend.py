@@ -32,9 +32,9 @@ import llvmlite
 import torch
 
 from ... import _C
+from ...cache.archives import warn_once
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...dispatch.backend import Backend
-from ...cache.archives import warn_once
 from ...errors import DispatchError, KernelExecutionError
 from ...cache.fingerprint import code_fingerprint
 from torch_metallib import diagnostics

@@ -2,8 +2,9 @@
 extension builds and imports on machines without CUDA (as Triton's driver does).
 
 Only what the backend needs: load a module from PTX (the driver compiles it for the GPU
-it runs on) or from a cubin (an archive's, for exactly this GPU), look up its kernel and the kernel's limits, and launch it on a stream. Calls
-run in the context torch's CUDA runtime made current (its primary context for the device).
+it runs on) or from a cubin (an archive's, for exactly this GPU), look up its kernel and
+the kernel's limits, and launch it on a stream. Calls run in the context torch's CUDA
+runtime made current (its primary context for the device).
 """
 
 import ctypes

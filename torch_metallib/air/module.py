@@ -8,7 +8,7 @@ import re
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .intrinsics import parse_declaration
-from .ir_model import reachable
+from ..reflection.ir_model import reachable
 from .target import Target
 from .tensor_ops import TENSOR_OP_PREFIX
 from ..errors import UnsupportedKernelError

@@ -9,6 +9,8 @@ LLVM prints for these lines is understood; anything else in a node is kept as `R
 import re
 from typing import Dict, List, Optional, Tuple
 
+from .ir_model import NAME, parameters
+
 __all__ = ["Ref", "GlobalRef", "Raw", "MalformedNode", "ModuleText"]
 
 
@@ -53,14 +55,11 @@ _ELEMENT = re.compile(
     re.X,
 )
 _ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2})")
-_GLOBAL_LINE = re.compile(r'^@("[^"]*"|[-\w$.]+) = ([^\n]*)$', re.M)
-_FUNCTION_HEADER = re.compile(r'(?:define|declare) [^\n]*?@("[^"]*"|[-\w$.]+)\(')
+_GLOBAL_LINE = re.compile(rf"^@({NAME}) = ([^\n]*)$", re.M)
+_FUNCTION_HEADER = re.compile(rf"(?:define|declare) [^\n]*?@({NAME})\(")
 _ALIGN = re.compile(r", align (\d+)")
-# A parameter's type, after ", " (attributes such as dereferenceable(4) never follow a
-# comma; struct and vector types are matched whole, so their own commas are skipped).
-_PARAM_TYPE = re.compile(
-    r", (ptr(?: addrspace\(\d+\))?|<\d+ x [^>]+>|\[[^\]]*\]|\{[^}]*\}|%\"[^\"]*\"|%[-\w$.]+|\w+)"
-)
+# The type a parameter starts with (attributes and the name follow it).
+_PARAM_TYPE = re.compile(r"ptr(?: addrspace\(\d+\))?|<\d+ x [^>]+>|\[[^\]]*\]|\{[^}]*\}|%\"[^\"]*\"|%[-\w$.]+|\w+")
 
 
 def unescape(text: str) -> str:
@@ -193,11 +192,10 @@ class ModuleText:
         """LLVM types of the parameters of the defined `function`, None if it is not defined."""
         for match in self._lines_starting("define "):
             if _unquote(match.group(1)) == function:
-                # The list ends at the line's last ")": what follows (linkage attributes,
-                # "#0", a section name, "{") has no parentheses.
                 line_end = self.text.find("\n", match.end())
-                close = self.text.rfind(")", match.end(), len(self.text) if line_end < 0 else line_end)
-                return _PARAM_TYPE.findall(", " + self.text[match.end():close])
+                header = self.text[match.start():len(self.text) if line_end < 0 else line_end]
+                types = (_PARAM_TYPE.match(parameter.strip()) for parameter in parameters(header))
+                return [found.group(0) for found in types if found]
         return None
 
     def bodies_in_section(self, section: str) -> List[str]:

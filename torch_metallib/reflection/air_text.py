@@ -9,7 +9,7 @@ LLVM prints for these lines is understood; anything else in a node is kept as `R
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .ir_model import NAME, parameters
+from .ir_model import NAME, parameters, reachable
 
 __all__ = ["Ref", "GlobalRef", "Raw", "MalformedNode", "ModuleText"]
 
@@ -112,7 +112,7 @@ class ModuleText:
     one ended, so reflection touches a few hundred characters of metadata, not all of it.
     """
 
-    __slots__ = ("text", "_metadata_start", "_bodies", "_parsed", "_resume_ref", "_resume_at")
+    __slots__ = ("text", "_metadata_start", "_bodies", "_parsed", "_resume_ref", "_resume_at", "_reached")
 
     def __init__(self, text: str):
         self.text = text
@@ -121,6 +121,7 @@ class ModuleText:
         self._bodies = {}
         self._parsed = {}
         self._resume_ref, self._resume_at = -1, self._metadata_start
+        self._reached = {}
 
     @property
     def metadata_start(self) -> int:
@@ -187,6 +188,18 @@ class ModuleText:
         calls but does not define."""
         names = (_unquote(match.group(1)) for match in self._lines_starting("declare ", f" @{prefix}"))
         return tuple(name for name in names if name.startswith(prefix))
+
+    def called_declarations(self, function: str, prefix: str) -> Tuple[str, ...]:
+        """The `declarations` (starting with `prefix`) that `function` can call: those its body,
+        or a function it reaches, names (``ir_model.reachable``, the rule a backend refuses a
+        kernel by). Compilers such as Mojo's declare some in every module, called or not."""
+        declared = self.declarations(prefix)
+        if not declared:  # most modules: no body is read
+            return declared
+        reached = self._reached.get(function)
+        if reached is None:
+            reached = self._reached[function] = reachable(self.text.split("\n"), [function])
+        return tuple(name for name in declared if name in reached)
 
     def parameter_types(self, function: str) -> Optional[List[str]]:
         """LLVM types of the parameters of the defined `function`, None if it is not defined."""

@@ -107,8 +107,7 @@ def reachable(lines: List[str], roots) -> set:
         if name in seen:
             continue
         seen.add(name)
-        for line in bodies.get(name, ()):
-            todo |= names(line) - seen
+        todo |= names("\n".join(bodies.get(name, ()))) - seen  # one search a body: no name spans lines
     return seen
 
 

@@ -50,6 +50,22 @@ def torch_libraries() -> dict:
         pytest.skip(f"torch's metallibs unavailable: {error}")
 
 
+@pytest.fixture(scope="module")
+def defined(mlx_path) -> dict:
+    """torch_metallib.mlx's operators, defined on the MLX corpus."""
+    from torch_metallib import mlx
+    return mlx.load(mlx_path)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied before and after the test, so it compiles afresh."""
+    import torch
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
 @pytest.fixture(scope="session")
 def mlx_bytes(mlx_path) -> bytes:
     with open(mlx_path, "rb") as file:

@@ -14,6 +14,7 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib import ops
+from _ops_examples import define_sdpa_vector
 
 NS = "tm_checked_ops"
 SENTINEL = 7.0
@@ -29,17 +30,7 @@ def _sdpa_64(lib, name: str, group: int = 1024, **options):
     """MLX's sdpa_vector_float_64_64 bound as torch_metallib.mlx binds it, without its
     preconditions: nothing stops a call with another head dimension (or, with `group`,
     threadgroups of another size than the 1,024 threads MLX launches)."""
-    size = ops.size
-    return ops.define(
-        f"{NS}::{name}(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", lib, "sdpa_vector_float_64_64",
-        dtypes=[torch.float32],
-        bind={"queries": "q", "keys": "k", "values": "v", "gqa_factor": size("q", 1) // size("k", 1),
-              "N": size("k", 2), "k_head_stride": size("k", 2) * size("k", 3), "k_seq_stride": size("k", 3),
-              "v_head_stride": size("v", 2) * size("v", 3), "v_seq_stride": size("v", 3)},
-        outputs={"out": ops.empty((size("q", 0), size("q", 1), size("q", 2), size("v", 3)), "q")},
-        constants=dict(has_mask=False, query_transposed=False, do_causal=False, bool_mask=False, float_mask=False,
-                       has_sinks=False),
-        threads=(size("q", 0) * size("q", 1) * group, size("q", 2), 1), group_size=(group, 1, 1), **options)
+    return define_sdpa_vector(lib, f"{NS}::{name}", group, preconditions=False, **options)
 
 
 @pytest.fixture(scope="module")

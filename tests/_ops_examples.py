@@ -83,6 +83,20 @@ def define_fixture_examples(lib) -> dict:
     }
 
 
+def check_sigmoid_on(device: str, mlx_ops: dict) -> None:
+    """The example sigmoid operator on `device`'s tensors (the GPU backends' tests): eager,
+    its gradient through the backward kernel, and inside one compiled graph."""
+    sigmoid = mlx_ops["sigmoid"]
+    x = torch.randn(37, 11, device=device, requires_grad=True)
+    y = sigmoid(x)
+    assert y.device.type == device
+    torch.testing.assert_close(y, torch.sigmoid(x))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
+    compiled = torch.compile(lambda t: sigmoid(t) * 2 + 1, fullgraph=True)
+    z = torch.randn(64, 3, device=device)
+    torch.testing.assert_close(compiled(z), torch.sigmoid(z) * 2 + 1)
+
 def define_sdpa_vector(lib, qualname: str, group: int = 1024, preconditions: bool = True, **options):
     """MLX's single-query attention kernel for head dimension 64 (sdpa_vector_float_64_64)
     as operator `qualname`(q, k, v, scale): q (batch, heads, queries, 64), k and v (batch,

@@ -83,13 +83,31 @@ def define_fixture_examples(lib) -> dict:
     }
 
 
-def define_sdpa_vector(lib, qualname: str):
+def check_sigmoid_on(device: str, mlx_ops: dict) -> None:
+    """The example sigmoid operator on `device`'s tensors (the GPU backends' tests): eager,
+    its gradient through the backward kernel, and inside one compiled graph."""
+    sigmoid = mlx_ops["sigmoid"]
+    x = torch.randn(37, 11, device=device, requires_grad=True)
+    y = sigmoid(x)
+    assert y.device.type == device
+    torch.testing.assert_close(y, torch.sigmoid(x))
+    (grad,) = torch.autograd.grad(y.sum(), x)
+    torch.testing.assert_close(grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
+    compiled = torch.compile(lambda t: sigmoid(t) * 2 + 1, fullgraph=True)
+    z = torch.randn(64, 3, device=device)
+    torch.testing.assert_close(compiled(z), torch.sigmoid(z) * 2 + 1)
+
+def define_sdpa_vector(lib, qualname: str, group: int = 1024, preconditions: bool = True, **options):
     """MLX's single-query attention kernel for head dimension 64 (sdpa_vector_float_64_64)
     as operator `qualname`(q, k, v, scale): q (batch, heads, queries, 64), k and v (batch,
-    kv_heads, keys, 64), as MLX's sdpa_vector() launches it (1024 threads per query head).
-    The kernel reads and writes 64 elements per head whatever the tensors hold, so the
-    head dimension is a precondition."""
+    kv_heads, keys, 64), as MLX's sdpa_vector() launches it (`group`: 1024 threads per query
+    head). The kernel reads and writes 64 elements per head whatever the tensors hold, so the
+    head dimension is a precondition; without `preconditions`, nothing stops a call with
+    another (the checked-execution tests make such calls)."""
     size = ops.size
+    if preconditions:
+        options["require"] = [size("q", -1) == 64, size("k", -1) == 64, size("v", -1) == 64,
+                              size("q", 1) % size("k", 1) == 0]
     return ops.define(
         f"{qualname}(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", lib, "sdpa_vector_float_64_64",
         dtypes=[torch.float32],
@@ -99,6 +117,4 @@ def define_sdpa_vector(lib, qualname: str):
         outputs={"out": ops.empty((size("q", 0), size("q", 1), size("q", 2), size("v", 3)), "q")},
         constants=dict(has_mask=False, query_transposed=False, do_causal=False, bool_mask=False,
                        float_mask=False, has_sinks=False),
-        threads=(size("q", 0) * size("q", 1) * 1024, size("q", 2), 1), group_size=(1024, 1, 1),
-        require=[size("q", -1) == 64, size("k", -1) == 64, size("v", -1) == 64,
-                 size("q", 1) % size("k", 1) == 0])
+        threads=(size("q", 0) * size("q", 1) * group, size("q", 2), 1), group_size=(group, 1, 1), **options)

@@ -4,14 +4,13 @@ what CI fetches, and each producer's group-size convention. Shared by the tests 
 import os
 import pathlib
 
-import pytest
+from conftest import unavailable
 
 CORPUS = pathlib.Path(os.environ.get("TM_PUBLIC_CORPUS",
                                      pathlib.Path.home() / ".cache/torch_metallib/public-corpus"))
 # What CI fetches (grep -E over the output names): both size conventions, AIR 2.4 to 2.8,
 # vertex and fragment functions, argument buffers, metallibs embedded in .so files. Keep it in sync with .ci/run.
 PUBLIC_SUBSET = "^(executorch|gpt4all|metal-|metalcore|metalq|psych|penny|sk|diff|mlx-lstsq|mlx-0\\.0\\.2-mlx$)"
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # file name prefix -> the convention that producer's toolchain writes (read off the bytes:
 # an ENDT-only metadata group says 8 in the current convention, 4 in the older one).
 CONVENTIONS = {
@@ -29,9 +28,7 @@ def subset_files():
     if len(files) < 28:
         message = (f"public corpus subset: expected 28 files in {CORPUS}, found {len(files)}. "
                    f"Fetch it: bash tests/corpora/fetch_public.sh '{PUBLIC_SUBSET}'")
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     return files
 
 
@@ -46,8 +43,5 @@ def mac26_path() -> pathlib.Path:
     """The macOS 26 build of MLX 0.32.4 (Xcode 26's simdgroup_matrix forms), in the corpus."""
     path = CORPUS / MAC26
     if not path.exists():
-        message = f"{path} is missing. Fetch it: bash tests/corpora/fetch_public.sh '^mlx-metal-0\\.32\\.4-mlx_mac26'"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{path} is missing. Fetch it: bash tests/corpora/fetch_public.sh '^mlx-metal-0\\.32\\.4-mlx_mac26'")
     return path

@@ -20,6 +20,14 @@ import pack_fixtures as fixtures_pack  # noqa: E402  (tests/fixtures/pack_fixtur
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def unavailable(message: str):
+    """A test's input is missing: in CI, which provides every one, the run fails; elsewhere
+    (no network, no CUDA toolkit) the test is skipped."""
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def mlx_path() -> str:
     """Path of Apple-built mlx.metallib (downloaded once into the cache). In CI a missing
@@ -31,9 +39,7 @@ def mlx_path() -> str:
     try:
         return mlx_metallib_path()
     except Exception as error:  # noqa: BLE001 - any fetch failure
-        if IN_CI:
-            pytest.fail(f"the MLX corpus is required in CI and could not be fetched: {error}")
-        pytest.skip(f"MLX corpus unavailable: {error}")
+        unavailable(f"the MLX corpus could not be fetched: {error}")
 
 
 @pytest.fixture(scope="session")
@@ -45,9 +51,23 @@ def torch_libraries() -> dict:
     try:
         return torch_metallib_paths()
     except Exception as error:  # noqa: BLE001 - any fetch failure
-        if IN_CI:
-            pytest.fail(f"torch's metallibs are required in CI and could not be fetched: {error}")
-        pytest.skip(f"torch's metallibs unavailable: {error}")
+        unavailable(f"torch's metallibs could not be fetched: {error}")
+
+
+@pytest.fixture(scope="module")
+def defined(mlx_path) -> dict:
+    """torch_metallib.mlx's operators, defined on the MLX corpus."""
+    from torch_metallib import mlx
+    return mlx.load(mlx_path)
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied before and after the test, so it compiles afresh."""
+    import torch
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib import ops
+from _ops_examples import define_sdpa_vector
 
 NS = "tm_checked_ops"
 SENTINEL = 7.0
@@ -29,31 +30,14 @@ def _sdpa_64(lib, name: str, group: int = 1024, **options):
     """MLX's sdpa_vector_float_64_64 bound as torch_metallib.mlx binds it, without its
     preconditions: nothing stops a call with another head dimension (or, with `group`,
     threadgroups of another size than the 1,024 threads MLX launches)."""
-    size = ops.size
-    return ops.define(
-        f"{NS}::{name}(Tensor q, Tensor k, Tensor v, float scale) -> Tensor", lib, "sdpa_vector_float_64_64",
-        dtypes=[torch.float32],
-        bind={"queries": "q", "keys": "k", "values": "v", "gqa_factor": size("q", 1) // size("k", 1),
-              "N": size("k", 2), "k_head_stride": size("k", 2) * size("k", 3), "k_seq_stride": size("k", 3),
-              "v_head_stride": size("v", 2) * size("v", 3), "v_seq_stride": size("v", 3)},
-        outputs={"out": ops.empty((size("q", 0), size("q", 1), size("q", 2), size("v", 3)), "q")},
-        constants=dict(has_mask=False, query_transposed=False, do_causal=False, bool_mask=False, float_mask=False,
-                       has_sinks=False),
-        threads=(size("q", 0) * size("q", 1) * group, size("q", 2), 1), group_size=(group, 1, 1), **options)
+    return define_sdpa_vector(lib, f"{NS}::{name}", group, preconditions=False, **options)
 
 
 @pytest.fixture(scope="module")
-def defined(mlx_path):
+def operators(mlx_path):
     lib = tm.load(mlx_path)
     return {"add": _add_into(lib, "add_into"), "add_checked": _add_into(lib, "add_into_checked", checked=True),
             "sdpa": _sdpa_64(lib, "sdpa_64")}
-
-
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def _short_output():
@@ -73,56 +57,56 @@ def _assert_raised_and_intact(error, op_name: str, a, b, storage):
     assert torch.equal(storage[:16], (a + b)[:16])  # threads inside the view ran
 
 
-def test_unchecked_operator_runs_and_writes_past_the_view(defined):
+def test_unchecked_operator_runs_and_writes_past_the_view(operators):
     """Without a switch the operator runs as before: right on a call that fits, and the
     write past a short view goes unnoticed into its neighbours (what the checks catch)."""
     a, b, storage, c = _short_output()
     out = torch.zeros(64)
-    defined["add"](a, b, out)
+    operators["add"](a, b, out)
     assert torch.equal(out, a + b)
-    defined["add"](a, b, c)
+    operators["add"](a, b, c)
     assert torch.equal(storage[:64], a + b)  # 48 neighbours overwritten
 
 
-def test_checked_block_applies_to_operators(defined):
+def test_checked_block_applies_to_operators(operators):
     a, b, storage, c = _short_output()
     with tm.checked():
         with pytest.raises(tm.KernelMemoryError) as error:
-            defined["add"](a, b, c)
+            operators["add"](a, b, c)
     _assert_raised_and_intact(error, "add_into", a, b, storage)
     with tm.checked():  # a call that fits runs checked with the same result
         out = torch.zeros(64)
-        defined["add"](a, b, out)
+        operators["add"](a, b, out)
         assert torch.equal(out, a + b)
 
 
-def test_environment_applies_to_operators(defined, monkeypatch):
+def test_environment_applies_to_operators(operators, monkeypatch):
     monkeypatch.setenv("TORCH_METALLIB_CHECKED", "1")
     a, b, storage, c = _short_output()
     with pytest.raises(tm.KernelMemoryError) as error:
-        defined["add"](a, b, c)
+        operators["add"](a, b, c)
     _assert_raised_and_intact(error, "add_into", a, b, storage)
 
 
-def test_operator_defined_checked_always_runs_checked(defined):
+def test_operator_defined_checked_always_runs_checked(operators):
     a, b, storage, c = _short_output()
     with pytest.raises(tm.KernelMemoryError) as error:
-        defined["add_checked"](a, b, c)
+        operators["add_checked"](a, b, c)
     _assert_raised_and_intact(error, "add_into_checked", a, b, storage)
     with tm.checked(False):  # the definition wins over a block that turns checking off
         with pytest.raises(tm.KernelMemoryError):
-            defined["add_checked"](a, b, c)
+            operators["add_checked"](a, b, c)
     out = torch.zeros(64)
-    defined["add_checked"](a, b, out)
+    operators["add_checked"](a, b, out)
     assert torch.equal(out, a + b)
 
 
 @pytest.mark.usefixtures("fresh_dynamo")
-def test_checked_block_reaches_the_compiled_graph(defined):
+def test_checked_block_reaches_the_compiled_graph(operators):
     """The operator runs inside the compiled graph; the block around the compiled call
     still checks it."""
     def fn(a, b, c):
-        defined["add"](a, b, c)
+        operators["add"](a, b, c)
         return c * 2
 
     compiled = torch.compile(fn, fullgraph=True)
@@ -142,22 +126,22 @@ def _attention(head_dim: int, heads: int = 2, keys: int = 8):
     return q, k, v
 
 
-def test_sdpa_with_the_head_dimension_it_was_built_for(defined):
+def test_sdpa_with_the_head_dimension_it_was_built_for(operators):
     q, k, v = _attention(64)
     scale = 64 ** -0.5
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)
     for checked in (False, True):
         with tm.checked(checked):
-            assert torch.allclose(defined["sdpa"](q, k, v, scale), expected, atol=1e-5, rtol=1e-4), checked
+            assert torch.allclose(operators["sdpa"](q, k, v, scale), expected, atol=1e-5, rtol=1e-4), checked
 
 
-def test_sdpa_with_a_smaller_head_dimension_raises_checked(defined):
+def test_sdpa_with_a_smaller_head_dimension_raises_checked(operators):
     """Head dimension 32 into a kernel built for 64: it reads and writes 64 elements per
     head (unchecked, past every tensor: heap corruption); checked, it raises."""
     q, k, v = _attention(32)
     with tm.checked():
         with pytest.raises(tm.KernelMemoryError) as error:
-            defined["sdpa"](q, k, v, 32 ** -0.5)
+            operators["sdpa"](q, k, v, 32 ** -0.5)
     message = str(error.value)
     assert message.startswith(f"{NS}::sdpa_64: sdpa_vector_float_64_64: thread ("), message
     assert "expected byte offsets 0 to 256 (the 256 bytes its view spans)" in message, message

@@ -27,6 +27,7 @@ import _mlx_reductions as reductions
 import _mlx_scans as scans
 import _simdgroup_matrix as strided
 from _device_mirror import mirrored_calls
+from _ops_examples import check_sigmoid_on
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(),
                                                    reason="torch.cuda.is_available() is False: no CUDA device")]
@@ -329,13 +330,4 @@ def test_group_size_past_the_kernel_limit_is_refused(mlx_lib):
 
 
 def test_operator_eager_autograd_and_compile_on_cuda(mlx_ops):
-    sigmoid = mlx_ops["sigmoid"]
-    x = torch.randn(37, 11, device="cuda", requires_grad=True)
-    y = sigmoid(x)
-    assert y.device.type == "cuda"
-    torch.testing.assert_close(y, torch.sigmoid(x))
-    (grad,) = torch.autograd.grad(y.sum(), x)
-    torch.testing.assert_close(grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
-    compiled = torch.compile(lambda t: sigmoid(t) * 2 + 1, fullgraph=True)
-    z = torch.randn(64, 3, device="cuda")
-    torch.testing.assert_close(compiled(z), torch.sigmoid(z) * 2 + 1)
+    check_sigmoid_on("cuda", mlx_ops)

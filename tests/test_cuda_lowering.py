@@ -43,7 +43,7 @@ from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
 from torch_metallib.backends.cuda.vector_accesses import vector_accesses
 from torch_metallib.cli.cuda_coverage import check_kernels, compute_kernels, families
 from torch_metallib.dispatch.calls import dispatch_state
-from conftest import IN_CI
+from conftest import unavailable
 from _collectives import collective_kernel
 from _parallel import cores
 from _public_corpus import subset_files
@@ -55,10 +55,7 @@ ARCHS = ("sm_80", "sm_90")
 def ptxas():
     path = ptxas_path()
     if path is None:
-        message = "ptxas not found (CUDA's compiler): the CUDA lowering cannot be assembled"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable("ptxas not found (CUDA's compiler): the CUDA lowering cannot be assembled")
     return path
 
 

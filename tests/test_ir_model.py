@@ -1,4 +1,4 @@
-"""The IR model (torch_metallib/air/ir_model.py): the one reader of function bodies.
+"""The IR model (torch_metallib/reflection/ir_model.py): the one reader of function bodies.
 
 * On every fixture kernel and on the lowering's own output for MLX kernels, its blocks,
   control-flow graph, phis, opcodes and result types are LLVM's own (llvmlite's reader, after naming
@@ -15,7 +15,7 @@ import re
 import llvmlite.binding as llvm
 import pytest
 
-from torch_metallib.air import ir_model
+from torch_metallib.reflection import ir_model
 from torch_metallib.backends.cpu.bounds_checks import instrument_accesses
 from torch_metallib.backends.cpu.jit import lowered_ir
 from torch_metallib.backends.cuda.lowering import lower as cuda_lower

@@ -26,11 +26,6 @@ dtypes = pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: str(d).replace("
 OPCHECK_TESTS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
 
 
-@pytest.fixture(scope="module")
-def defined(mlx_path) -> dict:
-    return mlx.load(mlx_path)
-
-
 def _data(shape, dtype=torch.float32, seed=0) -> torch.Tensor:
     """Seeded normal data rounded to `dtype` (the reference then sees the same values)."""
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)

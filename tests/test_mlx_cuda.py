@@ -23,11 +23,6 @@ TOLERANCES = {torch.float32: (2e-5, 2e-5), torch.float16: (4e-3, 1e-3), torch.bf
 dtypes = pytest.mark.parametrize("dtype", FLOATS, ids=NAMES.get)
 
 
-@pytest.fixture(scope="module")
-def defined(mlx_path) -> dict:
-    return mlx.load(mlx_path)
-
-
 def _data(shape, dtype, seed=0, scale=1.0):
     return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
 

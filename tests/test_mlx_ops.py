@@ -28,18 +28,6 @@ EPS = 1e-5
 dtypes = pytest.mark.parametrize("dtype", FLOATS, ids=DTYPE_NAMES.get)
 
 
-@pytest.fixture(scope="module")
-def defined(mlx_path) -> dict:
-    return mlx.load(mlx_path)
-
-
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _data(shape, dtype=torch.float32, seed=0, scale=1.0, grad=False) -> torch.Tensor:
     """Seeded normal data rounded to `dtype` (the reference then sees the same values)."""
     x = (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)

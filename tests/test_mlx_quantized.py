@@ -24,18 +24,6 @@ DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat1
 TYPE_NAMES = {torch.float32: "float", torch.float16: "float16_t", torch.bfloat16: "bfloat16_t"}
 
 
-@pytest.fixture(scope="module")
-def defined(mlx_path) -> dict:
-    return mlx.load(mlx_path)
-
-
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _data(shape, dtype=torch.float32, seed=0) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 

@@ -61,6 +61,16 @@ def test_pointer_arguments_are_reflected_as_such(kernels):
     assert (total.pointee_type, total.pointee_access) == ("float", "read_write")  # an atomic add
 
 
+def test_intrinsics_are_those_the_kernel_calls(kernels):
+    """Mojo declares ``air.thread_position_in_threadgroup.x`` and its kin in every module,
+    called or not; reflection lists only what a kernel calls."""
+    assert kernels["vector_add"].intrinsics == ()
+    assert kernels["softplus_f16"].intrinsics == ("air.convert.f.f32.s.i32", "air.exp2.f32")
+    assert kernels["block_sum"].intrinsics == ("air.wg.barrier",) and kernels["block_sum"].uses_barriers
+    assert kernels["simd_sum_atomic"].intrinsics == ("air.atomic.global.add.f32", "air.simd_shuffle_xor.f32.i16")
+    assert kernels["simd_sum_atomic"].uses_simdgroup_ops
+
+
 def test_inspect_shows_pointer_arguments(kernels):
     kernel = kernels["vector_add"]
     assert "device float* device*  [[buffer(2)]]" in kernel.signature

@@ -18,6 +18,7 @@ import _conformance as conformance
 import _cooperative as cooperative
 import _mlx_matmul as matmul
 from _device_mirror import assert_same, mirrored_calls
+from _ops_examples import check_sigmoid_on
 
 MPS = torch.backends.mps.is_available()
 on_mac = pytest.mark.skipif(not MPS, reason="torch.backends.mps.is_available() is False: no Metal device")
@@ -150,13 +151,4 @@ def test_pipeline_limits_and_group_checks(mlx_lib):
 
 @on_mac
 def test_operator_eager_autograd_and_compile_on_mps(mlx_ops):
-    sigmoid = mlx_ops["sigmoid"]
-    x = torch.randn(37, 11, device="mps", requires_grad=True)
-    y = sigmoid(x)
-    assert y.device.type == "mps"
-    torch.testing.assert_close(y, torch.sigmoid(x))
-    (grad,) = torch.autograd.grad(y.sum(), x)
-    torch.testing.assert_close(grad, torch.sigmoid(x) * (1 - torch.sigmoid(x)))
-    compiled = torch.compile(lambda t: sigmoid(t) * 2 + 1, fullgraph=True)
-    z = torch.randn(64, 3, device="mps")
-    torch.testing.assert_close(compiled(z), torch.sigmoid(z) * 2 + 1)
+    check_sigmoid_on("mps", mlx_ops)

@@ -35,13 +35,6 @@ def examples(mlx_ops):
     return torch.ops.tm_examples
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 def _data(shape, dtype=torch.float32, seed=0, scale=1.0) -> torch.Tensor:
     """Seeded normal data rounded to `dtype` (the reference then sees the same values)."""
     return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)

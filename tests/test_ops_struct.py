@@ -71,13 +71,6 @@ def mm(mlx_lib):
     return ops.define(f"{NS}::mm(Tensor a, Tensor b) -> Tensor", mlx_lib, GEMM, **gemm_options())
 
 
-@pytest.fixture
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 # --- ops.struct on MLX's steel GEMM ----------------------------------------------------------
 
 # Several shapes through one operator: params packed per call (N=256 params used for N=512

@@ -8,8 +8,8 @@ quad-group functions and barriers over an abstract SIMD-group exchange (``collec
 specialization (``function_constants``, ``constant_globals``), builtins as IR values
 (``builtins``), retargeting and defining the intrinsics (``module``), integer division that
 cannot trap (``integer_division``), exact bfloat rounding (``bfloat_rounding``), private
-arrays' stray indices (``private_arrays``), convergent waits (``convergence``), and editing
-reading function bodies (``ir_model``).
+arrays' stray indices (``private_arrays``) and convergent waits (``convergence``), each reading
+function bodies through ``reflection.ir_model``.
 
 The backends spell it for their target: ``backends/cpu/`` for the host (lane loops,
 coroutines, the runtime in ``csrc/cpu/``), ``backends/cuda/`` for NVPTX (warp shuffles,

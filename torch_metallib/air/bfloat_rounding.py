@@ -11,7 +11,7 @@ call of an integer-only helper here. A double operand is rounded to float first.
 import re
 from typing import Dict
 
-from .ir_model import NAME
+from ..reflection.ir_model import NAME
 
 __all__ = ["round_bfloat_exactly"]
 

@@ -12,7 +12,7 @@ import re
 from typing import Dict, List, Set
 
 from ..errors import UnsupportedKernelError
-from .ir_model import functions
+from ..reflection.ir_model import functions
 
 __all__ = ["check_constant_globals"]
 

@@ -19,7 +19,7 @@ convergent (the kernel's entry too).
 import re
 from typing import Dict
 
-from .ir_model import callee, functions
+from ..reflection.ir_model import callee, functions
 
 __all__ = ["mark_convergent", "WAITS"]
 

@@ -12,7 +12,7 @@ above, deterministic, and the quotient of every other pair unchanged.
 import itertools
 import re
 
-from .ir_model import NAME
+from ..reflection.ir_model import NAME
 
 __all__ = ["guard_integer_division"]
 

@@ -8,7 +8,7 @@ import re
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from .intrinsics import parse_declaration
-from .ir_model import reachable
+from ..reflection.ir_model import reachable
 from .target import Target
 from .tensor_ops import TENSOR_OP_PREFIX
 from ..errors import UnsupportedKernelError
@@ -62,9 +62,10 @@ def define_intrinsics(text: str, kernel: str, define: Define, backend: str, targ
         ours = parsed is not None and parsed[1].startswith(("air.", "tm.", TENSOR_OP_PREFIX))
         if not ours and (parsed is None or EXTERNALLY_DEFINED not in match.group(0)):
             return match.group(0)
-        made = define(*parsed) if ours else None
-        if made is None and parsed[1] not in called:
+        if parsed[1] not in called:  # not defined: a definition may need what the kernel does not (a wait)
             made = _trap(*parsed), ["declare void @llvm.trap()"]
+        else:
+            made = define(*parsed) if ours else None
         if made is None:
             (external if EXTERNALLY_DEFINED in match.group(0) else unsupported).append(parsed[1])
             return match.group(0)

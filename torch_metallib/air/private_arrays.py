@@ -13,7 +13,7 @@ dimensions and accesses through other pointer arithmetic are left as they are.
 import re
 from typing import Dict, List, Tuple
 
-from .ir_model import NAME, edit_function_bodies
+from ..reflection.ir_model import NAME, edit_function_bodies
 
 __all__ = ["clamp_private_array_indices"]
 

@@ -9,6 +9,8 @@ LLVM prints for these lines is understood; anything else in a node is kept as `R
 import re
 from typing import Dict, List, Optional, Tuple
 
+from .ir_model import NAME, parameters, reachable
+
 __all__ = ["Ref", "GlobalRef", "Raw", "MalformedNode", "ModuleText"]
 
 
@@ -53,14 +55,11 @@ _ELEMENT = re.compile(
     re.X,
 )
 _ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2})")
-_GLOBAL_LINE = re.compile(r'^@("[^"]*"|[-\w$.]+) = ([^\n]*)$', re.M)
-_FUNCTION_HEADER = re.compile(r'(?:define|declare) [^\n]*?@("[^"]*"|[-\w$.]+)\(')
+_GLOBAL_LINE = re.compile(rf"^@({NAME}) = ([^\n]*)$", re.M)
+_FUNCTION_HEADER = re.compile(rf"(?:define|declare) [^\n]*?@({NAME})\(")
 _ALIGN = re.compile(r", align (\d+)")
-# A parameter's type, after ", " (attributes such as dereferenceable(4) never follow a
-# comma; struct and vector types are matched whole, so their own commas are skipped).
-_PARAM_TYPE = re.compile(
-    r", (ptr(?: addrspace\(\d+\))?|<\d+ x [^>]+>|\[[^\]]*\]|\{[^}]*\}|%\"[^\"]*\"|%[-\w$.]+|\w+)"
-)
+# The type a parameter starts with (attributes and the name follow it).
+_PARAM_TYPE = re.compile(r"ptr(?: addrspace\(\d+\))?|<\d+ x [^>]+>|\[[^\]]*\]|\{[^}]*\}|%\"[^\"]*\"|%[-\w$.]+|\w+")
 
 
 def unescape(text: str) -> str:
@@ -113,7 +112,7 @@ class ModuleText:
     one ended, so reflection touches a few hundred characters of metadata, not all of it.
     """
 
-    __slots__ = ("text", "_metadata_start", "_bodies", "_parsed", "_resume_ref", "_resume_at")
+    __slots__ = ("text", "_metadata_start", "_bodies", "_parsed", "_resume_ref", "_resume_at", "_reached")
 
     def __init__(self, text: str):
         self.text = text
@@ -122,6 +121,7 @@ class ModuleText:
         self._bodies = {}
         self._parsed = {}
         self._resume_ref, self._resume_at = -1, self._metadata_start
+        self._reached = {}
 
     @property
     def metadata_start(self) -> int:
@@ -189,15 +189,26 @@ class ModuleText:
         names = (_unquote(match.group(1)) for match in self._lines_starting("declare ", f" @{prefix}"))
         return tuple(name for name in names if name.startswith(prefix))
 
+    def called_declarations(self, function: str, prefix: str) -> Tuple[str, ...]:
+        """The `declarations` (starting with `prefix`) that `function` can call: those its body,
+        or a function it reaches, names (``ir_model.reachable``, the rule a backend refuses a
+        kernel by). Compilers such as Mojo's declare some in every module, called or not."""
+        declared = self.declarations(prefix)
+        if not declared:  # most modules: no body is read
+            return declared
+        reached = self._reached.get(function)
+        if reached is None:
+            reached = self._reached[function] = reachable(self.text.split("\n"), [function])
+        return tuple(name for name in declared if name in reached)
+
     def parameter_types(self, function: str) -> Optional[List[str]]:
         """LLVM types of the parameters of the defined `function`, None if it is not defined."""
         for match in self._lines_starting("define "):
             if _unquote(match.group(1)) == function:
-                # The list ends at the line's last ")": what follows (linkage attributes,
-                # "#0", a section name, "{") has no parentheses.
                 line_end = self.text.find("\n", match.end())
-                close = self.text.rfind(")", match.end(), len(self.text) if line_end < 0 else line_end)
-                return _PARAM_TYPE.findall(", " + self.text[match.end():close])
+                header = self.text[match.start():len(self.text) if line_end < 0 else line_end]
+                types = (_PARAM_TYPE.match(parameter.strip()) for parameter in parameters(header))
+                return [found.group(0) for found in types if found]
         return None
 
     def bodies_in_section(self, section: str) -> List[str]:

@@ -14,26 +14,25 @@ import re
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .air_arguments import Argument
+from . import ir_model
+from .ir_model import DEFINITION, LOCAL, NAME
 
 __all__ = ["mark_pointer_arguments"]
 
 _SPACES = {"1": "device", "2": "constant", "3": "threadgroup"}
-_NAME = r'(?:[-\w$.]+|"[^"]*")'  # a local value as LLVM prints it, bare or quoted
-_LOCAL = re.compile(rf'(?<![-\w$."])%{_NAME}')
 _POINTER = r"ptr(?: addrspace\((\d+)\))?"
 # %x = load ptr addrspace(N), ptr addrspace(M) %param[, align 8]
-_LOAD_POINTER = re.compile(rf"^\s*(%{_NAME}) = load (?:volatile )?{_POINTER}, {_POINTER} (%{_NAME})\b")
-_LOAD = re.compile(rf"^\s*%{_NAME} = load (?:atomic )?(?:volatile )?([^,]+), {_POINTER} (%{_NAME})\b")
-_STORE = re.compile(rf"^\s*store (?:atomic )?(?:volatile )?(.+?) (?:%{_NAME}|[-\w.]+), {_POINTER} "
-                    rf"(%{_NAME})\b")
+_LOAD_POINTER = re.compile(rf"^\s*(%{NAME}) = load (?:volatile )?{_POINTER}, {_POINTER} (%{NAME})\b")
+_LOAD = re.compile(rf"^\s*%{NAME} = load (?:atomic )?(?:volatile )?([^,]+), {_POINTER} (%{NAME})\b")
+_STORE = re.compile(rf"^\s*store (?:atomic )?(?:volatile )?(.+?) (?:%{NAME}|[-\w.]+), {_POINTER} "
+                    rf"(%{NAME})\b")
 # A cast of a pointer, or an offset of zero: the same address.
-_CAST = re.compile(rf"^\s*(%{_NAME}) = (?:(?:bitcast|addrspacecast) {_POINTER} (%{_NAME}) to "
-                   rf"|getelementptr (?:inbounds )?[^,]+, {_POINTER} (%{_NAME}), i\d+ 0$)")
-_DEFINES = re.compile(rf"^\s*%{_NAME} = ")
-_COMPARE = re.compile(rf"^\s*%{_NAME} = icmp ")
-_DERIVED = re.compile(rf"^\s*(%{_NAME}) = (?:getelementptr|bitcast|addrspacecast|select|phi)\b")
+_CAST = re.compile(rf"^\s*(%{NAME}) = (?:(?:bitcast|addrspacecast) {_POINTER} (%{NAME}) to "
+                   rf"|getelementptr (?:inbounds )?[^,]+, {_POINTER} (%{NAME}), i\d+ 0$)")
+_COMPARE = re.compile(rf"^\s*%{NAME} = icmp ")
+_DERIVED = re.compile(rf"^\s*(%{NAME}) = (?:getelementptr|bitcast|addrspacecast|select|phi)\b")
 # air.atomic.*(ptr addrspace(N) %p, T value, ...): T is what it reads and writes.
-_ATOMIC = re.compile(rf"@air\.atomic\.[\w.]+\({_POINTER} (%{_NAME}), ([^ ,]+) ")
+_ATOMIC = re.compile(rf"@air\.atomic\.[\w.]+\({_POINTER} (%{NAME}), ([^ ,]+) ")
 
 
 def mark_pointer_arguments(text: str, function: str, arguments: Sequence[Argument]) -> Tuple[Argument, ...]:
@@ -43,15 +42,15 @@ def mark_pointer_arguments(text: str, function: str, arguments: Sequence[Argumen
                   and a.type_size is None and a.buffer_size is None]
     if not candidates:
         return tuple(arguments)
-    found = _definition(text, function)
+    lines = text.split("\n")
+    found = ir_model.function(lines, function) or ir_model.function(lines, f'"{function}"')
     if found is None:
         return tuple(arguments)
-    header, body = found
-    names = _parameter_names(header)
+    names = [part.split()[-1] if part.strip() else "" for part in ir_model.parameters(found.header)]
     marked = {}
     for argument in candidates:
         if argument.position < len(names):
-            held = _held_pointer(body, names[argument.position])
+            held = _held_pointer(found.body, names[argument.position])
             if held is not None:
                 marked[argument.position] = argument._replace(holds_pointer=True, pointee_address_space=held[0],
                                                               pointee_type=held[1], pointee_access=held[2])
@@ -60,36 +59,8 @@ def mark_pointer_arguments(text: str, function: str, arguments: Sequence[Argumen
 
 def _operands(line: str) -> List[str]:
     """The local values `line` uses (not the one it defines)."""
-    defined = _DEFINES.match(line)
-    return _LOCAL.findall(line, defined.end() if defined else 0)
-
-
-def _definition(text: str, function: str) -> Optional[Tuple[str, List[str]]]:
-    """(the header line, the body's lines) of the definition of @`function`."""
-    match = re.search(rf'^define [^\n]*@(?:{re.escape(function)}|"{re.escape(function)}")\(', text, re.M)
-    if match is None:
-        return None
-    header_end = text.index("\n", match.start())
-    end = text.find("\n}", header_end)
-    return text[match.start():header_end], text[header_end + 1:end if end >= 0 else len(text)].split("\n")
-
-
-def _parameter_names(header: str) -> List[str]:
-    """Each parameter's name (its last word), the list split at commas outside brackets."""
-    opened = header.index("(", header.index("@"))
-    names, depth, start = [], 0, opened + 1
-    for i in range(opened, len(header)):
-        character = header[i]
-        if character in "(<[{":
-            depth += 1
-        elif character in ")>]}":
-            depth -= 1
-        if (character == "," and depth == 1) or depth == 0:
-            names.append(header[start:i].split()[-1] if header[start:i].strip() else "")
-            start = i + 1
-            if depth == 0:
-                break
-    return names
+    defined = DEFINITION.match(line)
+    return LOCAL.findall(line, defined.end() if defined else 0)
 
 
 def _held_pointer(body: List[str], parameter: str) -> Optional[Tuple[str, Optional[str], str]]:

@@ -3,7 +3,7 @@
 `reflect` parses one function's bitcode with llvmlite in a fresh LLVM context (so struct
 names are not renamed across modules and the memory is freed with it), prints the
 module and reads the ``!air.kernel`` entry, ``!air.function_constants``, threadgroup
-globals and ``air.*`` declarations from the text.
+globals and the ``air.*`` declarations the kernel calls from the text.
 """
 
 import re
@@ -145,12 +145,12 @@ def _reflect_module(name: str, function_type: str, module, text: ModuleText) -> 
         function_constants=constants,
         max_total_threads_per_threadgroup=max_threads,
         threadgroup_variables=_threadgroup_variables(module, text),
-        intrinsics=tuple(sorted(text.declarations("air."))),
+        intrinsics=tuple(sorted(text.called_declarations(name, "air."))),
         triple=module.triple,
         extra=extra,
         function_type=function_type,
         derived_predicates=_derived_predicates(text, arguments, constants, initializers),
-        driver_functions=tuple(sorted(text.declarations("__tensorops_impl_"))),
+        driver_functions=tuple(sorted(text.called_declarations(name, "__tensorops_impl_"))),
     )
 
 

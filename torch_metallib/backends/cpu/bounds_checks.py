@@ -27,7 +27,7 @@ module's own constant and threadgroup globals (registered by ``__tm_init``).
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ...air.ir_model import NAME, edit_functions
+from ...reflection.ir_model import NAME, edit_functions
 
 __all__ = ["instrument_accesses", "check_definitions", "static_ranges_init"]
 

@@ -24,7 +24,7 @@ It happens in two steps, because a suspension point must be in the coroutine its
 import re
 from typing import Dict, List
 
-from ...air.ir_model import LABEL, function, opcode, retarget_phis
+from ...reflection.ir_model import LABEL, function, opcode, retarget_phis
 from ...errors import UnsupportedKernelError
 
 __all__ = ["SUSPEND", "SITE_PLACEHOLDER", "thread_entry", "split_at_suspends"]

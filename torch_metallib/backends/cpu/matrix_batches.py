@@ -26,7 +26,7 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...air.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode
+from ...reflection.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode
 from ...air.simdgroup_matrix import BATCH_PREFIX
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]

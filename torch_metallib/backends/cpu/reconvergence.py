@@ -20,7 +20,7 @@ import sys
 from typing import Dict, List, Set
 
 from ...air.target import SITE_ORDER
-from ...air.ir_model import CALLEE, blocks, edit_function_bodies, successors
+from ...reflection.ir_model import CALLEE, blocks, edit_function_bodies, successors
 
 __all__ = ["SITE_ORDER", "number_exchange_sites", "weak_topological_order"]
 

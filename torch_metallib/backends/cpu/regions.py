@@ -44,9 +44,9 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Set, Tuple
 
-from ...air import ir_model
+from ...reflection import ir_model
 from ...air.intrinsics import SIMD_WIDTH, type_bytes
-from ...air.ir_model import LABEL, LOCAL, NAME, function, retarget_phis, substitute
+from ...reflection.ir_model import LABEL, LOCAL, NAME, function, retarget_phis, substitute
 from ...air.target import MASK_OFFSET, SLOT_BYTES
 from .reconvergence import weak_topological_order
 from .target import NotLanes

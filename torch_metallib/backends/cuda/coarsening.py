@@ -29,7 +29,7 @@ constructors (run once per thread).
 import re
 from typing import List, Set
 
-from ...air.ir_model import function
+from ...reflection.ir_model import function
 
 __all__ = ["COARSENING", "coarsened_entry", "coarsenable", "no_alias_buffers"]
 

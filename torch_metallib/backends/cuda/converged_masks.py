@@ -21,7 +21,7 @@ import re
 from typing import Dict, List, Set
 
 from ...air.intrinsics import parse_declaration
-from ...air.ir_model import LABEL, blocks, function, successors
+from ...reflection.ir_model import LABEL, blocks, function, successors
 
 __all__ = ["converge_top_level_collectives", "CONVERGED_SUFFIX", "MASK_PARAMETER"]
 

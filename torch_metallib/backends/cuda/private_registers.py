@@ -17,7 +17,7 @@ ptx.py applies it to a kernel whose PTX kept a private array in local memory.
 import re
 from typing import Dict, List, Tuple
 
-from ...air.ir_model import NAME, edit_function_bodies, used_names
+from ...reflection.ir_model import NAME, edit_function_bodies, used_names
 
 __all__ = ["private_arrays_in_registers"]
 

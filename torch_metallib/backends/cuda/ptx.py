@@ -22,7 +22,7 @@ from typing import Dict, FrozenSet
 import llvmlite.binding as llvm
 
 from torch_metallib import config, diagnostics
-from ...air.ir_model import branches
+from ...reflection.ir_model import branches
 from ...errors import UnsupportedKernelError
 from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING

@@ -41,7 +41,7 @@ import collections
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from ...air.ir_model import LOCAL, NAME, Block, Phi, blocks, callee, defined_name, edit_function_bodies, renamed, \
+from ...reflection.ir_model import LOCAL, NAME, Block, Phi, blocks, callee, defined_name, edit_function_bodies, renamed, \
     result_type, substitute, used_names
 
 __all__ = ["vector_accesses"]

@@ -7,15 +7,16 @@ The rewrites edit the printed text in place, line by line, so the model reads th
 (llvmlite's reader leaves the numbered values a line refers to, ``%12``, without a name);
 where a question is asked of a function LLVM has parsed (``branches``), llvmlite answers.
 Names are read once here, bare or quoted (``%"a b"``, ``"a b":``), so every reader agrees
-on them.
+on them. It is part of reflection (stage 2), the first stage that reads bodies, so that
+reflection, ``air/`` and ``backends/`` share it.
 """
 
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
-           "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors", "retarget_phis",
-           "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
+           "parameters", "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors",
+           "retarget_phis", "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it
@@ -39,24 +40,28 @@ class Function:
         self.body = lines[start + 1:end]
 
     def parameters(self) -> List[str]:
-        """The header's parameters as printed (type, attributes, name), split at the commas
-        outside brackets; [] for none."""
-        header = self.header
-        opened = header.index("(", header.index("@"))
-        parts, depth, start = [], 0, opened + 1
-        for i in range(opened, len(header)):
-            character = header[i]
-            if character in "(<[{":
-                depth += 1
-            elif character in ")>]}":
-                depth -= 1
-                if depth == 0:
-                    parts.append(header[start:i])
-                    break
-            elif character == "," and depth == 1:
+        """The header's parameters as printed (type, attributes, name): `parameters`."""
+        return parameters(self.header)
+
+
+def parameters(header: str) -> List[str]:
+    """A ``define`` or ``declare`` line's parameters as printed (type, attributes, name),
+    split at the commas outside brackets; [] for none."""
+    opened = header.index("(", header.index("@"))
+    parts, depth, start = [], 0, opened + 1
+    for i in range(opened, len(header)):
+        character = header[i]
+        if character in "(<[{":
+            depth += 1
+        elif character in ")>]}":
+            depth -= 1
+            if depth == 0:
                 parts.append(header[start:i])
-                start = i + 1
-        return [] if parts == [""] else parts
+                break
+        elif character == "," and depth == 1:
+            parts.append(header[start:i])
+            start = i + 1
+    return [] if parts == [""] else parts
 
 
 def _defined_function(header: str) -> str:
@@ -102,8 +107,7 @@ def reachable(lines: List[str], roots) -> set:
         if name in seen:
             continue
         seen.add(name)
-        for line in bodies.get(name, ()):
-            todo |= names(line) - seen
+        todo |= names("\n".join(bodies.get(name, ()))) - seen  # one search a body: no name spans lines
     return seen
 
 

@@ -40,6 +40,7 @@ from ...air.private_arrays import clamp_private_array_indices
 from ...air.simdgroup_matrix import define_matrix
 from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_level_collectives
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
+from .lane_relabeling import RELABELED, relabel_safe, relabeled_definition, relabeled_thread_lines
 from .libdevice import use_libdevice
 from .matrix_products import define_matrix_product
 from .warp_spelling import DECLARATIONS, WarpSpelling
@@ -109,6 +110,12 @@ def _is_collective(ret: str, name: str, params: List[str]) -> bool:
     return made is not None and "%mask = " in made[0]
 
 
+def _names_lanes(ret: str, name: str, params: List[str]) -> bool:
+    """Whether AIR function `name` exchanges between lanes or places a lane's elements."""
+    return define_collective(ret, name, params, WarpSpelling()) is not None \
+        or define_matrix(ret, name, params, WarpSpelling()) is not None
+
+
 def _generic_constant_space(text: str) -> str:
     """Metal's constant address space (2) as generic (0); casts that became no-ops dropped."""
     text = re.sub(r" addrspace\(2\)", "", text)
@@ -138,18 +145,23 @@ def _operand(argument, lines: List[str]) -> str:
     return f"ptr %a{position}"
 
 
-def _thread(kernel: str, arguments, constructors: List[str], position_given: bool):
+def _thread(kernel: str, arguments, constructors: List[str], position_given: bool, relabel: bool = False):
     """(parameters, lines) of one Metal thread: its builtins from the special registers and
-    the launch parameters (its x position given as ``%px`` where `position_given`), the
+    the launch parameters (its x position given as ``%px`` where `position_given`; the
+    Metal thread it plays relabelled where `relabel`: lane_relabeling.py), the
     constructors, the kernel's call."""
     lines: List[str] = []
+    hardware = ".hw" if relabel else ""
     for axis in "xyz":
-        lines += [f"%t{axis} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
+        lines += [f"%t{axis}{hardware} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
                   f"%c{axis} = call i32 @{_SREG}.ctaid.{axis}()", f"%g{axis} = add i32 %c{axis}, %base.{axis}",
                   f"%groups.{axis}.n = add i32 %grid.{axis}, %group.{axis}",
                   f"%groups.{axis}.m = sub i32 %groups.{axis}.n, 1",
                   f"%groups.{axis} = udiv i32 %groups.{axis}.m, %group.{axis}",
                   f"%o{axis} = mul i32 %g{axis}, %group.{axis}"]
+    if relabel:
+        lines += relabeled_thread_lines()
+    for axis in "xyz":
         if not (position_given and axis == "x"):
             lines.append(f"%p{axis} = add i32 %o{axis}, %t{axis}")
     lines += ["%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
@@ -170,8 +182,8 @@ def _thread(kernel: str, arguments, constructors: List[str], position_given: boo
     return parameters, lines
 
 
-def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
-    parameters, lines = _thread(kernel, arguments, constructors, position_given=False)
+def _entry(symbol: str, kernel: str, arguments, constructors: List[str], relabel: bool = False) -> str:
+    parameters, lines = _thread(kernel, arguments, constructors, position_given=False, relabel=relabel)
     return (f"\ndefine ptx_kernel void @{entry_name(symbol)}({', '.join(parameters)}) {{\nentry:\n  "
             + "\n  ".join(lines) + "\n  ret void\n}\n")
 
@@ -199,6 +211,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = _generic_constant_space(text)
     declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
     text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
+    relabel = relabel_safe({name: parsed for name, parsed in declared.items() if name.startswith("air.")}, _names_lanes)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend", WarpSpelling(),
                                                    constructors))
     # What the CPU's runtime answers, answered by the GPU.
@@ -214,6 +227,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     shared = f"{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
     text += shared + "\n".join(needed) + "\n"
     coarse = None
-    if grid_only and coarsenable(text, constructors, arguments):
+    if f"@{RELABELED}(" in text:  # the products' lanes (matrix_products.py)
+        text += relabeled_definition(relabel)
+    elif grid_only and coarsenable(text, constructors, arguments):
         coarse = mark_convergent(text + _coarsened_entry(symbol, kernel, arguments, constructors, text), nounwind=True)
-    return mark_convergent(text + _entry(symbol, kernel, arguments, constructors), nounwind=True), coarse
+    return mark_convergent(text + _entry(symbol, kernel, arguments, constructors, relabel), nounwind=True), coarse

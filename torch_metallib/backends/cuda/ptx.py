@@ -29,6 +29,7 @@ from .coarsening import COARSENING
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
 from .private_registers import private_arrays_in_registers
+from .tensor_core_products import tensor_core_products
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
 
@@ -121,6 +122,7 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
+            module = _tensor_cores(module, machine)
             if stop_if_straight and not branches(module.get_function(entry)):
                 raise _Straight()
             versioned = _vector_accesses(module, entry)
@@ -135,6 +137,25 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
         finally:
             if module is not None:
                 module.close()
+
+
+def _tensor_cores(module, machine):
+    """`module` (optimized) with its float simdgroup products defined (tensor_core_products.py)
+    and optimized again; the same module where it has none."""
+    optimized = str(module)
+    defined = tensor_core_products(optimized)
+    if defined is optimized:
+        return module
+    edited = llvm.parse_assembly(defined, context=_context)
+    try:
+        edited.verify()
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(edited, builder)
+    except RuntimeError:
+        edited.close()
+        raise
+    module.close()
+    return edited
 
 
 def _vector_accesses(module, entry: str):

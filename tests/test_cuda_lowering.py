@@ -174,8 +174,10 @@ def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
     for arch in ARCHS:
         ptx = kernel_ptx(kernel, _ALIGNED, "t", arch)
         products = re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.(\w+)\.\w+\.f32", ptx)
-        # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled).
-        assert products == ([mma] * 32 if mma else []), products[:4]
+        # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled): 32
+        # products, two sharing B per m16n8k8; each B fragment's two shuffles once per step.
+        assert products == ([mma] * 16 if mma else []), products[:4]
+        assert ptx.count("shfl.sync.idx.b32") == 24 * 32 + (16 if mma else 0)
         assert "tf32" not in ptx and ptx.count("fma.rn.f32") >= 16 * 32
         assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
 

@@ -168,8 +168,9 @@ _ALIGNED = {10: False, 100: False, 110: False, 200: True, 201: True, 202: True} 
 @pytest.mark.parametrize("dtype, mma", [("float16", "f16"), ("bfloat16", "bf16"), ("float32", None)])
 def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
     """steel GEMM's float fragments loaded from half (bfloat) tiles: each 8x8 product is one
-    mma.sync m16n8k8 with float sums (the exact shuffles and FMAs stay for launches that are
-    not whole warps); float32 products never reach tensor cores (no TF32)."""
+    mma.sync m16n8k8 with float sums (the exact product, one called function, stays for
+    launches that are not whole warps); float32 products never reach tensor cores (no TF32)
+    and stay inlined."""
     kernel = mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"]
     for arch in ARCHS:
         ptx = kernel_ptx(kernel, _ALIGNED, "t", arch)
@@ -177,8 +178,10 @@ def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
         # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled): 32
         # products, two sharing B per m16n8k8; each B fragment's two shuffles once per step.
         assert products == ([mma] * 16 if mma else []), products[:4]
-        assert ptx.count("shfl.sync.idx.b32") == 24 * 32 + (16 if mma else 0)
-        assert "tf32" not in ptx and ptx.count("fma.rn.f32") >= 16 * 32
+        exact = 1 if mma else 32  # the exact products: 24 shuffles and 16 FMAs each
+        assert ptx.count("shfl.sync.idx.b32") == 24 * exact + (16 if mma else 0)
+        assert ptx.count("fma.rn.f32") == 16 * exact and "tf32" not in ptx
+        assert ptx.count("call.uni") == (32 if mma else 0)
         assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
 
 

@@ -42,7 +42,8 @@ from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_leve
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
 from .lane_relabeling import RELABELED, relabel_safe, relabeled_definition, relabeled_thread_lines
 from .libdevice import use_libdevice
-from .matrix_products import define_matrix_product
+from .matrix_products import PLACEHOLDER, define_matrix_product
+from .tensor_core_products import exact_products
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
 __all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
@@ -211,9 +212,14 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = _generic_constant_space(text)
     declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
     text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
-    relabel = relabel_safe({name: parsed for name, parsed in declared.items() if name.startswith("air.")}, _names_lanes)
+    # Relabelled lanes serve tensor-core products alone, which need half or bfloat fragments;
+    # elsewhere they only make the exact products' lane arithmetic longer.
+    relabel = re.search(r"\b(half|bfloat)\b", text) is not None and relabel_safe(
+        {name: parsed for name, parsed in declared.items() if name.startswith("air.")}, _names_lanes)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend", WarpSpelling(),
                                                    constructors))
+    if f"@{PLACEHOLDER}(" in text and not relabel:
+        text = exact_products(text)  # no product can reach tensor cores (tensor_core_products.py)
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
     called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))

@@ -28,6 +28,7 @@ from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
+from .matrix_products import PLACEHOLDER
 from .private_registers import private_arrays_in_registers
 from .tensor_core_products import tensor_core_products
 from .toolkit import toolkit_files
@@ -122,7 +123,8 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
-            module = _tensor_cores(module, machine)
+            if f"@{PLACEHOLDER}(" in text:
+                module = _tensor_cores(module, machine)
             if stop_if_straight and not branches(module.get_function(entry)):
                 raise _Straight()
             versioned = _vector_accesses(module, entry)

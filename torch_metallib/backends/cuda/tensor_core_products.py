@@ -18,12 +18,16 @@ from typing import Dict, List
 
 from .matrix_products import PLACEHOLDER, exact_product_lines
 
-__all__ = ["tensor_core_products"]
+__all__ = ["tensor_core_products", "exact_products"]
 
 _CALL = re.compile(r"call <2 x float> @" + re.escape(PLACEHOLDER)
                    + r"\(<2 x float> (\S+), <2 x float> (\S+), <2 x float> (\S+), i1 (\S+)\)")
 _DEFINED = re.compile(r"^\s*(%[-\w.$]+) = (.*)$", re.M)
 _MMA = {"half": "f16", "bfloat": "bf16"}
+# The exact product where a tensor-core one finds part of its warp missing: called, not
+# inlined, since launches of whole warps never run it and 32 inlined copies (24 shuffles, 16
+# FMAs each) doubled the time LLVM and ptxas spend on steel GEMM and raised its registers.
+_COLD = PLACEHOLDER + ".cold"
 _NEEDED = ["declare float @llvm.fma.f32(float, float, float)", "declare i32 @llvm.nvvm.activemask()",
            "declare i32 @llvm.nvvm.read.ptx.sreg.laneid()",
            "declare i32 @llvm.nvvm.shfl.sync.idx.i32(i32, i32, i32, i32)"]
@@ -165,7 +169,7 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
                       f"%r{n} = insertelement <2 x float> %r{n}.0, float %m{m}.{half}.1, i32 1"]
             made[n] = f"%r{n}"
     lines += _struct(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"]
-    lines += [f"%x{n} = call <2 x float> @{PLACEHOLDER}.exact(<2 x float> %a{i}, <2 x float> %b{j}, "
+    lines += [f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{i}, <2 x float> %b{j}, "
               f"<2 x float> %c{n}, i1 %relabel)" for n, (i, j) in enumerate(shape)]
     lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "se")
     lines += ["br label %done", "done:", f"%r = phi {struct} [ %sm, %mma ], [ %se, %exact ]", f"ret {struct} %r"]
@@ -201,13 +205,23 @@ def tensor_core_products(text: str) -> str:
         return match.group(0).replace(f"@{PLACEHOLDER}(", f"@{PLACEHOLDER}.{kind}(", 1)
 
     text = _CALL.sub(route, text)
+    definitions += [_tensor_core(kind) for kind in sorted(used - {"exact"})]
+    if definitions:
+        definitions.append(_exact(_COLD, "noinline"))
+    return exact_products(text, definitions)
+
+
+def exact_products(text: str, definitions: List[str] = ()) -> str:
+    """`text` with PLACEHOLDER's remaining calls the exact product (inlined), and `definitions`
+    (the tensor-core products') added. Lowering calls it where a kernel has no half or
+    bfloat value (no product can reach tensor cores): such kernels then skip the second
+    optimization tensor_core_products needs."""
     text = re.sub(r"^declare [^\n]*@" + re.escape(PLACEHOLDER) + r"\([^\n]*\n", "", text, flags=re.M)
     # Operands _CALL does not read (constants with spaces): the exact product.
     text = text.replace(f"@{PLACEHOLDER}(", f"@{PLACEHOLDER}.exact(")
-    definitions += [_exact()] + [_tensor_core(kind) for kind in sorted(used - {"exact"})]
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     needed = [d for d in _NEEDED if re.search(r"@([-\w$.]+)\(", d).group(1) not in declared]
-    return text + "\n" + "\n".join(definitions + needed) + "\n"
+    return text + "\n" + "\n".join(list(definitions) + [_exact(f"{PLACEHOLDER}.exact", "alwaysinline")] + needed) + "\n"
 
 
 def _elements(prefix: str = "") -> List[str]:
@@ -220,10 +234,10 @@ def _exact_body() -> List[str]:
         "%e = insertelement <2 x float> %e.0, float %d1.7, i32 1"]
 
 
-def _exact() -> str:
+def _exact(name: str, inlining: str) -> str:
     body = "\n  ".join(_exact_body() + ["ret <2 x float> %e"])
-    return (f"define internal <2 x float> @{PLACEHOLDER}.exact(<2 x float> %a, <2 x float> %b, <2 x float> %c, "
-            f"i1 %relabel) alwaysinline convergent nounwind {{\n  {body}\n}}")
+    return (f"define internal <2 x float> @{name}(<2 x float> %a, <2 x float> %b, <2 x float> %c, "
+            f"i1 %relabel) {inlining} convergent nounwind {{\n  {body}\n}}")
 
 
 def _tensor_core(kind: str) -> str:
@@ -249,8 +263,8 @@ def _tensor_core(kind: str) -> str:
              "%m1 = extractvalue { float, float, float, float } %d, 1",
              "%m.0 = insertelement <2 x float> poison, float %m0, i32 0",
              "%m = insertelement <2 x float> %m.0, float %m1, i32 1", "br label %done", "exact:"]
-    lines += _exact_body() + ["br label %done", "done:", "%r = phi <2 x float> [ %m, %mma ], [ %e, %exact ]",
-                              "ret <2 x float> %r"]
+    lines += [f"%e = call <2 x float> @{_COLD}(<2 x float> %a, <2 x float> %b, <2 x float> %c, i1 %relabel)",
+              "br label %done", "done:", "%r = phi <2 x float> [ %m, %mma ], [ %e, %exact ]", "ret <2 x float> %r"]
     body = "\n  ".join(lines)
     return (f"define internal <2 x float> @{PLACEHOLDER}.{kind}(<2 x float> %a, <2 x float> %b, <2 x float> %c, "
             f"i1 %relabel) alwaysinline convergent nounwind {{\nentry:\n  {body}\n}}")

@@ -185,6 +185,20 @@ def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
         assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_gemm_fragments_are_read_as_words(mlx_lib, ptxas, dtype):
+    """A lane's two neighbouring halves of a fragment are one 32-bit shared load (their
+    alignment proven from the address arithmetic), and each thread's 16 bytes of a tile are
+    copied from global memory with one 16-byte load and store where the source is aligned
+    at run time (the 2-byte copy stays for the other launches)."""
+    ptx = kernel_ptx(mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"], _ALIGNED, "t")
+    # 4 A and 4 B fragments per 8-deep step, two steps per tile.
+    assert ptx.count("ld.shared.v2.b16") == 16 and "ld.shared.b16" not in ptx
+    assert ptx.count("ld.global.v4.b32") == 2 and ptx.count("st.shared.v4.b32") == 2  # A's and B's
+    assert ptx.count("st.shared.b16") == 16  # the unaligned copies
+    assert run_ptxas(ptx, "sm_80").returncode == 0
+
+
 def _lanes(lines, flag: str):
     """The function of a lane index that `lines` (leaving %out) compute, run on the host."""
     text = (f"define i32 @f(i32 %in) {{\n  %flag = icmp eq i32 {flag}, 1\n  "

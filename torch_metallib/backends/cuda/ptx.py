@@ -30,6 +30,8 @@ from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
 from .matrix_products import PLACEHOLDER
 from .private_registers import private_arrays_in_registers
+from .shared_alignment import proven_shared_alignment
+from .shared_copies import versioned_shared_copies
 from .tensor_core_products import tensor_core_products
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
@@ -145,7 +147,7 @@ def _tensor_cores(module, machine):
     """`module` (optimized) with its float simdgroup products defined (tensor_core_products.py)
     and optimized again; the same module where it has none."""
     optimized = str(module)
-    defined = tensor_core_products(optimized)
+    defined = proven_shared_alignment(versioned_shared_copies(tensor_core_products(optimized)))
     if defined is optimized:
         return module
     edited = llvm.parse_assembly(defined, context=_context)

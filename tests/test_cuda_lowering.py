@@ -199,6 +199,24 @@ def test_half_gemm_fragments_are_read_as_words(mlx_lib, ptxas, dtype):
     assert run_ptxas(ptx, "sm_80").returncode == 0
 
 
+def test_shared_alignment_claims_only_what_the_address_proves():
+    """An offset with an odd term keeps its 2-byte alignment; through a loop's phi only what
+    every way in proves; an even offset of a 16-byte array becomes 4."""
+    from torch_metallib.backends.cuda.shared_alignment import proven_shared_alignment
+    text = ("@t = internal addrspace(3) global [64 x half] undef, align 16\n"
+            "define void @k(i32 %x, i1 %c) {\n"
+            "  %even = shl i32 %x, 1\n  %odd = or disjoint i32 %even, 1\n  %i = zext nneg i32 %even to i64\n"
+            "  %j = zext nneg i32 %odd to i64\n  %p = getelementptr inbounds half, ptr addrspace(3) @t, i64 %i\n"
+            "  %q = getelementptr inbounds half, ptr addrspace(3) @t, i64 %j\n"
+            "  %a = load half, ptr addrspace(3) %p, align 2\n  %b = load half, ptr addrspace(3) %q, align 2\n"
+            "  br label %loop\nloop:\n  %r = phi ptr addrspace(3) [ %p, %0 ], [ %s, %loop ]\n"
+            "  %s = getelementptr inbounds i8, ptr addrspace(3) %r, i64 2\n"
+            "  store half %a, ptr addrspace(3) %r, align 2\n  br i1 %c, label %loop, label %out\nout:\n  ret void\n}\n")
+    aligned = re.findall(r"(load half|store half \S+), ptr addrspace\(3\) (%\w+), align (\d+)",
+                         proven_shared_alignment(text))
+    assert aligned == [("load half", "%p", "4"), ("load half", "%q", "2"), ("store half %a", "%r", "2")]
+
+
 def _lanes(lines, flag: str):
     """The function of a lane index that `lines` (leaving %out) compute, run on the host."""
     text = (f"define i32 @f(i32 %in) {{\n  %flag = icmp eq i32 {flag}, 1\n  "

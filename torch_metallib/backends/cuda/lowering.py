@@ -125,6 +125,9 @@ def _generic_constant_space(text: str) -> str:
     return re.sub(r"addrspacecast \(ptr (@[-\w$.]+) to ptr\)", r"\1", text)
 
 
+_PRODUCT = "air.simdgroup_matrix_8x8_multiply_accumulate"
+
+
 def _aligned_threadgroup_arrays(text: str) -> str:
     """Threadgroup arrays aligned to 16 bytes. Metal's compiler aligns them to their element
     (a half tile: 2), which keeps LLVM from proving that a lane's neighbouring halves share
@@ -218,8 +221,10 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = guard_integer_division(clamp_private_array_indices(text))
     text, constructors = take_constructors(text)
     check_constant_globals(text, kernel, constructors)
-    text = _aligned_threadgroup_arrays(_generic_constant_space(text))
+    text = _generic_constant_space(text)
     declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
+    if any(name.startswith(_PRODUCT) for name in declared):  # tiles of matrix products (steel GEMM)
+        text = _aligned_threadgroup_arrays(text)
     text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
     # Relabelled lanes serve tensor-core products alone, which need half or bfloat fragments;
     # elsewhere they only make the exact products' lane arithmetic longer.

@@ -144,12 +144,10 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
 
 
 def _tensor_cores(module, machine):
-    """`module` (optimized) with its float simdgroup products defined (tensor_core_products.py)
-    and optimized again; the same module where it has none."""
-    optimized = str(module)
-    defined = proven_shared_alignment(versioned_shared_copies(tensor_core_products(optimized)))
-    if defined is optimized:
-        return module
+    """`module` (optimized, calling PLACEHOLDER) with its float simdgroup products defined
+    (tensor_core_products.py), its shared accesses and tile copies as wide as proven
+    (shared_alignment.py, shared_copies.py), and optimized again."""
+    defined = proven_shared_alignment(versioned_shared_copies(tensor_core_products(str(module))))
     edited = llvm.parse_assembly(defined, context=_context)
     try:
         edited.verify()

@@ -20,7 +20,7 @@ _NAME = r"[%@][-\w.$]+"
 _GLOBAL = re.compile(r"^(@[-\w.$]+) = [^\n]*addrspace\(3\) global [^\n]*, align (\d+)$", re.M)
 _ACCESS = re.compile(r"((?:= load [^,\n]+|^\s*store [^,\n]+), ptr addrspace\(3\) (" + _NAME + r")), align (\d+)", re.M)
 _ASSIGNED = re.compile(r"^\s*(%[-\w.$]+) = (.*)$", re.M)
-_FLAGS = re.compile(r"\b(?:nuw|nsw|exact|disjoint|inbounds|nneg|tail|samesign) ")
+_FLAGS = re.compile(r"(?<![-%@\w.$])(?:nuw|nsw|exact|disjoint|inbounds|nneg|samesign) ")
 _SCALAR = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
 
 

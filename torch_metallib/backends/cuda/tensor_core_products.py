@@ -213,9 +213,9 @@ def tensor_core_products(text: str) -> str:
 
 def exact_products(text: str, definitions: List[str] = ()) -> str:
     """`text` with PLACEHOLDER's remaining calls the exact product (inlined), and `definitions`
-    (the tensor-core products') added. Lowering calls it where a kernel has no half or
-    bfloat value (no product can reach tensor cores): such kernels then skip the second
-    optimization tensor_core_products needs."""
+    (the tensor-core products') added. Lowering calls it where no product can reach tensor
+    cores (the lanes are not relabelled: no half or bfloat value, or other SIMD-group
+    functions): such kernels then skip the second optimization tensor_core_products needs."""
     text = re.sub(r"^declare [^\n]*@" + re.escape(PLACEHOLDER) + r"\([^\n]*\n", "", text, flags=re.M)
     # Operands _CALL does not read (constants with spaces): the exact product.
     text = text.replace(f"@{PLACEHOLDER}(", f"@{PLACEHOLDER}.exact(")

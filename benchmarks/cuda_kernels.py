@@ -145,23 +145,30 @@ def scans(lib, repeat: int) -> list:
                  lambda: torch.cumsum(x, -1), lambda: (out - torch.cumsum(x, -1)).abs().max().item(), repeat)]
 
 
-def gemm(lib, repeat: int) -> list:
+GEMM_SIZES = (1024, 2048, 4096, 8192)
+
+
+def gemm(lib, repeat: int, sizes=GEMM_SIZES) -> list:
+    """steel_gemm_fused (nn) at n^3 for each size and dtype, beside torch.mm (TF32 off):
+    float16/bfloat16 products on tensor cores with float sums, float32 exact."""
     rows = []
-    for dtype, m in (("float32", 2048), ("float32", 4096), ("float16", 4096), ("bfloat16", 4096)):
-        bm, bn, bk, wm, wn = _TILES[dtype]
-        name = f"steel_gemm_fused_nn_{dtype}_{dtype}_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}"
-        a = torch.randn(m, m, device="cuda").to(_DTYPES[dtype])
-        b = torch.randn(m, m, device="cuda").to(_DTYPES[dtype])
-        d = torch.empty(m, m, device="cuda", dtype=_DTYPES[dtype])
-        params = struct.pack("<8i3q3i4x", m, m, m, m, m, m, m // bn, m // bm, m * m, m * m, m * m, 0, m // bk, 0)
-        constants = {"has_batch": False, "use_out_source": False, "do_axpby": False,
-                     "align_M": True, "align_N": True, "align_K": True}
-        call = lambda: lib[name](a, b, d, params, threads=(m // bn * 32, m // bm * wn, wm),  # noqa: E731
-                                 group_size=(32, wn, wm), constants=constants)
-        row = _row(f"{name} {m}^3", call, lambda: torch.mm(a, b),
-                   lambda: ((d.float() - (a.float() @ b.float())).abs().max() / m ** 0.5).item(), repeat, 3)
-        row["tflops"] = 2 * m ** 3 / (row["gpu_ms"]["metallib"] * 1e-3) / 1e12
-        rows.append(row)
+    for dtype in ("float16", "bfloat16", "float32"):
+        for m in sizes:
+            bm, bn, bk, wm, wn = _TILES[dtype]
+            name = f"steel_gemm_fused_nn_{dtype}_{dtype}_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}"
+            a = torch.randn(m, m, device="cuda").to(_DTYPES[dtype])
+            b = torch.randn(m, m, device="cuda").to(_DTYPES[dtype])
+            d = torch.empty(m, m, device="cuda", dtype=_DTYPES[dtype])
+            params = struct.pack("<8i3q3i4x", m, m, m, m, m, m, m // bn, m // bm, m * m, m * m, m * m, 0, m // bk, 0)
+            constants = {"has_batch": False, "use_out_source": False, "do_axpby": False,
+                         "align_M": True, "align_N": True, "align_K": True}
+            call = lambda: lib[name](a, b, d, params, threads=(m // bn * 32, m // bm * wn, wm),  # noqa: E731
+                                     group_size=(32, wn, wm), constants=constants)
+            row = _row(f"{name} {m}^3", call, lambda: torch.mm(a, b),
+                       lambda: ((d.float() - (a.float() @ b.float())).abs().max() / m ** 0.5).item(),
+                       repeat, 3 if m <= 4096 else 1)
+            row["tflops"] = 2 * m ** 3 / (row["gpu_ms"]["metallib"] * 1e-3) / 1e12
+            rows.append(row)
     return rows
 
 
@@ -208,6 +215,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--json", help="also write the results here")
     parser.add_argument("--metallib", help="mlx.metallib or a subset of it (default: the cached corpus)")
+    parser.add_argument("--gemm-only", action="store_true", help="only the GEMM section, at each size")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("benchmarks/cuda_kernels.py needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -218,8 +226,13 @@ def main() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, {args.repeat} repeats (medians)\n")
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": []}
-    for section in (elementwise, softmax, norms, scans, gemm):
+    for section in ((gemm,) if args.gemm_only else (elementwise, softmax, norms, scans, gemm)):
         results["rows"] += section(lib, args.repeat)
+    if args.gemm_only:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+        return
     results["host_overhead_us"] = host_overhead(lib, args.repeat)
     results["lowering"] = lowering_times(lib, LOWERED)  # these kernels; cuda_lowering.py: more, fresh processes
     print(f"\nlowering (AIR -> PTX, disk cache not used): median {results['lowering']['median_ms']:.0f} ms, "

@@ -292,6 +292,50 @@ def test_steel_gemm_half_paths(mlx_lib, transpose, dtype, tile, shape, on_cuda):
     matmul._run_steel_gemm(mlx_lib, transpose, dtype, tile, shape, seed=sum(shape))
 
 
+@pytest.mark.parametrize("tile", matmul.TILES, ids=lambda t: "bm{}_bn{}_bk{}_wm{}_wn{}".format(*t))
+@pytest.mark.parametrize("transpose", matmul.TRANSPOSES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_steel_gemm_every_variant(mlx_lib, dtype, transpose, tile, on_cuda):
+    """Every tile, transpose and dtype, ragged in M, N and K: half and bfloat products on
+    tensor cores (float sums), float ones exact."""
+    matmul.check_steel_gemm_unaligned(mlx_lib, tile, transpose, dtype)
+
+
+@pytest.mark.parametrize("transpose", matmul.TRANSPOSES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("shape", matmul.ALIGNMENT_CASES, ids=lambda s: "x".join(map(str, s)))
+def test_steel_gemm_aligned_and_ragged(mlx_lib, shape, transpose, dtype, on_cuda):
+    matmul.check_steel_gemm_alignment_paths(mlx_lib, shape, transpose, dtype)
+
+
+@pytest.mark.parametrize("dtype,transpose,addmm", [
+    ("float32", "nn", (0.5, -2.0, True, False)), ("float16", "nt", (1.5, 0.25, True, True)),
+    ("bfloat16", "tn", (3.0, 5.0, False, False)), ("float16", "tt", (3.0, 5.0, False, True))])
+def test_steel_gemm_addmm_and_batches(mlx_lib, dtype, transpose, addmm, on_cuda):
+    matmul._run_steel_gemm(mlx_lib, transpose, dtype, (64, 32, 32, 2, 2), (70, 45, 66), batch=2, addmm=addmm, seed=7)
+    matmul._run_steel_gemm(mlx_lib, transpose, dtype, (32, 32, 16, 2, 2), (36, 50, 29), nd_batch=(2, 3), seed=5)
+
+
+def test_steel_gemm_half_tensor_cores_match_float_sums(mlx_lib):
+    """On the GPU alone (no mirror): a 256^3 float16 GEMM whose products run on tensor
+    cores agrees with torch's float sums of the same halves to within half rounding."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = 256
+    a = torch.randn(n, n, device="cuda", generator=g).half()
+    b = torch.randn(n, n, device="cuda", generator=g).half()
+    d = torch.empty(n, n, device="cuda", dtype=torch.half)
+    params = matmul._pack_struct(mlx_lib[matmul._steel_name("nn", "float16", (64, 64, 16, 2, 2))], "params",
+                                 M=n, N=n, K=n, lda=n, ldb=n, ldd=n, tiles_n=n // 64, tiles_m=n // 64,
+                                 batch_stride_a=n * n, batch_stride_b=n * n, batch_stride_d=n * n, swizzle_log=0,
+                                 gemm_k_iterations_aligned=n // 16, batch_ndim=1)
+    fn = mlx_lib[matmul._steel_name("nn", "float16", (64, 64, 16, 2, 2))]
+    fn(A=a, B=b, D=d, params=params, threads=(n // 64 * 32, n // 64 * 2, 2), group_size=(32, 2, 2),
+       constants=matmul._constants_needed(fn, dict(has_batch=False, use_out_source=False, do_axpby=False,
+                                                   align_M=True, align_N=True, align_K=True)))
+    want = (a.float() @ b.float()).half()
+    torch.testing.assert_close(d, want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("operands, accumulator", strided.PRODUCT_TYPES)
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):

@@ -159,6 +159,102 @@ def test_simdgroup_matrix_products_are_shuffles_and_fmas(mlx_lib, ptxas):
     _assembled(ptx)
 
 
+_ALIGNED = {10: False, 100: False, 110: False, 200: True, 201: True, 202: True}  # steel GEMM, aligned
+
+
+@pytest.mark.parametrize("dtype, mma", [("float16", "f16"), ("bfloat16", "bf16"), ("float32", None)])
+def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
+    """steel GEMM's float fragments loaded from half (bfloat) tiles: each 8x8 product is one
+    mma.sync m16n8k8 with float sums (the exact product, one called function, stays for
+    launches that are not whole warps); float32 products never reach tensor cores (no TF32)
+    and stay inlined."""
+    kernel = mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"]
+    for arch in ARCHS:
+        ptx = kernel_ptx(kernel, _ALIGNED, "t", arch)
+        products = re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.(\w+)\.\w+\.f32", ptx)
+        # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled): 32
+        # products, two sharing B per m16n8k8; each B fragment's two shuffles once per step.
+        assert products == ([mma] * 16 if mma else []), products[:4]
+        exact = 1 if mma else 32  # the exact products: 24 shuffles and 16 FMAs each
+        assert ptx.count("shfl.sync.idx.b32") == 24 * exact + (16 if mma else 0)
+        assert ptx.count("fma.rn.f32") == 16 * exact and "tf32" not in ptx
+        assert ptx.count("call.uni") == (32 if mma else 0)
+        assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_gemm_fragments_are_read_as_words(mlx_lib, ptxas, dtype):
+    """A lane's two neighbouring halves of a fragment are one 32-bit shared load (their
+    alignment proven from the address arithmetic), and each thread's 16 bytes of a tile are
+    copied from global memory with one 16-byte load and store where the source is aligned
+    at run time (the 2-byte copy stays for the other launches)."""
+    ptx = kernel_ptx(mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"], _ALIGNED, "t")
+    # 4 A and 4 B fragments per 8-deep step, two steps per tile.
+    assert ptx.count("ld.shared.v2.b16") == 16 and "ld.shared.b16" not in ptx
+    assert ptx.count("ld.global.v4.b32") == 2 and ptx.count("st.shared.v4.b32") == 2  # A's and B's
+    assert ptx.count("st.shared.b16") == 16  # the unaligned copies
+    assert run_ptxas(ptx, "sm_80").returncode == 0
+
+
+def test_shared_alignment_claims_only_what_the_address_proves():
+    """An offset with an odd term keeps its 2-byte alignment; through a loop's phi only what
+    every way in proves; an even offset of a 16-byte array becomes 4."""
+    from torch_metallib.backends.cuda.shared_alignment import proven_shared_alignment
+    text = ("@t = internal addrspace(3) global [64 x half] undef, align 16\n"
+            "define void @k(i32 %x, i1 %c) {\n"
+            "  %even = shl i32 %x, 1\n  %odd = or disjoint i32 %even, 1\n  %i = zext nneg i32 %even to i64\n"
+            "  %j = zext nneg i32 %odd to i64\n  %p = getelementptr inbounds half, ptr addrspace(3) @t, i64 %i\n"
+            "  %q = getelementptr inbounds half, ptr addrspace(3) @t, i64 %j\n"
+            "  %a = load half, ptr addrspace(3) %p, align 2\n  %b = load half, ptr addrspace(3) %q, align 2\n"
+            "  br label %loop\nloop:\n  %r = phi ptr addrspace(3) [ %p, %0 ], [ %s, %loop ]\n"
+            "  %s = getelementptr inbounds i8, ptr addrspace(3) %r, i64 2\n"
+            "  store half %a, ptr addrspace(3) %r, align 2\n  br i1 %c, label %loop, label %out\nout:\n  ret void\n}\n")
+    aligned = re.findall(r"(load half|store half \S+), ptr addrspace\(3\) (%\w+), align (\d+)",
+                         proven_shared_alignment(text))
+    assert aligned == [("load half", "%p", "4"), ("load half", "%q", "2"), ("store half %a", "%r", "2")]
+
+
+def _lanes(lines, flag: str):
+    """The function of a lane index that `lines` (leaving %out) compute, run on the host."""
+    text = (f"define i32 @f(i32 %in) {{\n  %flag = icmp eq i32 {flag}, 1\n  "
+            + "\n  ".join(lines) + "\n  ret i32 %out\n}\n")
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(text)
+    engine = llvm.create_mcjit_compiler(module, llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    f = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32)(engine.get_function_address("f"))
+    return [f(lane) for lane in range(32)]
+
+
+def test_relabelled_lanes_hold_mma_fragments():
+    """CUDA lane l plays the Metal lane whose elements of an 8x8 matrix are mma.sync's for l
+    (row l/4, columns 2(l%4) and 2(l%4)+1); the inverse maps back; unrelabelled, lanes stay."""
+    from torch_metallib.backends.cuda.lane_relabeling import physical_lane, virtual_lane
+    playing = _lanes(virtual_lane("%in", "%flag", "out"), "1")
+    for lane, metal in enumerate(playing):
+        row, column = ((metal >> 4) << 2) | ((metal >> 1) & 3), ((metal >> 3) & 1) * 4 + (metal & 1) * 2
+        assert (row, column) == (lane >> 2, 2 * (lane & 3)), (lane, metal)
+    assert _lanes(physical_lane("%in", "%flag", "out"), "1") == [playing.index(v) for v in range(32)]
+    assert _lanes(virtual_lane("%in", "%flag", "out"), "0") == list(range(32))
+
+
+def test_kernels_with_other_simd_functions_keep_their_lanes():
+    """Only kernels whose SIMD-group functions name no lane are relabelled: a shuffle or a
+    reduction beside a product keeps every lane where Metal has it."""
+    from torch_metallib.backends.cuda.lane_relabeling import relabel_safe
+    from torch_metallib.backends.cuda.lowering import _names_lanes
+    product = ("<64 x float>", "air.simdgroup_matrix_8x8_multiply_accumulate.v64f32.v64f32.v64f32.v64f32",
+               ["<64 x float>"] * 3)
+    barrier = ("void", "air.simdgroup.barrier", ["i32", "i32"])
+    shuffle = ("float", "air.simd_shuffle.f32.i16", ["float", "i16"])
+    exp = ("float", "air.fast_exp.f32", ["float"])
+    declared = lambda *fs: {f[1]: f for f in fs}  # noqa: E731
+    assert relabel_safe(declared(product, barrier, exp), _names_lanes)
+    assert not relabel_safe(declared(product, barrier, shuffle), _names_lanes)
+    assert not relabel_safe(declared(barrier, exp), _names_lanes)  # no product: nothing to gain
+
+
 @pytest.mark.parametrize("name", ["layer_normfloat32", "layer_normbfloat16", "vjp_layer_normfloat32"])
 def test_small_private_arrays_stay_in_registers(mlx_lib, ptxas, name, tmp_path):
     """layer_norm's ``float thread_x[8]``, indexed at run time where a row ends mid-thread,

@@ -40,8 +40,10 @@ from ...air.private_arrays import clamp_private_array_indices
 from ...air.simdgroup_matrix import define_matrix
 from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_level_collectives
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
+from .lane_relabeling import RELABELED, relabel_safe, relabeled_definition, relabeled_thread_lines
 from .libdevice import use_libdevice
-from .matrix_products import define_matrix_product
+from .matrix_products import PLACEHOLDER, define_matrix_product
+from .tensor_core_products import exact_products
 from .warp_spelling import DECLARATIONS, WarpSpelling
 
 __all__ = ["lower", "entry_name", "cuda_definition", "TRIPLE", "LAUNCH_PARAMETERS"]
@@ -109,12 +111,30 @@ def _is_collective(ret: str, name: str, params: List[str]) -> bool:
     return made is not None and "%mask = " in made[0]
 
 
+def _names_lanes(ret: str, name: str, params: List[str]) -> bool:
+    """Whether AIR function `name` exchanges between lanes or places a lane's elements."""
+    return define_collective(ret, name, params, WarpSpelling()) is not None \
+        or define_matrix(ret, name, params, WarpSpelling()) is not None
+
+
 def _generic_constant_space(text: str) -> str:
     """Metal's constant address space (2) as generic (0); casts that became no-ops dropped."""
     text = re.sub(r" addrspace\(2\)", "", text)
     # %v = addrspacecast ptr %x to ptr  ->  a no-op GEP (a cast within one space is invalid)
     text = re.sub(r"= addrspacecast ptr ([^,\n]+?) to ptr(?! addrspace)", r"= getelementptr i8, ptr \1, i64 0", text)
     return re.sub(r"addrspacecast \(ptr (@[-\w$.]+) to ptr\)", r"\1", text)
+
+
+_PRODUCT = "air.simdgroup_matrix_8x8_multiply_accumulate"
+
+
+def _aligned_threadgroup_arrays(text: str) -> str:
+    """Threadgroup arrays aligned to 16 bytes. Metal's compiler aligns them to their element
+    (a half tile: 2), which keeps LLVM from proving that a lane's neighbouring halves share
+    one 4-byte word (steel GEMM's fragments) and from merging their loads; a definition's
+    alignment is ours to raise, at the cost of a few bytes of padding."""
+    return re.sub(r"^(@[-\w$.]+ = (?:internal |private )?(?:unnamed_addr )?addrspace\(3\) global [^\n]*, align )(\d+)$",
+                  lambda m: m.group(1) + str(max(16, int(m.group(2)))), text, flags=re.M)
 
 
 def _parameter(argument) -> str:
@@ -138,18 +158,23 @@ def _operand(argument, lines: List[str]) -> str:
     return f"ptr %a{position}"
 
 
-def _thread(kernel: str, arguments, constructors: List[str], position_given: bool):
+def _thread(kernel: str, arguments, constructors: List[str], position_given: bool, relabel: bool = False):
     """(parameters, lines) of one Metal thread: its builtins from the special registers and
-    the launch parameters (its x position given as ``%px`` where `position_given`), the
+    the launch parameters (its x position given as ``%px`` where `position_given`; the
+    Metal thread it plays relabelled where `relabel`: lane_relabeling.py), the
     constructors, the kernel's call."""
     lines: List[str] = []
+    hardware = ".hw" if relabel else ""
     for axis in "xyz":
-        lines += [f"%t{axis} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
+        lines += [f"%t{axis}{hardware} = call i32 @{_SREG}.tid.{axis}()", f"%a{axis} = call i32 @{_SREG}.ntid.{axis}()",
                   f"%c{axis} = call i32 @{_SREG}.ctaid.{axis}()", f"%g{axis} = add i32 %c{axis}, %base.{axis}",
                   f"%groups.{axis}.n = add i32 %grid.{axis}, %group.{axis}",
                   f"%groups.{axis}.m = sub i32 %groups.{axis}.n, 1",
                   f"%groups.{axis} = udiv i32 %groups.{axis}.m, %group.{axis}",
                   f"%o{axis} = mul i32 %g{axis}, %group.{axis}"]
+    if relabel:
+        lines += relabeled_thread_lines()
+    for axis in "xyz":
         if not (position_given and axis == "x"):
             lines.append(f"%p{axis} = add i32 %o{axis}, %t{axis}")
     lines += ["%axy = mul i32 %ax, %ay", "%all = mul i32 %axy, %az",
@@ -170,8 +195,8 @@ def _thread(kernel: str, arguments, constructors: List[str], position_given: boo
     return parameters, lines
 
 
-def _entry(symbol: str, kernel: str, arguments, constructors: List[str]) -> str:
-    parameters, lines = _thread(kernel, arguments, constructors, position_given=False)
+def _entry(symbol: str, kernel: str, arguments, constructors: List[str], relabel: bool = False) -> str:
+    parameters, lines = _thread(kernel, arguments, constructors, position_given=False, relabel=relabel)
     return (f"\ndefine ptx_kernel void @{entry_name(symbol)}({', '.join(parameters)}) {{\nentry:\n  "
             + "\n  ".join(lines) + "\n  ret void\n}\n")
 
@@ -198,9 +223,17 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     check_constant_globals(text, kernel, constructors)
     text = _generic_constant_space(text)
     declared = {parsed[1]: parsed for parsed in map(parse_declaration, re.findall(r"^declare [^\n]*$", text, re.M)) if parsed}
+    if any(name.startswith(_PRODUCT) for name in declared):  # tiles of matrix products (steel GEMM)
+        text = _aligned_threadgroup_arrays(text)
     text = converge_top_level_collectives(text, kernel, lambda name: name in declared and _is_collective(*declared[name]))
+    # Relabelled lanes serve tensor-core products alone, which need half or bfloat fragments;
+    # elsewhere they only make the exact products' lane arithmetic longer.
+    relabel = re.search(r"\b(half|bfloat)\b", text) is not None and relabel_safe(
+        {name: parsed for name, parsed in declared.items() if name.startswith("air.")}, _names_lanes)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend", WarpSpelling(),
                                                    constructors))
+    if f"@{PLACEHOLDER}(" in text and not relabel:
+        text = exact_products(text)  # no product can reach tensor cores (tensor_core_products.py)
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
     called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))
@@ -214,6 +247,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     shared = f"{DYNAMIC_SHARED} = external addrspace(3) global [0 x i8], align 16\n"
     text += shared + "\n".join(needed) + "\n"
     coarse = None
-    if grid_only and coarsenable(text, constructors, arguments):
+    if f"@{RELABELED}(" in text:  # the products' lanes (matrix_products.py)
+        text += relabeled_definition(relabel)
+    elif grid_only and coarsenable(text, constructors, arguments):
         coarse = mark_convergent(text + _coarsened_entry(symbol, kernel, arguments, constructors, text), nounwind=True)
-    return mark_convergent(text + _entry(symbol, kernel, arguments, constructors), nounwind=True), coarse
+    return mark_convergent(text + _entry(symbol, kernel, arguments, constructors, relabel), nounwind=True), coarse

@@ -28,7 +28,11 @@ from ...reflection.bitcode import parse_bitcode
 from .coarsening import COARSENING
 from .libdevice import LIBDEVICE_FUNCTIONS, libdevice_path, needs_libdevice
 from .lowering import TRIPLE, entry_name, lower
+from .matrix_products import PLACEHOLDER
 from .private_registers import private_arrays_in_registers
+from .shared_alignment import proven_shared_alignment
+from .shared_copies import versioned_shared_copies
+from .tensor_core_products import tensor_core_products
 from .toolkit import toolkit_files
 from .vector_accesses import vector_accesses
 
@@ -121,6 +125,8 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
             builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
             unused.run(module, builder)
             builder.getModulePassManager().run(module, builder)
+            if f"@{PLACEHOLDER}(" in text:
+                module = _tensor_cores(module, machine)
             if stop_if_straight and not branches(module.get_function(entry)):
                 raise _Straight()
             versioned = _vector_accesses(module, entry)
@@ -135,6 +141,23 @@ def compile_ptx(text: str, entry: str, arch: str = DEFAULT_ARCH, stop_if_straigh
         finally:
             if module is not None:
                 module.close()
+
+
+def _tensor_cores(module, machine):
+    """`module` (optimized, calling PLACEHOLDER) with its float simdgroup products defined
+    (tensor_core_products.py), its shared accesses and tile copies as wide as proven
+    (shared_alignment.py, shared_copies.py), and optimized again."""
+    defined = proven_shared_alignment(versioned_shared_copies(tensor_core_products(str(module))))
+    edited = llvm.parse_assembly(defined, context=_context)
+    try:
+        edited.verify()
+        builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+        builder.getModulePassManager().run(edited, builder)
+    except RuntimeError:
+        edited.close()
+        raise
+    module.close()
+    return edited
 
 
 def _vector_accesses(module, entry: str):

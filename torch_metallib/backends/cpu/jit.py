@@ -29,7 +29,7 @@ from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...cache.fingerprint import code_fingerprint
 from ...reflection.bitcode import parse_bitcode
-from .archived import archived_object, form_of
+from .archived import archived_object, form_of, host_cpu_features
 
 __all__ = ["CompiledKernel", "compile_kernel", "build_object", "build_for_level"]
 
@@ -59,7 +59,7 @@ class _Host:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
         self.triple = llvm.get_process_triple()
-        features = llvm.get_host_cpu_features().flatten() if cpu is None else ""
+        features = host_cpu_features().flatten() if cpu is None else ""
         self.cpu = cpu or llvm.get_host_cpu_name()
         self.machine = llvm.Target.from_triple(self.triple).create_target_machine(
             cpu=self.cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")

@@ -27,14 +27,16 @@ COMMON = ("air", "cache", "container", "dispatch", "reflection")
 def _sources(folders: Tuple[str, ...]) -> List[Tuple[str, bytes]]:
     """(path relative to the package, bytes) of each ``.py`` file under `folders`, sorted."""
     found = []
-    for folder in folders:
-        for root, subfolders, names in os.walk(os.path.join(_PACKAGE, folder)):
-            subfolders[:] = [f for f in subfolders if f != "__pycache__"]
-            for name in names:
-                if name.endswith(".py"):
-                    path = os.path.join(root, name)
-                    with open(path, "rb") as file:
-                        found.append((os.path.relpath(path, _PACKAGE).replace(os.sep, "/"), file.read()))
+    pending = [os.path.join(_PACKAGE, folder) for folder in folders]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir():
+                    if entry.name != "__pycache__":
+                        pending.append(entry.path)
+                elif entry.name.endswith(".py"):
+                    with open(entry.path, "rb", buffering=0) as file:  # unbuffered: one read, no buffer
+                        found.append((os.path.relpath(entry.path, _PACKAGE).replace(os.sep, "/"), file.readall()))
     return sorted(found)
 
 

@@ -36,7 +36,7 @@ def _sources(folders: Tuple[str, ...]) -> List[Tuple[str, bytes]]:
                         pending.append(entry.path)
                 elif entry.name.endswith(".py"):
                     with open(entry.path, "rb", buffering=0) as file:  # unbuffered: one read, no buffer
-                        found.append((os.path.relpath(entry.path, _PACKAGE).replace(os.sep, "/"), file.readall()))
+                        found.append((entry.path[len(_PACKAGE) + 1:].replace(os.sep, "/"), file.readall()))
     return sorted(found)
 
 

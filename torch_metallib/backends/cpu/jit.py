@@ -163,6 +163,8 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         from .lowering import lower  # only on a cache miss
 
     machine = host()
+    with _phase("host target machine"):
+        machine.machine  # made at the first compile
     # Modules are closed before their context, explicitly: if lowering raises, the
     # traceback would otherwise keep them for the cyclic collector, which may free the
     # context first (and LLVM then crashes freeing the module).

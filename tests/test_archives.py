@@ -294,7 +294,7 @@ print(torch.equal(c, a + b), jit._host is None, {k.from_disk for k in jit._compi
 def test_an_archived_kernel_loads_without_the_compile_target_machine(built, mlx_path):
     """A process whose kernels all come from an archive never makes the target machine
     that compiling needs, nor reads the CPU's name for the disk cache's key: its first
-    call only links the object (that set-up was most of the process's first call)."""
+    call only links the object."""
     _, mlx_archive, _, _ = built
     env = {k: v for k, v in os.environ.items() if k != "TORCH_METALLIB_ARCHIVES"}
     result = subprocess.run([sys.executable, "-c", LINK_ONLY, str(mlx_path), str(mlx_archive)], capture_output=True,

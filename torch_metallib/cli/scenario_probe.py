@@ -7,9 +7,9 @@ that nothing is imported before the imports are timed. The figures (ms): ``impor
 (the scenario's first run, to its values on the host) and ``steady-state run`` (the median
 of three more). ``compiled`` lists each kernel the process compiled or loaded, with where
 from (the compile log), ``threads`` torch's thread count (``OMP_NUM_THREADS`` sets it).
-With RECORD = 1 the process also lists, under ``requests``, every
-compile request it made, as the archive lookups a compile makes first: (kernel, constants
-by name, target); the parent builds the archive of exactly those.
+With RECORD = 1 the process also lists, under ``requests``, every compile request it made,
+as the archive lookups a compile makes first: (kernel, constants by name, target); the
+parent builds the archive of exactly those.
 """
 
 import json

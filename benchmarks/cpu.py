@@ -142,7 +142,7 @@ if mode == "split":
         return importlib.import_module("torch_metallib.backends.cpu.jit")
     jit = step("import the JIT modules", import_jit)
     state = step("call record (reflection or disk) + argument table", function._dispatch_state)
-    step("host target machine", jit.host)
+    step("host target machine", lambda: jit.host().machine)
     constants = state.spec.bind(args, {}, threads, None, None, None).constants
     step("compile or cache read + engine", lambda: jit.compile_kernel(function, constants, state.serial, state.cooperative))
     step("call (bind + launch)", lambda: function(*args, threads=threads))

@@ -2,14 +2,17 @@
 with a cold JIT (TORCH_METALLIB_CACHE=0), a warm disk cache, and an ahead-of-time archive
 (``python -m torch_metallib precompile``), side by side in one run.
 
-Usage: python benchmarks/startup.py [--repeat N] [--threads N] [--json OUT]
+Usage: python benchmarks/startup.py [--repeat N] [--threads N] [--baseline CHECKOUT] [--json OUT]
 
 Each process loads mlx.metallib and defines MLX's operators before timing (that cost is
 the same in every mode), then times each kernel's first call and its hundredth, kernel
 after kernel: the first kernel's first call also pays the process's one-time set-up
 (LLVM's target machine, the code fingerprint, reading the archive). Figures are medians
-over --repeat processes per mode. Target: with an archive, a first call is at most 2 ms
-slower than the hundredth.
+over --repeat processes per mode, wall time and the calling thread's CPU time (which other
+load on the machine disturbs least). --baseline names another checkout of this repository
+(e.g. a ``git worktree`` of main), measured in the same run with its own archive, its
+processes alternating with this one's. Target: with an archive, a first call is at most
+2 ms slower than the hundredth.
 """
 
 import argparse
@@ -40,22 +43,39 @@ calls = {"add": lambda: lib.vv_Addfloat32(a, b, c, threads=4096),
          "softmax": lambda: mlx.softmax(x)}
 figures = {}
 for which, call in calls.items():  # in order: the first kernel also pays the process's one-time set-up
-    times = []
+    times, cpu = [], []
     for _ in range(100):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         call()
         times.append(time.perf_counter() - started)
-    figures[which] = {"first": times[0], "hundredth": times[-1]}
+        cpu.append(time.thread_time() - started_cpu)
+    figures[which] = {"first": times[0], "hundredth": times[-1], "first CPU": cpu[0], "hundredth CPU": cpu[-1]}
 print(json.dumps(figures))
 """
 
 
-def child(threads: int, env: dict) -> dict:
+def child(threads: int, env: dict, code: str) -> dict:
+    """One fresh process's figures, importing the package of checkout `code` (run there:
+    ``python -c`` puts the working folder first on sys.path)."""
     result = subprocess.run([sys.executable, "-c", CHILD, str(threads)], capture_output=True, text=True, env=env,
-                            timeout=600)
+                            timeout=600, cwd=code)
     if result.returncode != 0:
         raise SystemExit(result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def _modes(code: str, folder: str, base: dict) -> dict:
+    """The three modes' environments for the package at `code`, its archive built by it."""
+    env = {**base, "PYTHONPATH": os.pathsep.join(filter(None, [code, base.get("PYTHONPATH")]))}
+    archive = os.path.join(folder, "mlx.tmar")
+    kernels = [arg for _, kernel, _ in KERNELS for arg in ("--kernel", kernel)]
+    subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", mlx_metallib_path(), *kernels,
+                    "-o", archive], check=True, env=env, cwd=code)
+    return {
+        "cold JIT": {**env, "TORCH_METALLIB_CACHE": "0"},
+        "warm disk cache": {**env, "TORCH_METALLIB_CACHE": "1", "TORCH_METALLIB_CACHE_DIR": os.path.join(folder, "c")},
+        "archive": {**env, "TORCH_METALLIB_CACHE": "0", "TORCH_METALLIB_ARCHIVES": archive},
+    }
 
 
 def main() -> int:
@@ -65,33 +85,39 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads in each process (default 1: on a busy machine, waking the pool's "
                              "threads adds noise to single calls)")
+    parser.add_argument("--baseline", metavar="CHECKOUT",
+                        help="another checkout of this repository to measure in the same run")
     args = parser.parse_args()
-    library = mlx_metallib_path()
+    this = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    codes = {"this": this}
+    if args.baseline:
+        codes["baseline"] = os.path.abspath(args.baseline)
     base = {k: v for k, v in os.environ.items() if k not in ("TORCH_METALLIB_ARCHIVES", "TORCH_METALLIB_LOG")}
     with tempfile.TemporaryDirectory() as folder:
-        archive = os.path.join(folder, "mlx.tmar")
-        kernels = [arg for _, kernel, _ in KERNELS for arg in ("--kernel", kernel)]
-        subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", library, *kernels, "-o", archive],
-                       check=True, env=base)
-        modes = {
-            "cold JIT": {**base, "TORCH_METALLIB_CACHE": "0"},
-            "warm disk cache": {**base, "TORCH_METALLIB_CACHE": "1", "TORCH_METALLIB_CACHE_DIR": os.path.join(folder, "c")},
-            "archive": {**base, "TORCH_METALLIB_CACHE": "0", "TORCH_METALLIB_ARCHIVES": archive},
-        }
-        child(args.threads, modes["warm disk cache"])  # fills the disk cache
-        figures = {}
-        for mode, env in modes.items():
-            runs = [child(args.threads, env) for _ in range(args.repeat)]
-            for label, _, which in KERNELS:
-                figures[(label, mode)] = {key: statistics.median(r[which][key] for r in runs) * 1e3
-                                          for key in ("first", "hundredth")}
-        figures = dict(sorted(figures.items(), key=lambda item: [k[0] for k in KERNELS].index(item[0][0])))
-    print(f"\n{'kernel':34} {'mode':16} {'first ms':>9} {'100th ms':>9} {'first-100th':>11}")
-    for (label, mode), f in figures.items():
-        print(f"{label:34} {mode:16} {f['first']:9.2f} {f['hundredth']:9.3f} {f['first'] - f['hundredth']:11.2f}")
+        modes = {}
+        for name, code in codes.items():
+            os.makedirs(os.path.join(folder, name))
+            modes[name] = _modes(code, os.path.join(folder, name), base)
+            child(args.threads, modes[name]["warm disk cache"], code)  # fills the disk cache
+        runs = {}
+        for _ in range(args.repeat):  # one process per checkout and mode in turn: load drifts over the run
+            for name in codes:
+                for mode, env in modes[name].items():
+                    runs.setdefault((name, mode), []).append(child(args.threads, env, codes[name]))
+    figures = {}
+    for label, _, which in KERNELS:
+        for mode in modes["this"]:
+            for name in codes:
+                figures[(label, mode, name)] = {key: statistics.median(r[which][key] for r in runs[(name, mode)]) * 1e3
+                                                for key in ("first", "hundredth", "first CPU", "hundredth CPU")}
+    print(f"\n{'kernel':34} {'mode':16} {'code':9} {'first ms':>9} {'100th ms':>9} {'first-100th':>11} "
+          f"{'CPU: first-100th':>16}")
+    for (label, mode, name), f in figures.items():
+        print(f"{label:34} {mode:16} {name:9} {f['first']:9.2f} {f['hundredth']:9.3f} "
+              f"{f['first'] - f['hundredth']:11.2f} {f['first CPU'] - f['hundredth CPU']:16.2f}")
     if args.json:
         with open(args.json, "w") as file:
-            json.dump({f"{label} | {mode}": f for (label, mode), f in figures.items()}, file, indent=1)
+            json.dump({" | ".join(key): f for key, f in figures.items()}, file, indent=1)
     return 0
 
 

@@ -285,6 +285,28 @@ def test_archives_carry_call_records_so_first_calls_skip_reflection(built, mlx_l
     assert fresh._reflection is None  # the record came from the archive, not from the bitcode
 
 
+LINK_ONLY = r"""
+import sys, torch, torch_metallib as tm
+from torch_metallib.backends.cpu import jit
+lib = tm.load(sys.argv[1], archives=[sys.argv[2]])
+a, b, c = torch.randn(1000), torch.randn(1000), torch.empty(1000)
+lib.vv_Addfloat32(a, b, c, threads=1000)
+print(torch.equal(c, a + b), jit._host is None, {k.from_disk for k in jit._compiled.values()} == {True})
+"""
+
+
+def test_an_archived_kernel_loads_without_the_compile_target_machine(built, mlx_path):
+    """A process whose kernels all come from an archive never makes the target machine
+    that compiling needs, nor reads the CPU's name for the disk cache's key: its first
+    call only links the object."""
+    _, mlx_archive, _, _ = built
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_METALLIB_ARCHIVES"}
+    result = subprocess.run([sys.executable, "-c", LINK_ONLY, str(mlx_path), str(mlx_archive)], capture_output=True,
+                            text=True, timeout=600, env={**env, "PYTHONPATH": str(ROOT), "TORCH_METALLIB_CACHE": "0"})
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert result.stdout.split() == ["True", "True", "True"], result.stdout
+
+
 def test_constants_per_kernel_and_kernels_that_cannot_be_built(built, tmp_path):
     """An object of per-kernel lists: every combination for its kernels, names checked;
     kernels whose required constants are not given are named and skipped."""

@@ -70,6 +70,7 @@ def test_the_document_follows_the_schema(measured, mlx_path):
                     "target": "cpu", "form": "threads"}
     assert scenario["archive"]["failed"] == 0 and scenario["archive"]["bytes"] > 0
     assert scenario["archive"]["targets"] == ["cpu:native"]
+    assert len(scenario["threads"]) == 1 and scenario["threads"][0] >= 1  # every process ran with the same
     for name, approach in result["first_result"].items():
         assert list(approach["phases"]) == list(PHASES[:4]), name
         assert approach["total_ms"] == pytest.approx(sum(approach["phases"].values()))

@@ -172,12 +172,12 @@ def test_cache_keys_follow_the_package_code(monkeypatch):
         real = fingerprint._sources
         monkeypatch.setattr(fingerprint, "_sources", lambda folders: [
             (path, data + b"\n# edited\n" if path == changed else data) for path, data in real(folders)])
-        fingerprint.code_fingerprint.cache_clear()
+        fingerprint.clear_cache()
         try:
             return keys()
         finally:
             monkeypatch.setattr(fingerprint, "_sources", real)
-            fingerprint.code_fingerprint.cache_clear()
+            fingerprint.clear_cache()
 
     before = keys()
     shared = edited("air/intrinsics.py")

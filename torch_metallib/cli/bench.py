@@ -35,6 +35,7 @@ more key describes the scenario::
                   "compiles": [{"kernel", "constants": {name: value}, "target", "form"}],
                   "distinct_kernels": N, "compiled": {mode: [[kernel, where from], ...]},
                   "checksums": {mode: [sum of the result per process]},
+                  "threads": [torch's thread count in the processes],
                   "archive": {"targets", "build_s", "bytes", "failed"}}
 """
 

@@ -93,7 +93,7 @@ def measure_scenario(scenario: str, library=None, repeat: int = 7, device=None, 
     base = {k: v for k, v in os.environ.items()
             if k not in ("TORCH_METALLIB_ARCHIVES", "TORCH_METALLIB_LOG", "TORCH_METALLIB_CACHE")}
     step = progress.step if progress else (lambda what: None)
-    samples, compiled, checksums = {}, {}, {}
+    samples, compiled, checksums, threads = {}, {}, {}, set()
     with tempfile.TemporaryDirectory(prefix="torch_metallib_bench_") as scratch:
         warm = os.path.join(scratch, "warm")
         recorded = _probe(scenario, device, library, dict(base, TORCH_METALLIB_CACHE_DIR=warm), record=True)
@@ -110,6 +110,7 @@ def measure_scenario(scenario: str, library=None, repeat: int = 7, device=None, 
             for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
                 figures = _probe(scenario, device, library, environments[mode])
                 compiled[mode] = figures.pop("compiled")
+                threads.add(figures.pop("threads"))
                 checksums.setdefault(mode, []).append(figures.pop("checksum"))
                 for label, value in figures.items():
                     samples.setdefault(f"{label}, {mode}", []).append(value)
@@ -118,7 +119,7 @@ def measure_scenario(scenario: str, library=None, repeat: int = 7, device=None, 
     section = {
         "name": scenario, "description": DESCRIPTIONS[scenario],
         "compiles": recorded["requests"], "distinct_kernels": len(recorded["requests"]),
-        "compiled": compiled, "checksums": checksums,
+        "compiled": compiled, "checksums": checksums, "threads": sorted(threads),
         "archive": {key: value for key, value in archive.items() if key != "log"},
     }
     return _document(library, device, repeat, figures, section)

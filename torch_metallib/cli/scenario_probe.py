@@ -6,9 +6,10 @@ that nothing is imported before the imports are timed. The figures (ms): ``impor
 ``import torch_metallib``, ``mlx.load`` (the library and its operators), ``first result``
 (the scenario's first run, to its values on the host) and ``steady-state run`` (the median
 of three more). ``compiled`` lists each kernel the process compiled or loaded, with where
-from (the compile log). With RECORD = 1 the process also lists, under ``requests``, every
-compile request it made, as the archive lookups a compile makes first: (kernel, constants
-by name, target); the parent builds the archive of exactly those.
+from (the compile log), ``threads`` torch's thread count (``OMP_NUM_THREADS`` sets it).
+With RECORD = 1 the process also lists, under ``requests``, every compile request it made,
+as the archive lookups a compile makes first: (kernel, constants by name, target); the
+parent builds the archive of exactly those.
 """
 
 import json
@@ -121,6 +122,7 @@ def main(scenario: str, device: str, library_path: str, record: bool) -> dict:
         samples.append(since(start))
     out["steady-state run"] = statistics.median(samples)
     out["compiled"] = log.kernels
+    out["threads"] = torch.get_num_threads()
     values = first.double().flatten()  # weighted: a softmax's plain sum is its row count
     out["checksum"] = float((values * torch.arange(1, values.numel() + 1, dtype=torch.float64)).sum())
     if recorder is not None:

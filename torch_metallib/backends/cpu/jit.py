@@ -11,6 +11,7 @@ over each other.
 """
 
 import ctypes
+import functools
 import hashlib
 import os
 import threading
@@ -29,7 +30,7 @@ from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...cache.fingerprint import code_fingerprint
 from ...reflection.bitcode import parse_bitcode
-from .archived import archived_object, form_of
+from .archived import archived_object, form_of, host_cpu_features
 
 __all__ = ["CompiledKernel", "compile_kernel", "build_object", "build_for_level"]
 
@@ -52,22 +53,47 @@ class CompiledKernel:
 
 
 class _Host:
-    """The host target machine, created on first use; for ahead-of-time builds
-    (archived.py), the host's triple with a named CPU level and its own features."""
+    """What the JIT compiles for: the host's triple, CPU and features (the disk cache key's
+    toolchain), with the runtime's symbols registered; for ahead-of-time builds
+    (archived.py), the host's triple with a named CPU level and its own features. Its
+    target machine is made on the first compile: loading an object needs none of it."""
 
     def __init__(self, cpu: Optional[str] = None):
         llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
         self.triple = llvm.get_process_triple()
-        features = llvm.get_host_cpu_features().flatten() if cpu is None else ""
+        self.features = host_cpu_features().flatten() if cpu is None else ""
         self.cpu = cpu or llvm.get_host_cpu_name()
-        self.machine = llvm.Target.from_triple(self.triple).create_target_machine(
-            cpu=self.cpu, features=features, opt=3, reloc="pic", codemodel="jitdefault")
-        self.datalayout = str(self.machine.target_data)
-        for name, address in _C.runtime_symbols().items():  # what cooperative kernels call
-            llvm.add_symbol(name, address)
+        _register_runtime_symbols()
         self.toolchain = (f"llvmlite {llvmlite.__version__} llvm {llvm.llvm_version_info} "
-                          f"{self.triple} {self.cpu} {features}")
+                          f"{self.triple} {self.cpu} {self.features}")
+
+    @functools.cached_property
+    def machine(self):
+        llvm.initialize_native_asmprinter()
+        return llvm.Target.from_triple(self.triple).create_target_machine(
+            cpu=self.cpu, features=self.features, opt=3, reloc="pic", codemodel="jitdefault")
+
+    @functools.cached_property
+    def datalayout(self) -> str:
+        return str(self.machine.target_data)
+
+
+@functools.lru_cache(maxsize=None)
+def _register_runtime_symbols() -> None:
+    """Once: the addresses of what cooperative kernels call, for every engine's linking."""
+    for name, address in _C.runtime_symbols().items():
+        llvm.add_symbol(name, address)
+
+
+@functools.lru_cache(maxsize=None)
+def _loader_machine():
+    """The target machine of the engines objects are loaded into. An engine only links its
+    object (its own module is empty), so a generic machine of the host's triple does:
+    about half the cost of the host's, which reads the CPU's name and features."""
+    llvm.initialize_native_target()
+    _register_runtime_symbols()
+    return llvm.Target.from_triple(llvm.get_process_triple()).create_target_machine(reloc="pic",
+                                                                                   codemodel="jitdefault")
 
 
 _host: Optional[_Host] = None
@@ -137,6 +163,8 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
         from .lowering import lower  # only on a cache miss
 
     machine = host()
+    with _phase("host target machine"):
+        machine.machine  # made at the first compile
     # Modules are closed before their context, explicitly: if lowering raises, the
     # traceback would otherwise keep them for the cyclic collector, which may free the
     # context first (and LLVM then crashes freeing the module).
@@ -302,9 +330,8 @@ def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, boo
 
 
 def _load(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
-    machine = host()
     engine = llvm.create_mcjit_compiler(
-        llvm.parse_assembly(f'target triple = "{machine.triple}"'), machine.machine)
+        llvm.parse_assembly(f'target triple = "{llvm.get_process_triple()}"'), _loader_machine())
     _engines.append(engine)
     engine.add_object_file(llvm.ObjectFileRef.from_data(payload))
     init = engine.get_function_address(f"__tm_init_{symbol}")
@@ -343,18 +370,18 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     bounds checks only."""
     lanes = lanes and cooperative and not checked and config.CPU_LANES.get()
     initcheck = checked and initcheck
-    key_text = _cache_key(function.hash, (constants, cooperative) + (("checked",) if checked else ())
-                          + (("bounds only",) if checked and not initcheck else ())
-                          + (("lanes",) if lanes else ()))
-    key = hashlib.sha256(key_text.encode()).hexdigest()
-    compiled = _compiled.get(key)
+    variant = ((constants, cooperative) + (("checked",) if checked else ())
+               + (("bounds only",) if checked and not initcheck else ()) + (("lanes",) if lanes else ()))
+    # In memory, toolchain and code are this process's: the full key (_cache_key) is
+    # needed only where an archive does not have the kernel.
+    memory_key = (function.hash, variant)
+    compiled = _compiled.get(memory_key)
     if compiled is not None and len(compiled.launchers) >= copies:
         return compiled
     with _lock:
-        compiled = _compiled.get(key)
+        compiled = _compiled.get(memory_key)
         if compiled is not None and len(compiled.launchers) >= copies:
             return compiled  # another thread compiled it while this one waited
-        symbol = key[:24]
         if compiled is None:
             started = time.perf_counter()
             phase_start = _clock()  # the compile's time outside its named steps: "other"
@@ -368,30 +395,15 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                     entry, is_lanes = _load_copy(payload, symbol, cooperative)
                     launchers, source = (entry,), f"loaded from archive {where}"
                 except RuntimeError:  # its SHA-256 matched, so a bug of the builder: compile instead
-                    symbol = key[:24]
-            directory = cache_directory("jit")
-            path = os.path.join(directory, f"{key}.o") if directory else None
-            payload = None
-            if not launchers and path and not diagnostics.dumps():
-                payload = read_entry(path, key_text)
-            if payload is not None:
-                try:
-                    entry, is_lanes = _load_copy(payload, symbol, cooperative)
-                    launchers, source = (entry,), "loaded from the disk cache"
-                except RuntimeError:  # not an object LLVM can load, or without our symbols
-                    payload = None
-            if launchers and payload is None:
-                payload = archived[0]
-            from_disk = bool(launchers)
-            if payload is None:
-                with diagnostics.dumping(function.name, key):
-                    payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck)
-                if path:
-                    write_entry(path, key_text, payload)
+                    pass
+            if not launchers:
+                payload, symbol, launchers, is_lanes, source = _from_disk_or_built(
+                    function, constants, variant, cooperative, checked, lanes, initcheck)
+            from_disk = source != "compiled"
             _account("other", phase_start)
         else:
-            (payload, symbol), from_disk, launchers, is_lanes = (_payloads[key], compiled.from_disk, compiled.launchers,
-                                                                 compiled.lanes)
+            (payload, symbol), from_disk, launchers, is_lanes = (_payloads[memory_key], compiled.from_disk,
+                                                                 compiled.launchers, compiled.lanes)
         while len(launchers) < copies:
             entry, is_lanes = _load_copy(payload, symbol, cooperative)
             launchers += (entry,)
@@ -400,6 +412,30 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
                                           "lanes" if is_lanes else "coroutines" if cooperative else "threads",
                                           time.perf_counter() - started)
         if serial:
-            _payloads[key] = (payload, symbol)
-        compiled = _compiled[key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)
+            _payloads[memory_key] = (payload, symbol)
+        compiled = _compiled[memory_key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)
         return compiled
+
+
+def _from_disk_or_built(function, constants: tuple, variant: tuple, cooperative: bool, checked: bool, lanes: bool,
+                        initcheck: bool) -> tuple:
+    """(object, symbol, launchers, is lanes, source) of a kernel no archive had: loaded
+    from the disk cache, else built (and written there)."""
+    key_text = _cache_key(function.hash, variant)
+    key = hashlib.sha256(key_text.encode()).hexdigest()
+    symbol = key[:24]
+    directory = cache_directory("jit")
+    path = os.path.join(directory, f"{key}.o") if directory else None
+    if path and not diagnostics.dumps():
+        payload = read_entry(path, key_text)
+        if payload is not None:
+            try:
+                entry, is_lanes = _load_copy(payload, symbol, cooperative)
+                return payload, symbol, (entry,), is_lanes, "loaded from the disk cache"
+            except RuntimeError:  # not an object LLVM can load, or without our symbols
+                pass
+    with diagnostics.dumping(function.name, key):
+        payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck)
+    if path:
+        write_entry(path, key_text, payload)
+    return payload, symbol, (), False, "compiled"

@@ -24,6 +24,7 @@ from ..backends.cpu.jit import compile_kernel
 from ..errors import DispatchError, KernelArgumentError, KernelExecutionError, OpDefinitionError
 from ..backends.cpu.schedule import register_environment_schedule
 from ..dispatch.calls import run_plan
+from ._kernel_summary import kernel_summary
 from ._outputs import Output
 from ._preconditions import Precondition
 from ._rules import Rule, as_rule
@@ -174,11 +175,12 @@ def _kernel_names(kernel, dtypes) -> dict:
 
 
 def _function(library, name: str, qualname: str):
-    if name not in library.function_names:
+    try:
+        function = library[name]  # a look-up by name: `in function_names` would scan every name
+    except KeyError:
         near = difflib.get_close_matches(name, library.function_names, n=3)
         raise OpDefinitionError(f"{qualname}: the library has no function '{name}'"
-                                + (f"; did you mean {', '.join(near)}?" if near else ""))
-    function = library[name]
+                                + (f"; did you mean {', '.join(near)}?" if near else "")) from None
     state = function._dispatch_state()
     if state.problem:
         raise OpDefinitionError(f"{qualname}: kernel {name} cannot run on the CPU: {state.problem}")
@@ -196,6 +198,7 @@ class _KernelPlan:
     def __init__(self, schema, function, dtype, index, dispatch, bind, outputs, constants, threadgroup_memory,
                  problems: _Problems):
         self.function = function
+        self.summary = kernel_summary(function)  # reflection's arguments and constants, cached by HASH
         self.kernel = f"{dtype} kernel {function.name}"
         self.where = f"{schema.qualname} ({self.kernel})"
         self.schema, self.dtype = schema, dtype
@@ -207,7 +210,7 @@ class _KernelPlan:
         self._problems = problems
         check = functools.partial(problems.check, schema.qualname, self.kernel)
         fixed = self._constants(constants, check)
-        arguments = [a for a in function.buffers if a.kind != "threadgroup"]
+        arguments = [a for a in self.summary.buffers if a.kind != "threadgroup"]
         by_name = {a.name: a for a in arguments}
         for key in bind:
             if key not in by_name:
@@ -243,7 +246,7 @@ class _KernelPlan:
                     raise OpDefinitionError(f"{self.where}: the schema marks '{name}' as mutated (Tensor(a!)), but no "
                                             f"argument the kernel writes is bound to it; bind one, bind={{<kernel "
                                             f"argument>: '{name}'}}, or declare it Tensor {name}")
-        wanted = {a.binding: a for a in function.buffers if a.kind == "threadgroup"}
+        wanted = {a.binding: a for a in self.summary.buffers if a.kind == "threadgroup"}
         for binding, size in (threadgroup_memory or {}).items():
             with check():
                 if binding not in wanted:
@@ -265,12 +268,12 @@ class _KernelPlan:
 
     def _constants(self, constants, check) -> dict:
         """Registers the function constants; returns the fixed ones by name."""
-        declared = {c.name: slot for slot, c in enumerate(self.function.function_constants)}
+        declared = {c.name: slot for slot, c in enumerate(self.summary.function_constants)}
         fixed = {}
         for name, value in (constants or {}).items():
             with check():
                 self._constant(declared, name, value, fixed)
-        missing = [c.name for c in self.function.function_constants if c.required and c.name not in (constants or {})]
+        missing = [c.name for c in self.summary.function_constants if c.required and c.name not in (constants or {})]
         if missing:
             given = [name for name in (constants or {}) if name in declared]
             with check():

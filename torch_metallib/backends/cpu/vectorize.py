@@ -1,0 +1,830 @@
+"""A lane-loop region (regions.py) as vector lanes: the loop over a SIMD-group's threads
+run WIDTH threads at a time, each thread a lane of LLVM vectors.
+
+A region's per-thread body is in reg2mem's form (every value used outside its block goes
+through memory), so each block can be widened on its own:
+
+* Uniformity: parameters, constants and the values the region computes before its loop are
+  uniform, and so is an instruction without side effects whose operands all are (a load
+  from a uniform address included: lanes that race on it differ on every target). They stay
+  scalar; everything else becomes a vector of WIDTH lanes.
+* Control flow: each lane has a program counter (the block it runs next, numbered in a
+  weak topological order, reconvergence.py). A block runs for the lanes whose counter is
+  its number, under that mask; its branch sets their counters (a uniform or a divergent
+  condition alike); then the lowest counter among the lanes runs next. Where that is a
+  successor the code branches there directly (lanes that agree, loops that all lanes run
+  alike), else through a dispatch over every block. Lanes wait at a join, a loop's exit,
+  or a marker until the others arrive, so divergent `if`s, loops with trip counts that
+  differ per lane and early returns need no other analysis.
+* Memory: a reg2mem value becomes a vector in a vector's memory (its stores select under
+  the mask, so LLVM keeps it in registers); a thread's other allocations become WIDTH
+  copies, addressed per lane. An access through a varying address is one masked vector
+  access where the lanes' addresses are consecutive (checked at run time where the
+  address is computed), else a masked gather or scatter: a masked-off lane touches no
+  memory, and a scatter writes lanes in order, as the lane loop does.
+* Calls: elementwise LLVM intrinsics become their vector forms (the same result per
+  element); other pure math intrinsics are called per lane; memory intrinsics run per
+  lane under the mask.
+
+Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
+raises NotVector: that region stays a lane loop (decided at compile time, logged at debug
+level). Lanes do not meet inside a region (that happens at its markers), so running them
+together gives each lane the results it gets alone.
+"""
+
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+from ...air import ir_model
+from ...air.ir_model import LOCAL, NAME
+from .reconvergence import weak_topological_order
+
+__all__ = ["WIDTH", "NotVector", "vectorize_regions"]
+
+WIDTH = 8  # lanes per vector: 8 x 32 bits fill an AVX2 register
+EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
+
+_REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
+_SCALAR = re.compile(r"^(?:i\d+|half|bfloat|float|double|ptr(?: addrspace\(\d+\))?)$")
+_BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
+           "fadd", "fsub", "fmul", "fdiv", "frem"}
+_DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
+_CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
+          "inttoptr", "bitcast", "addrspacecast"}
+_FLAGS = {"nuw", "nsw", "exact", "disjoint", "samesign", "nneg", "inbounds", "nusw", "fast", "nnan", "ninf", "nsz",
+          "arcp", "contract", "afn", "reassoc", "tail", "notail"}
+# LLVM intrinsics defined element by element: their vector forms give each lane the scalar result.
+_ELEMENTWISE = {"umin", "umax", "smin", "smax", "abs", "fabs", "fma", "fmuladd", "minnum", "maxnum", "minimum",
+                "maximum", "copysign", "floor", "ceil", "trunc", "rint", "nearbyint", "round", "roundeven", "sqrt",
+                "ctpop", "ctlz", "cttz", "bswap", "bitreverse", "fshl", "fshr", "uadd.sat", "usub.sat", "sadd.sat",
+                "ssub.sat", "ushl.sat", "sshl.sat"}
+# Pure math intrinsics a lane calls on its own (their vector forms may call other routines).
+_PER_LANE = {"exp", "exp2", "exp10", "log", "log2", "log10", "pow", "powi", "sin", "cos", "tan", "asin", "acos",
+             "atan", "atan2", "sinh", "cosh", "tanh", "ldexp", "frexp", "lround", "llround", "lrint", "llrint"}
+_MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
+_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
+
+
+class NotVector(Exception):
+    """The region does something vector lanes do not take: it stays a lane loop."""
+
+
+def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
+    """`text` (build_regions' module) with every region that allows it run as vector lanes:
+    (the module, the regions vectorized, region -> why the others were not)."""
+    lines = text.split("\n")
+    out: List[str] = []
+    done, vectorized, refused = 0, [], {}
+    declarations: Dict[str, str] = {}
+    types = set(re.findall(rf"^(%{NAME}) = type ", text, re.M))
+    for found in ir_model.functions(lines):
+        region = _REGION.match(found.header)
+        if not region or not any(line.startswith("tm.loop:") for line in found.body):
+            continue
+        try:
+            body = _Region(found.body, declarations, types).build()
+        except NotVector as why:
+            refused[region.group(1)] = str(why)
+            continue
+        out += lines[done:found.start + 1] + body
+        done = found.end
+        vectorized.append(region.group(1))
+    out += lines[done:]
+    declared = set(re.findall(r"^declare [^@]*@([-\w$.]+)\(", text, re.M))
+    out += [line for name, line in sorted(declarations.items()) if name not in declared]
+    return "\n".join(out), vectorized, refused
+
+
+def _split(text: str) -> List[str]:
+    """`text` split at its top-level commas (outside brackets and quotes), parts stripped."""
+    parts, depth, start, quoted = [], 0, 0, False
+    for i, c in enumerate(text):
+        if c == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
+
+
+def _typed(operand: str) -> Tuple[str, str]:
+    """(type, value) of a typed operand (``i32 %x``, ``ptr addrspace(1) %p``, ``ptr nonnull
+    align 4 %p``: parameter attributes dropped)."""
+    match = re.match(r"^(ptr addrspace\(\d+\)|[<\[{][^ ]*(?: x [^ ]+)?|[^ ]+) (.*)$", operand)
+    if not match:
+        raise NotVector(f"an operand not read: {operand}")
+    type_name, value = match.group(1), match.group(2)
+    if type_name.startswith(("<", "[", "{")):
+        depth, end = 0, 0
+        for i, c in enumerate(operand):
+            depth += c in "<[{("
+            depth -= c in ">]})"
+            if depth == 0:
+                end = i + 1
+                break
+        type_name, value = operand[:end], operand[end:].strip()
+    value = re.sub(r"^(?:(?:noundef|nonnull|immarg|noalias|nocapture|readonly|writeonly|signext|zeroext|"
+                   r"align \d+|captures\([^)]*\)|dereferenceable(?:_or_null)?\(\d+\)) )+", "", value)
+    return type_name, value
+
+
+def _bytes(type_name: str) -> int:
+    if type_name.startswith("ptr"):
+        return 8
+    if type_name in _BYTES:
+        return _BYTES[type_name]
+    return max(int(type_name[1:]) // 8, 1)
+
+
+def _mangled(type_name: str) -> str:
+    """The suffix an intrinsic's name gives a type (``f32``, ``i64``, ``p1``)."""
+    if type_name.startswith("ptr"):
+        space = re.search(r"addrspace\((\d+)\)", type_name)
+        return f"p{space.group(1) if space else 0}"
+    return {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}.get(type_name, type_name)
+
+
+def _strip_metadata(line: str) -> str:
+    """An instruction without its metadata attachments (``, !tbaa !3``)."""
+    parts = _split(line)
+    while parts and parts[-1].startswith("!"):
+        parts.pop()
+    return ", ".join(parts)
+
+
+class _Region:
+    """One region function's body rewritten as vector lanes."""
+
+    def __init__(self, body: List[str], declarations: Dict[str, str], types: Set[str]):
+        self.blocks = ir_model.blocks(body)
+        self.declarations = declarations
+        self.out: List[str] = []
+        self.counter = 0
+        self.uniform: Set[str] = set(types)  # locals that stay scalar (named types read as locals too)
+        self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
+        self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
+        self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
+        # Allocations of one scalar type (arrays of it) accessed only as that type, by element:
+        # the lanes' copies interleaved, element by element, so lanes that access the same
+        # element access consecutive addresses. -> the scalar type.
+        self.interleaved: Dict[str, str] = {}
+        self.elements: Dict[str, str] = {}  # pointers into an interleaved allocation -> its scalar type
+        self.checked: Dict[Tuple[str, int], Tuple[str, str, str]] = {}  # (pointer, bytes) -> frozen, first, consecutive
+        self.copies: Dict[str, Tuple[str, str]] = {}  # an aggregate loaded, only to be stored: (type, address)
+        self.sizes: Dict[str, Set[int]] = {}  # pointer -> the bytes of the accesses through it
+        self.mask = ""
+
+    # --- helpers -----------------------------------------------------------------------
+    def fresh(self, tag: str = "v") -> str:
+        self.counter += 1
+        return f"%tm.{tag}.{self.counter}"
+
+    def declare(self, name: str, line: str) -> None:
+        self.declarations.setdefault(name, line)
+
+    def vec(self, type_name: str, value: str) -> str:
+        """`value` (of scalar `type_name`) as a vector: itself if varying, else a splat."""
+        if value in self.varying:
+            return value
+        if value in self.copies:
+            raise NotVector("an aggregate is used other than to be copied")
+        name = self.fresh("s")
+        self.out += [f"  {name}.i = insertelement <{WIDTH} x {type_name}> poison, {type_name} {value}, i64 0",
+                     f"  {name} = shufflevector <{WIDTH} x {type_name}> {name}.i, <{WIDTH} x {type_name}> poison, "
+                     f"<{WIDTH} x i32> zeroinitializer"]
+        return name
+
+    def is_varying(self, text: str) -> bool:
+        names = LOCAL.findall(text)
+        for name in names:
+            if name in self.copies:
+                raise NotVector("an aggregate is used other than to be copied")
+            if name not in self.varying and name not in self.uniform and name not in self.slots:
+                raise NotVector(f"{name} is used where it is not known (a value across blocks)")
+        return any(n in self.varying or n in self.slots for n in names)
+
+    def lanes_constant(self, type_name: str, scale: int = 1) -> str:
+        """The typed vector <0, scale, 2 scale, ...>."""
+        return f"<{WIDTH} x {type_name}> <" + ", ".join(f"{type_name} {i * scale}" for i in range(WIDTH)) + ">"
+
+    def reduce(self, operation: str, element: str, value: str) -> str:
+        name = self.fresh("r")
+        function = f"llvm.vector.reduce.{operation}.v{WIDTH}{element}"
+        self.declare(function, f"declare {element} @{function}(<{WIDTH} x {element}>)")
+        self.out.append(f"  {name} = call {element} @{function}(<{WIDTH} x {element}> {value})")
+        return name
+
+    def label(self, tag: str) -> str:
+        self.counter += 1
+        return f"tm.{tag}.{self.counter}"
+
+    # --- the function ------------------------------------------------------------------
+    def build(self) -> List[str]:
+        names = list(self.blocks)
+        rentry, loop = self.blocks[names[0]], self.blocks["tm.loop"]
+        if names[0] != "tm.rentry" or "tm.latch" not in self.blocks:
+            raise NotVector("not a lane loop")
+        body = [n for n in names if n not in ("tm.rentry", "tm.loop", "tm.latch", "tm.exit")]
+        loop_lines = loop.instructions()
+        first = re.match(rf"^\s*br label %({NAME})$", loop_lines[-1])
+        if not first or "%t32 = phi" not in loop_lines[0]:
+            raise NotVector("not a lane loop")
+        latch = self.blocks["tm.latch"].instructions()
+        latch_end = re.search(r"(, !llvm\.loop !\d+)$", latch[-1])
+
+        # Blocks by their number: the loop's per-thread start (its own block, as the region's
+        # first block may be entered again), then the body in a weak topological order.
+        graph = {"tm.vstart": [first.group(1)]}
+        for name in body:
+            graph[name] = [s for s in self.blocks[name].successors() if s in self.blocks and s != "tm.latch"]
+        order = weak_topological_order(graph, "tm.vstart")
+        if len(order) != len(graph):
+            raise NotVector("a block the region does not reach")
+        number = {name: i for i, name in enumerate(order)}
+        ends = _loop_ends(graph, order)
+        every = [line for name in names for line in self.blocks[name].instructions()]
+        self._classify_allocations(rentry.instructions(), every)
+        self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
+
+        out = self.out
+        out.append("tm.rentry:")
+        for line in rentry.instructions()[:-1]:
+            alloca = re.match(rf"^\s*(%{NAME}) = alloca (.*)$", line)
+            if alloca:
+                self._widen_allocation(alloca.group(1), alloca.group(2))
+            else:
+                self.uniform.add(ir_model.defined_name(line))
+                out.append(line)
+        out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", "  br label %tm.vloop", "tm.vloop:",
+                "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
+        start = self.vec("i32", "%tm.v0")
+        out += [f"  %t32 = add <{WIDTH} x i32> {start}, {self.lanes_constant('i32').split(' ', 3)[3]}"]
+        self.varying["%t32"] = "i32"
+        end = self.vec("i32", "%tm.end")
+        out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
+                f"  %tm.pc0 = select <{WIDTH} x i1> %tm.alive, <{WIDTH} x i32> zeroinitializer, "
+                f"<{WIDTH} x i32> splat (i32 {EXIT})",
+                f"  store <{WIDTH} x i32> %tm.pc0, ptr %tm.vpc", "  br label %tm.g.0"]
+        # The blocks in order, each for the lanes whose counter names it (skipped where none
+        # does); at a loop's last block, back to its head while a lane is still in the loop.
+        for k, name in enumerate(order):
+            lines = loop_lines[1:] if name == "tm.vstart" else self.blocks[name].instructions()
+            self._block(name, k, number, lines)
+            checks = sorted((h for h, e in ends.items() if e == k), reverse=True)
+            if not checks:
+                out += [f"tm.c.{k}.0:", f"  br label %tm.g.{k + 1}"]
+            for i, head in enumerate(checks):
+                pc, offset, inside, again = self.fresh("pc"), self.fresh("in"), self.fresh("in"), None
+                out += [f"tm.c.{k}.{i}:", f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                        f"  {offset} = sub <{WIDTH} x i32> {pc}, splat (i32 {head})",
+                        f"  {inside} = icmp ule <{WIDTH} x i32> {offset}, splat (i32 {k - head})"]
+                again = self.reduce("or", "i1", inside)
+                following = f"tm.c.{k}.{i + 1}" if i + 1 < len(checks) else f"tm.g.{k + 1}"
+                out.append(f"  br i1 {again}, label %tm.g.{head}, label %{following}")
+        out += [f"tm.g.{len(order)}:", "  br label %tm.vlatch",
+                "tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
+                "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
+                f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
+                "tm.exit:", "  ret void"]
+        return out
+
+    def _classify_allocations(self, entry: List[str], every: List[str]) -> None:
+        """reg2mem's allocations (only loaded and stored, as one scalar) become vectors; the
+        accesses' sizes per pointer are noted for the consecutive checks."""
+        allocas = {}
+        for line in entry:
+            alloca = re.match(rf"^\s*(%{NAME}) = alloca ([^,]+)", line)
+            if alloca:
+                allocas[alloca.group(1)] = alloca.group(2).strip()
+        direct = {n for n, t in allocas.items() if _SCALAR.match(t)}
+        for line in every:
+            if " = alloca " in line:
+                continue
+            load = re.match(rf"^\s*%{NAME} = load ([^,]+), ptr (%{NAME})(?:,|$)", line)
+            store = re.match(r"^\s*store (.*)$", line)
+            pointer, type_name = None, None
+            if load:
+                type_name, pointer = load.group(1), load.group(2)
+                used = []
+            elif store:
+                parts = _split(_strip_metadata(store.group(1)))
+                type_name, value = _typed(parts[0])
+                pointer = _typed(parts[1])[1] if len(parts) > 1 else None
+                used = LOCAL.findall(value)
+            else:
+                used = LOCAL.findall(line)
+            if pointer and _SCALAR.match(type_name or ""):
+                self.sizes.setdefault(pointer, set()).add(_bytes(type_name))
+                if pointer in direct and allocas[pointer] != type_name:
+                    direct.discard(pointer)
+            direct -= set(used)
+        self.slots = {n: allocas[n] for n in direct}
+        for name, type_name in allocas.items():
+            leaf = _leaf(type_name)
+            if name not in self.slots and leaf and _only_accessed_as(name, leaf, every):
+                self.interleaved[name] = leaf
+
+    def _widen_allocation(self, name: str, rest: str) -> None:
+        type_name = _split(rest)[0]
+        align = re.search(r"align (\d+)", rest)
+        align = int(align.group(1)) if align else 1
+        if name in self.slots:
+            self.out.append(f"  {name} = alloca <{WIDTH} x {type_name}>, align {max(align, 64)}")
+            return
+        if name in self.interleaved:
+            leaf = self.interleaved[name]
+            count = _count(type_name)
+            self.out += [f"  {name}.w = alloca [{count * WIDTH} x {leaf}], align {max(align, 64)}",
+                         f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
+            self.varying[name] = "ptr"
+            self.elements[name] = leaf
+            return
+        if not re.fullmatch(r"(\[\d+ x )*[^\s\[\]{}<>]+\]*", type_name):
+            raise NotVector(f"an allocation of {type_name}")
+        self.out += [f"  {name}.w = alloca [{WIDTH} x {type_name}], align {max(align, 16)}",
+                     f"  {name} = getelementptr [{WIDTH} x {type_name}], ptr {name}.w, i64 0, "
+                     f"{self.lanes_constant('i64')}"]
+        self.varying[name] = "ptr"
+        self.private.add(name)
+
+    # --- blocks ------------------------------------------------------------------------
+    def _block(self, name: str, k: int, number: Dict[str, int], lines: List[str]) -> None:
+        out = self.out
+        after = f"tm.c.{k}.0"
+        out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
+        self.mask = f"%tm.m.{k}"
+        if k == 0:  # the start: every chunk has a lane (and its values are used everywhere)
+            out += [f"  br label %{name}", f"{name}:"]
+        else:
+            here = self.reduce("or", "i1", self.mask)
+            out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
+        for line in lines[:-1]:
+            self._instruction(_strip_metadata(line.strip()))
+        self._terminator(_strip_metadata(lines[-1].strip()), number, k)
+        out.append(f"  br label %{after}")
+
+    def _terminator(self, line: str, number: Dict[str, int], k: int) -> None:
+        """The lanes of the mask go on at the block the terminator names for each."""
+        def target(label: str) -> int:
+            return EXIT if label == "tm.latch" else number[label]
+        vector = f"<{WIDTH} x i32>"
+        branch = re.match(rf"^br label %({NAME})$", line)
+        conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
+        if branch:
+            chosen = f"splat (i32 {target(branch.group(1))})"
+        elif conditional:
+            condition = conditional.group(1)
+            ids = [target(conditional.group(2)), target(conditional.group(3))]
+            chosen = self.fresh("to")
+            if self.is_varying(condition):
+                self.out.append(f"  {chosen} = select <{WIDTH} x i1> {condition}, {vector} splat (i32 {ids[0]}), "
+                                f"{vector} splat (i32 {ids[1]})")
+            else:  # uniform: every lane takes the same edge
+                self.out.append(f"  {chosen}.u = select i1 {condition}, i32 {ids[0]}, i32 {ids[1]}")
+                chosen = self.vec("i32", f"{chosen}.u")
+        elif line.startswith("switch "):
+            head, _, rest = line.partition("[")
+            kind, value = _typed(head[len("switch "):].split(", label")[0])
+            default = re.search(rf"label %({NAME})", head).group(1)
+            value = self.vec(kind, value)
+            chosen = f"splat (i32 {target(default)})"
+            for case, label in re.findall(rf"{re.escape(kind)} ([^,]+), label %({NAME})", rest):
+                test, picked = self.fresh("case"), self.fresh("to")
+                self.out += [f"  {test} = icmp eq <{WIDTH} x {kind}> {value}, splat ({kind} {case})",
+                             f"  {picked} = select <{WIDTH} x i1> {test}, {vector} splat (i32 {target(label)}), "
+                             f"{vector} {chosen}"]
+                chosen = picked
+        elif line == "unreachable":
+            chosen = f"splat (i32 {EXIT})"
+        else:
+            raise NotVector(f"a terminator: {line.split()[0]}")
+        after = self.fresh("pc")
+        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} %tm.pcin.{k}",
+                     f"  store {vector} {after}, ptr %tm.vpc"]
+
+    # --- instructions ------------------------------------------------------------------
+    def _instruction(self, line: str) -> None:
+        name = ir_model.defined_name(line)
+        text = line.split(" = ", 1)[1] if name else line
+        words = text.split(" ")
+        code = words[0] if words[0] not in ("tail", "notail") else words[1]
+        if " atomic " in f" {text} " or " volatile " in f" {text} " or code in ("atomicrmw", "cmpxchg", "fence"):
+            raise NotVector(f"an atomic or volatile access ({code})")
+        if code == "load":
+            return self._load(name, text)
+        if code == "store":
+            return self._store(text)
+        if code == "call":
+            return self._call(name, line, text)
+        if code not in _BINARY | _CASTS | {"icmp", "fcmp", "select", "fneg", "freeze", "getelementptr"}:
+            raise NotVector(f"an instruction: {code}")
+        if not self.is_varying(text):
+            self.uniform.add(name)
+            self.out.append(f"  {line}")
+            return None
+        flags = []
+        rest = text[len(code) + 1:]
+        while rest.split(" ", 1)[0] in _FLAGS:
+            word, rest = rest.split(" ", 1)
+            flags.append(word)
+        head = " ".join([code] + flags)
+        if code == "getelementptr":
+            return self._getelementptr(name, head, rest)
+        if code in _CASTS:
+            operand, target = rest.rsplit(" to ", 1)
+            type_name, value = _typed(operand)
+            self._define(name, target.strip(), f"{head} <{WIDTH} x {type_name}> {self.vec(type_name, value)} "
+                         f"to <{WIDTH} x {target.strip()}>")
+            return None
+        if code in ("icmp", "fcmp"):
+            predicate, rest = rest.split(" ", 1)
+            parts = _split(rest)
+            type_name, left = _typed(parts[0])
+            self._define(name, "i1", f"{head} {predicate} <{WIDTH} x {type_name}> {self.vec(type_name, left)}, "
+                         f"{self.vec(type_name, parts[1])}")
+            return None
+        parts = _split(rest)
+        if code == "select":
+            _, condition = _typed(parts[0])
+            type_name, left = _typed(parts[1])
+            _, right = _typed(parts[2])
+            vector = f"<{WIDTH} x {type_name}>"
+            self._define(name, type_name, f"{head} <{WIDTH} x i1> {self.vec('i1', condition)}, "
+                         f"{vector} {self.vec(type_name, left)}, {vector} {self.vec(type_name, right)}")
+            return None
+        type_name, first = _typed(parts[0])
+        if not _SCALAR.match(type_name):
+            raise NotVector(f"a value of type {type_name}")
+        vector = f"<{WIDTH} x {type_name}>"
+        if code in ("fneg", "freeze"):
+            self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}")
+            return None
+        second = self.vec(type_name, parts[1])
+        if code in _DIVISIONS:  # lanes masked off divide by one
+            safe = self.fresh("div")
+            self.out.append(f"  {safe} = select <{WIDTH} x i1> {self.mask}, {vector} {second}, "
+                            f"{vector} splat ({type_name} 1)")
+            second = safe
+        self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
+        return None
+
+    def _define(self, name: str, type_name: str, text: str) -> None:
+        if not _SCALAR.match(type_name):
+            raise NotVector(f"a value of type {type_name}")
+        self.out.append(f"  {name} = {text}")
+        self.varying[name] = type_name
+        if type_name.startswith("ptr"):
+            self._check_consecutive(name, type_name)
+
+    def _getelementptr(self, name: str, head: str, rest: str) -> None:
+        parts = _split(rest)
+        source = parts[0]
+        pointer_type, base = _typed(parts[1])
+        if base in self.elements:
+            return self._element_address(name, source, base, parts[2:])
+        if base in self.varying:
+            operands = [f"<{WIDTH} x {pointer_type}> {base}"]
+        else:
+            operands = [f"{pointer_type} {base}"]
+        for part in parts[2:]:
+            type_name, value = _typed(part)
+            operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
+        if base in self.private:
+            self.private.add(name)
+        self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
+
+    def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
+        """An address into an interleaved allocation: the element's index times WIDTH past
+        the lane's first element."""
+        terms = []
+        for depth, part in enumerate(indices):
+            type_name, value = _typed(part)
+            stride = _count(_indexed(source, depth)) * WIDTH
+            wide, scaled = self.fresh("ix"), self.fresh("ix")
+            extend = "sext" if type_name != "i64" else "bitcast"
+            if value in self.varying:
+                self.out += [f"  {wide} = {extend} <{WIDTH} x {type_name}> {value} to <{WIDTH} x i64>",
+                             f"  {scaled} = mul <{WIDTH} x i64> {wide}, splat (i64 {stride})"]
+                self.varying[scaled] = "i64"
+            else:
+                self.out += [f"  {wide} = {extend} {type_name} {value} to i64", f"  {scaled} = mul i64 {wide}, {stride}"]
+                self.uniform.add(scaled)
+            terms.append(scaled)
+        varying = any(t in self.varying for t in terms)
+        total = terms[0]
+        for term in terms[1:]:
+            added = self.fresh("ix")
+            if varying:
+                self.out.append(f"  {added} = add <{WIDTH} x i64> {self.vec('i64', total)}, {self.vec('i64', term)}")
+                self.varying[added] = "i64"
+            else:
+                self.out.append(f"  {added} = add i64 {total}, {term}")
+            total = added
+        offset = f"<{WIDTH} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
+        self.elements[name] = self.elements[base]
+        self._define(name, "ptr", f"getelementptr {self.elements[base]}, <{WIDTH} x ptr> {base}, {offset}")
+
+    def _check_consecutive(self, name: str, pointer_type: str) -> None:
+        """For each size accessed through pointer `name`: whether its lanes' addresses are
+        consecutive, computed once where it is defined."""
+        if name in self.private:
+            return
+        for size in sorted(self.sizes.get(name, ())):
+            frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
+            expected, equal = self.fresh("pe"), self.fresh("eq")
+            vector = f"<{WIDTH} x {pointer_type}>"
+            self.out += [f"  {frozen} = freeze {vector} {name}",
+                         f"  {first} = extractelement {vector} {frozen}, i64 0",
+                         f"  {expected} = getelementptr i8, {pointer_type} {first}, "
+                         f"{self.lanes_constant('i64', size)}",
+                         f"  {equal} = icmp eq {vector} {frozen}, {expected}"]
+            all_equal = self.reduce("and", "i1", equal)
+            self.out.append(f"  {ok} = freeze i1 {all_equal}")
+            self.checked[(name, size)] = (frozen, first, ok)
+
+    # --- memory ------------------------------------------------------------------------
+    def _load(self, name: str, text: str) -> None:
+        parts = _split(text[len("load "):])
+        type_name = parts[0]
+        pointer_type, pointer = _typed(parts[1])
+        align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
+        if pointer in self.slots:
+            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
+            self.varying[name] = type_name
+            return
+        if not _SCALAR.match(type_name):
+            self.copies[name] = (type_name, pointer_type, pointer)
+            return
+        if not self.is_varying(pointer):
+            self.uniform.add(name)
+            self.out.append(f"  {name} = {text}")
+            return
+        vector = f"<{WIDTH} x {type_name}>"
+        space = _mangled(pointer_type)
+        gather = f"llvm.masked.gather.v{WIDTH}{_mangled(type_name)}.v{WIDTH}{space}"
+        self.declare(gather, f"declare {vector} @{gather}(<{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>, {vector})")
+        checked = self.checked.get((pointer, _bytes(type_name)))
+        if checked is None:
+            self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
+                            f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
+        else:
+            frozen, first, ok = checked
+            load = f"llvm.masked.load.v{WIDTH}{_mangled(type_name)}.{space}"
+            self.declare(load, f"declare {vector} @{load}({pointer_type}, i32, <{WIDTH} x i1>, {vector})")
+            whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
+            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:",
+                         f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
+                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
+                         f"  br label %{joined}", f"{apart}:",
+                         f"  {name}.g = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
+                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
+                         f"  br label %{joined}", f"{joined}:",
+                         f"  {name} = phi {vector} [ {name}.c, %{whole} ], [ {name}.g, %{apart} ]"]
+        self.varying[name] = type_name
+
+    def _store(self, text: str) -> None:
+        parts = _split(text[len("store "):])
+        type_name, value = _typed(parts[0])
+        pointer_type, pointer = _typed(parts[1])
+        align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
+        if value in self.copies:
+            return self._copy(value, type_name, pointer_type, pointer)
+        vector = f"<{WIDTH} x {type_name}>"
+        if pointer in self.slots:
+            old, new = self.fresh("old"), self.fresh("new")
+            self.out += [f"  {old} = load {vector}, ptr {pointer}",
+                         f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {self.vec(type_name, value)}, "
+                         f"{vector} {old}",
+                         f"  store {vector} {new}, ptr {pointer}"]
+            return None
+        if not _SCALAR.match(type_name):
+            raise NotVector(f"a store of {type_name}")
+        if not self.is_varying(text):  # every lane stores the same value at the same place
+            self.out.append(f"  store {text}")
+            return None
+        space = _mangled(pointer_type)
+        scatter = f"llvm.masked.scatter.v{WIDTH}{_mangled(type_name)}.v{WIDTH}{space}"
+        self.declare(scatter, f"declare void @{scatter}({vector}, <{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>)")
+        data = self.vec(type_name, value)
+        addresses = self.vec(pointer_type, pointer)
+        checked = self.checked.get((pointer, _bytes(type_name)))
+        if checked is None:
+            self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
+                            f"i32 {align}, <{WIDTH} x i1> {self.mask})")
+            return None
+        frozen, first, ok = checked
+        store = f"llvm.masked.store.v{WIDTH}{_mangled(type_name)}.{space}"
+        self.declare(store, f"declare void @{store}({vector}, {pointer_type}, i32, <{WIDTH} x i1>)")
+        whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
+        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:",
+                     f"  call void @{store}({vector} {data}, {pointer_type} {first}, i32 {align}, "
+                     f"<{WIDTH} x i1> {self.mask})",
+                     f"  br label %{joined}", f"{apart}:",
+                     f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
+                     f"<{WIDTH} x i1> {self.mask})",
+                     f"  br label %{joined}", f"{joined}:"]
+        return None
+
+    def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
+        """An aggregate loaded only to be stored: copied element by element."""
+        source_type_name, source_type, source = self.copies.pop(value)
+        if source_type_name != type_name:
+            raise NotVector("an aggregate copy changes type")
+        for indices, element in _elements(type_name):
+            path = ", ".join(f"i32 {i}" for i in (0,) + indices)
+            at, to, loaded = self.fresh("ea"), self.fresh("et"), self.fresh("ev")
+            self._instruction(f"{at} = getelementptr inbounds {type_name}, {source_type} {source}, {path}")
+            self._instruction(f"{loaded} = load {element}, {source_type} {at}, align 1")
+            self._instruction(f"{to} = getelementptr inbounds {type_name}, {target_type} {target}, {path}")
+            self._instruction(f"store {element} {loaded}, {target_type} {to}, align 1")
+
+    # --- calls -------------------------------------------------------------------------
+    def _call(self, name: Optional[str], line: str, text: str) -> None:
+        function = ir_model.callee(line)
+        if function is None:
+            raise NotVector("a call through a pointer")
+        function = function.strip('"')
+        head, _, rest = text.partition(f"@{function}(")
+        arguments_text = rest[:rest.rindex(")")]
+        arguments = [_typed(a) for a in _split(arguments_text)] if arguments_text.strip() else []
+        return_type = head.split()[-1]
+        intrinsic = re.match(r"llvm\.([a-z]+(?:\.sat)?)\.", function)
+        base = intrinsic.group(1) if intrinsic else None
+        memory = bool(_MEMORY_CALLS.search(line))
+        if not memory and (base in _ELEMENTWISE or base in _PER_LANE) and not self.is_varying(arguments_text):
+            self.uniform.add(name)
+            self.out.append(f"  {line}")
+            return None
+        if base in _ELEMENTWISE and _SCALAR.match(return_type) and not return_type.startswith("ptr"):
+            return self._elementwise(name, function, return_type, arguments)
+        if base in _PER_LANE and _SCALAR.match(return_type):
+            return self._per_lane(name, function, return_type, arguments, masked=False)
+        if memory:
+            return self._per_lane(None, function, "void", arguments, masked=True)
+        raise NotVector(f"a call of @{function}")
+
+    def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
+        vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{WIDTH}{m.group(1)}", function)
+        if vector_name == function:
+            raise NotVector(f"a call of @{function}")
+        operands, types = [], []
+        for type_name, value in arguments:
+            if type_name == "i1" and value in ("true", "false"):  # an immediate (ctlz, abs)
+                operands.append(f"i1 {value}")
+                types.append("i1")
+            else:
+                operands.append(f"<{WIDTH} x {type_name}> {self.vec(type_name, value)}")
+                types.append(f"<{WIDTH} x {type_name}>")
+        self.declare(vector_name, f"declare <{WIDTH} x {return_type}> @{vector_name}({', '.join(types)})")
+        self._define(name, return_type, f"call <{WIDTH} x {return_type}> @{vector_name}({', '.join(operands)})")
+
+    def _per_lane(self, name: Optional[str], function: str, return_type: str, arguments, masked: bool) -> None:
+        """Each lane calls the scalar function; `masked`: only the lanes of the mask do."""
+        declared = f"declare {return_type} @{function}({', '.join(t for t, _ in arguments)})"
+        self.declare(function, declared)
+        varying = [value in self.varying for _, value in arguments]
+        result = f"<{WIDTH} x {return_type}>"
+        previous = "poison"
+        for lane in range(WIDTH):
+            values = []
+            for (type_name, value), vary in zip(arguments, varying):
+                if vary:
+                    element = self.fresh("x")
+                    self.out.append(f"  {element} = extractelement <{WIDTH} x {type_name}> {value}, i64 {lane}")
+                    if not masked:
+                        frozen = self.fresh("x")
+                        self.out.append(f"  {frozen} = freeze {type_name} {element}")
+                        element = frozen
+                    values.append(f"{type_name} {element}")
+                else:
+                    values.append(f"{type_name} {value}")
+            call = f"call {return_type} @{function}({', '.join(values)})"
+            if masked:
+                active, run, next_label = self.fresh("on"), self.label("lane"), self.label("lanedone")
+                self.out += [f"  {active} = extractelement <{WIDTH} x i1> {self.mask}, i64 {lane}",
+                             f"  br i1 {active}, label %{run}, label %{next_label}", f"{run}:", f"  {call}",
+                             f"  br label %{next_label}", f"{next_label}:"]
+                continue
+            scalar, inserted = self.fresh("y"), self.fresh("y")
+            self.out += [f"  {scalar} = {call}",
+                         f"  {inserted} = insertelement {result} {previous}, {return_type} {scalar}, i64 {lane}"]
+            previous = inserted
+        if name is not None:
+            self.out.append(f"  {name} = freeze {result} {previous}")
+            self.varying[name] = return_type
+
+
+def _loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
+    """Loop head's position -> the position of its loop's last block, in `order` (a weak
+    topological order: a loop's blocks follow its head, together; every edge to an earlier
+    block goes to the head of a loop that holds its source)."""
+    position = {name: i for i, name in enumerate(order)}
+    ends: Dict[int, int] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if position[target] <= position[source]:
+                head = position[target]
+                ends[head] = max(ends.get(head, head), _component_end(graph, position, head))
+    return ends
+
+
+def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:
+    """The last position of the blocks on a cycle through the block at `head`, among the
+    blocks from `head` on."""
+    names = [n for n, p in position.items() if p >= head]
+    start = next(n for n, p in position.items() if p == head)
+    forward, stack = {start}, [start]
+    while stack:
+        for successor in graph[stack.pop()]:
+            if position[successor] >= head and successor not in forward:
+                forward.add(successor)
+                stack.append(successor)
+    reverse: Dict[str, List[str]] = {n: [] for n in names}
+    for n in names:
+        for successor in graph[n]:
+            if successor in reverse:
+                reverse[successor].append(n)
+    backward, stack = {start}, [start]
+    while stack:
+        for predecessor in reverse[stack.pop()]:
+            if predecessor not in backward:
+                backward.add(predecessor)
+                stack.append(predecessor)
+    return max(position[n] for n in forward & backward)
+
+
+def _leaf(type_name: str) -> Optional[str]:
+    """The scalar type of a scalar or a (nested) array of scalars; None for anything else."""
+    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name.strip())
+    if array:
+        return _leaf(array.group(2))
+    return type_name.strip() if _SCALAR.match(type_name.strip()) else None
+
+
+def _count(type_name: str) -> int:
+    """The scalars in a scalar or a (nested) array of scalars."""
+    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name.strip())
+    return int(array.group(1)) * _count(array.group(2)) if array else 1
+
+
+def _indexed(source: str, depth: int) -> str:
+    """The type a getelementptr over `source` steps through at index `depth` (the first
+    index steps over whole `source`s)."""
+    for _ in range(depth):
+        array = re.fullmatch(r"\[(\d+) x (.+)\]", source.strip())
+        if not array:
+            raise NotVector(f"an index into {source}")
+        source = array.group(2)
+    return source
+
+
+def _only_accessed_as(name: str, leaf: str, lines: List[str]) -> bool:
+    """Whether every pointer derived from allocation `name` (by getelementptr over arrays of
+    `leaf`) is only used to load or store a `leaf`."""
+    derived = {name}
+    changed = True
+    while changed:
+        changed = False
+        for line in lines:
+            used = set(LOCAL.findall(line))
+            if not used & derived or " = alloca " in line:
+                continue
+            result = ir_model.defined_name(line)
+            text = line.split(" = ", 1)[1].strip() if result else line.strip()
+            if text.startswith("getelementptr"):
+                parts = _split(re.sub(r"^getelementptr (?:(?:inbounds|nuw|nusw) )*", "", text))
+                if _typed(parts[1])[1] not in derived or _leaf(parts[0]) != leaf or used & derived - {
+                        _typed(parts[1])[1], result} or any(not _SCALAR.match(_typed(p)[0]) for p in parts[2:]):
+                    return False
+                if result not in derived:
+                    derived.add(result)
+                    changed = True
+            elif text.startswith("load "):
+                parts = _split(_strip_metadata(text[5:]))
+                if parts[0] != leaf:
+                    return False
+            elif text.startswith("store "):
+                parts = _split(_strip_metadata(text[6:]))
+                if _typed(parts[0])[0] != leaf or set(LOCAL.findall(parts[0])) & derived:
+                    return False
+            else:
+                return False
+    return True
+
+
+def _elements(type_name: str, prefix: Tuple[int, ...] = ()) -> List[Tuple[Tuple[int, ...], str]]:
+    """(indices, scalar type) of each element of an array type, in order."""
+    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name)
+    if not array:
+        if not _SCALAR.match(type_name):
+            raise NotVector(f"a copy of {type_name}")
+        return [(prefix, type_name)]
+    return [found for i in range(int(array.group(1))) for found in _elements(array.group(2), prefix + (i,))]

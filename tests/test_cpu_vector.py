@@ -234,9 +234,10 @@ def test_uniform_values_stay_scalar_and_atomics_stay_lane_loops(monkeypatch, cap
     assert any("stays a lane loop: an atomic" in record.getMessage() for record in caplog.records)
 
 
-def test_uniform_branch_is_a_scalar_choice():
-    """In the vectorized IR, a branch on a uniform condition chooses the next block with a
-    scalar select (every lane takes the same edge); one on a varying condition per lane."""
+def test_uniform_branch_stays_a_branch():
+    """In the vectorized IR a branch on a uniform condition stays a branch (every lane takes
+    the same edge); one on a varying condition sets each lane's next block (a select per
+    lane) and the lanes run the blocks after it under masks."""
     region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
               "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %u = load i32, ptr %dims, align 4",
               "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
@@ -248,5 +249,5 @@ def test_uniform_branch_is_a_scalar_choice():
               "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
     text, vectorized, refused = vectorize_regions("\n".join(region))
     assert vectorized == ["tm.region.0"] and not refused
-    assert "= select i1 %uc, i32 " in text
-    assert "= select <8 x i1> %vc, <8 x i32> " in text
+    assert "  br i1 %uc, label %a, label %" in text
+    assert "= select <8 x i1> %vc, <8 x i32> " in text and "br i1 %vc" not in text

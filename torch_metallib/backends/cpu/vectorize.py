@@ -180,6 +180,9 @@ class _Region:
         self.copies: Dict[str, Tuple[str, str]] = {}  # an aggregate loaded, only to be stored: (type, address)
         self.sizes: Dict[str, Set[int]] = {}  # pointer -> the bytes of the accesses through it
         self.mask = ""
+        self.converged = True  # the block being widened runs for every lane still running
+        self.scalar_slots: Set[str] = set()
+        self.divergent: Set[str] = set()
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -242,58 +245,143 @@ class _Region:
         # Blocks by their number: the loop's per-thread start (its own block, as the region's
         # first block may be entered again), then the body in a weak topological order.
         graph = {"tm.vstart": [first.group(1)]}
+        lines_of = {"tm.vstart": loop_lines[1:]}
         for name in body:
             graph[name] = [s for s in self.blocks[name].successors() if s in self.blocks and s != "tm.latch"]
+            lines_of[name] = self.blocks[name].instructions()
         order = weak_topological_order(graph, "tm.vstart")
         if len(order) != len(graph):
             raise NotVector("a block the region does not reach")
         number = {name: i for i, name in enumerate(order)}
-        ends = _loop_ends(graph, order)
         every = [line for name in names for line in self.blocks[name].instructions()]
         self._classify_allocations(rentry.instructions(), every)
         self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
+        allocas = {ir_model.defined_name(line) for line in rentry.instructions() if " = alloca " in line}
+        divergent, parts = _divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
+        # Reg2mem's values that every lane holds alike stay scalar (stored only where every
+        # lane runs, only uniform values).
+        self.scalar_slots = {n for n in self.slots if n not in divergent.varying_slots}
+        self.divergent = divergent.blocks
 
         out = self.out
         out.append("tm.rentry:")
         for line in rentry.instructions()[:-1]:
             alloca = re.match(rf"^\s*(%{NAME}) = alloca (.*)$", line)
-            if alloca:
+            if alloca and alloca.group(1) in self.scalar_slots:
+                out.append(line)
+            elif alloca:
                 self._widen_allocation(alloca.group(1), alloca.group(2))
             else:
                 self.uniform.add(ir_model.defined_name(line))
                 out.append(line)
-        out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", "  br label %tm.vloop", "tm.vloop:",
+        out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", f"  %tm.vlive = alloca <{WIDTH} x i1>",
+                "  br label %tm.vloop", "tm.vloop:",
                 "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
         start = self.vec("i32", "%tm.v0")
         out += [f"  %t32 = add <{WIDTH} x i32> {start}, {self.lanes_constant('i32').split(' ', 3)[3]}"]
         self.varying["%t32"] = "i32"
         end = self.vec("i32", "%tm.end")
         out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
-                f"  %tm.pc0 = select <{WIDTH} x i1> %tm.alive, <{WIDTH} x i32> zeroinitializer, "
-                f"<{WIDTH} x i32> splat (i32 {EXIT})",
-                f"  store <{WIDTH} x i32> %tm.pc0, ptr %tm.vpc", "  br label %tm.g.0"]
-        # The blocks in order, each for the lanes whose counter names it (skipped where none
-        # does); at a loop's last block, back to its head while a lane is still in the loop.
-        for k, name in enumerate(order):
-            lines = loop_lines[1:] if name == "tm.vstart" else self.blocks[name].instructions()
-            self._block(name, k, number, lines)
-            checks = sorted((h for h, e in ends.items() if e == k), reverse=True)
-            if not checks:
-                out += [f"tm.c.{k}.0:", f"  br label %tm.g.{k + 1}"]
-            for i, head in enumerate(checks):
-                pc, offset, inside, again = self.fresh("pc"), self.fresh("in"), self.fresh("in"), None
-                out += [f"tm.c.{k}.{i}:", f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
-                        f"  {offset} = sub <{WIDTH} x i32> {pc}, splat (i32 {head})",
-                        f"  {inside} = icmp ule <{WIDTH} x i32> {offset}, splat (i32 {k - head})"]
-                again = self.reduce("or", "i1", inside)
-                following = f"tm.c.{k}.{i + 1}" if i + 1 < len(checks) else f"tm.g.{k + 1}"
-                out.append(f"  br i1 {again}, label %tm.g.{head}, label %{following}")
-        out += [f"tm.g.{len(order)}:", "  br label %tm.vlatch",
-                "tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
+                f"  store <{WIDTH} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
+        ends = _loop_ends(graph, order)
+        emitted: Set[int] = set()
+        for name in order:
+            part = parts.get(name)
+            if part is None:
+                self._convergent_block(name, number, parts, lines_of[name])
+            elif id(part) not in emitted:
+                emitted.add(id(part))
+                self._divergent_part(part, order, number, ends, lines_of)
+        out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
                 f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
                 "tm.exit:", "  ret void"]
         return out
+
+    def _convergent_block(self, name: str, number: Dict[str, int], parts, lines: List[str]) -> None:
+        """A block every lane that is still running runs (no divergent branch leads to it
+        apart from its join): under the mask of those lanes, its branches as branches where
+        their condition is uniform."""
+        k = number[name]
+        out = self.out
+        out += [f"{name}:", f"  %tm.m.{k} = load <{WIDTH} x i1>, ptr %tm.vlive"]
+        self.mask, self.converged = f"%tm.m.{k}", True
+        for line in lines[:-1]:
+            self._instruction(_strip_metadata(line.strip()))
+        line = _strip_metadata(lines[-1].strip())
+        trampolines: List[str] = []
+
+        def edge(label: str) -> str:
+            """Where the lanes going to block `label` go: the block, or into the divergent
+            part that holds it, their counters set."""
+            if label == "tm.latch":
+                return "tm.vlatch"
+            if label not in parts:
+                return label
+            via = self.label("enter")
+            counters = self.fresh("pc")
+            trampolines.extend([f"{via}:", f"  {counters} = select <{WIDTH} x i1> %tm.m.{k}, <{WIDTH} x i32> "
+                                f"splat (i32 {number[label]}), <{WIDTH} x i32> splat (i32 {EXIT})",
+                                f"  store <{WIDTH} x i32> {counters}, ptr %tm.vpc",
+                                f"  br label %tm.part.{parts[label].first}"])
+            return via
+        branch = re.match(rf"^br label %({NAME})$", line)
+        conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
+        if branch:
+            out.append(f"  br label %{edge(branch.group(1))}")
+        elif line == "unreachable":
+            out.append("  br label %tm.vlatch")
+        elif conditional and not self.is_varying(conditional.group(1)):
+            out.append(f"  br i1 {conditional.group(1)}, label %{edge(conditional.group(2))}, "
+                       f"label %{edge(conditional.group(3))}")
+        elif line.startswith("switch ") and not self.is_varying(line.split(",")[0]):
+            head, _, rest = line.partition("[")
+            head = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", head)
+            rest = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", rest)
+            out.append(f"  {head}[{rest}")
+        else:  # a divergent branch: its lanes go on in the divergent part of its targets
+            targets = re.findall(rf"label %({NAME})", line)
+            inside = [parts[t] for t in targets if t in parts]
+            if not inside:
+                raise NotVector("a divergent branch to no divergent block")
+            self._terminator(line, number, k, f"splat (i32 {EXIT})")
+            out.append(f"  br label %tm.part.{inside[0].first}")
+        out.extend(trampolines)
+
+    def _divergent_part(self, part, order: List[str], number: Dict[str, int], ends: Dict[int, int],
+                        lines_of: Dict[str, List[str]]) -> None:
+        """The blocks of a divergent part in order, each for the lanes whose counter names
+        it (skipped where none does); at a loop's last block back to its head while a lane
+        is still in the loop; then the lanes that reached the part's join run on there."""
+        out = self.out
+        positions = sorted(number[n] for n in part.blocks)
+        out += [f"tm.part.{part.first}:", f"  br label %tm.g.{positions[0]}"]
+        self.converged = False
+        for i, k in enumerate(positions):
+            name = order[k]
+            following = f"tm.g.{positions[i + 1]}" if i + 1 < len(positions) else f"tm.join.{part.first}"
+            self._block(name, k, number, lines_of[name])
+            checks = sorted((h for h, e in ends.items() if e == k and order[h] in part.blocks), reverse=True)
+            if not checks:
+                out += [f"tm.c.{k}.0:", f"  br label %{following}"]
+            for j, head in enumerate(checks):
+                pc, offset, inside = self.fresh("pc"), self.fresh("in"), self.fresh("in")
+                out += [f"tm.c.{k}.{j}:", f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                        f"  {offset} = sub <{WIDTH} x i32> {pc}, splat (i32 {head})",
+                        f"  {inside} = icmp ule <{WIDTH} x i32> {offset}, splat (i32 {k - head})"]
+                again = self.reduce("or", "i1", inside)
+                after = f"tm.c.{k}.{j + 1}" if j + 1 < len(checks) else following
+                out.append(f"  br i1 {again}, label %tm.g.{head}, label %{after}")
+        out += [f"tm.join.{part.first}:"]
+        if part.join is None:
+            out.append("  br label %tm.vlatch")
+            return
+        pc, live = self.fresh("pc"), self.fresh("live")
+        out += [f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                f"  {live} = icmp eq <{WIDTH} x i32> {pc}, splat (i32 {number[part.join]})",
+                f"  store <{WIDTH} x i1> {live}, ptr %tm.vlive"]
+        any_live = self.reduce("or", "i1", live)
+        out.append(f"  br i1 {any_live}, label %{part.join}, label %tm.vlatch")
 
     def _classify_allocations(self, entry: List[str], every: List[str]) -> None:
         """reg2mem's allocations (only loaded and stored, as one scalar) become vectors; the
@@ -356,23 +444,22 @@ class _Region:
 
     # --- blocks ------------------------------------------------------------------------
     def _block(self, name: str, k: int, number: Dict[str, int], lines: List[str]) -> None:
+        """Block `name` of a divergent part, for the lanes whose counter is its number `k`."""
         out = self.out
         after = f"tm.c.{k}.0"
         out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
                 f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
         self.mask = f"%tm.m.{k}"
-        if k == 0:  # the start: every chunk has a lane (and its values are used everywhere)
-            out += [f"  br label %{name}", f"{name}:"]
-        else:
-            here = self.reduce("or", "i1", self.mask)
-            out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
+        here = self.reduce("or", "i1", self.mask)
+        out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
             self._instruction(_strip_metadata(line.strip()))
-        self._terminator(_strip_metadata(lines[-1].strip()), number, k)
+        self._terminator(_strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
         out.append(f"  br label %{after}")
 
-    def _terminator(self, line: str, number: Dict[str, int], k: int) -> None:
-        """The lanes of the mask go on at the block the terminator names for each."""
+    def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
+        """The lanes of the mask go on at the block the terminator names for each; the
+        others' counters are `others`."""
         def target(label: str) -> int:
             return EXIT if label == "tm.latch" else number[label]
         vector = f"<{WIDTH} x i32>"
@@ -407,7 +494,7 @@ class _Region:
         else:
             raise NotVector(f"a terminator: {line.split()[0]}")
         after = self.fresh("pc")
-        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} %tm.pcin.{k}",
+        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
                      f"  store {vector} {after}, ptr %tm.vpc"]
 
     # --- instructions ------------------------------------------------------------------
@@ -556,6 +643,10 @@ class _Region:
         type_name = parts[0]
         pointer_type, pointer = _typed(parts[1])
         align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
+        if pointer in self.scalar_slots:
+            self.uniform.add(name)
+            self.out.append(f"  {name} = {text}")
+            return
         if pointer in self.slots:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
@@ -598,6 +689,14 @@ class _Region:
         if value in self.copies:
             return self._copy(value, type_name, pointer_type, pointer)
         vector = f"<{WIDTH} x {type_name}>"
+        if pointer in self.scalar_slots:
+            if self.is_varying(value):
+                raise NotVector(f"a varying value stored to uniform {pointer}")  # _divergence prevents it
+            self.out.append(f"  {text}")
+            return None
+        if pointer in self.slots and self.converged:  # the lanes masked off have finished
+            self.out.append(f"  store {vector} {self.vec(type_name, value)}, ptr {pointer}")
+            return None
         if pointer in self.slots:
             old, new = self.fresh("old"), self.fresh("new")
             self.out += [f"  {old} = load {vector}, ptr {pointer}",
@@ -608,7 +707,7 @@ class _Region:
         if not _SCALAR.match(type_name):
             raise NotVector(f"a store of {type_name}")
         if not self.is_varying(text):  # every lane stores the same value at the same place
-            self.out.append(f"  store {text}")
+            self.out.append(f"  {text}")
             return None
         space = _mangled(pointer_type)
         scatter = f"llvm.masked.scatter.v{WIDTH}{_mangled(type_name)}.v{WIDTH}{space}"
@@ -720,6 +819,153 @@ class _Region:
         if name is not None:
             self.out.append(f"  {name} = freeze {result} {previous}")
             self.varying[name] = return_type
+
+
+class _Part:
+    """A divergent part of a region: `blocks` that lanes may run apart (those a divergent
+    branch reaches before its join), run as one ordered sequence under masks; `join`: the
+    one block its lanes leave to (None: they leave the region), where they run together
+    again; `first`: a name for it."""
+
+    def __init__(self, blocks: Set[str], first: str):
+        self.blocks, self.first, self.join = blocks, first, None
+
+
+class _Divergence:
+    def __init__(self, blocks: Set[str], varying_slots: Set[str]):
+        self.blocks, self.varying_slots = blocks, varying_slots
+
+
+def _divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], slots: Dict[str, str],
+                private: Set[str]) -> Tuple[_Divergence, Dict[str, _Part]]:
+    """Which blocks lanes may run apart, in parts, and which reg2mem values vary between
+    lanes: a branch on a varying value diverges until its immediate post-dominator; a value
+    stored in a divergent block, or varying, varies (to a fixed point). Where the parts do
+    not each have one join, every block but the start is one divergent part."""
+    exits = {name for name in order if any("label %tm.latch" in line or line.strip() == "unreachable"
+                                           for line in lines_of[name][-1:])}
+    post = _post_dominators(order, graph, exits)
+    varying_slots: Set[str] = set()
+    while True:
+        branches, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+        divergent: Set[str] = set()
+        regions = []
+        for branch in branches:
+            join = post[branch]
+            region, stack = set(), [s for s in graph[branch] if s != join]
+            while stack:
+                name = stack.pop()
+                if name not in region and name != join:
+                    region.add(name)
+                    stack.extend(graph[name])
+            regions.append(region)
+            divergent |= region
+        found = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & divergent}
+        if found <= varying_slots:
+            break
+        varying_slots |= found
+    parts = _parts(order, graph, regions)
+    if parts is None:  # not one join per part: every block but the start apart
+        everything = set(order[1:])
+        part = _Part(everything, order[1] if len(order) > 1 else order[0])
+        parts = {name: part for name in everything}
+        _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
+        varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
+        divergent = everything
+    return _Divergence(divergent, varying_slots), parts
+
+
+def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, _Part]]:
+    """Divergent regions that share blocks merged into parts, each with its join; None
+    where a part leaves to two blocks, or a loop with its head in a part leaves it."""
+    merged: List[Set[str]] = []
+    for region in regions:
+        if not region:
+            continue
+        touching = [m for m in merged if m & region]
+        for m in touching:
+            merged.remove(m)
+            region = region | m
+        merged.append(region)
+    position = {name: i for i, name in enumerate(order)}
+    ends = _loop_ends(graph, order)
+    parts: Dict[str, _Part] = {}
+    for blocks in merged:
+        part = _Part(blocks, min(blocks, key=position.get))
+        leaving = {s for name in blocks for s in graph[name] if s not in blocks}
+        if len(leaving) > 1:
+            return None
+        part.join = next(iter(leaving), None)
+        for head, end in ends.items():
+            if order[head] in blocks and not all(order[i] in blocks for i in range(head, end + 1)):
+                return None
+        parts.update((name, part) for name in blocks)
+    return parts
+
+
+def _post_dominators(order: List[str], graph: Dict[str, List[str]], exits: Set[str]) -> Dict[str, Optional[str]]:
+    """Block -> its immediate post-dominator (None: the region's exit), every exit leading
+    to one virtual exit."""
+    bit = {name: 1 << i for i, name in enumerate(order)}
+    every = (1 << len(order)) - 1
+    sets = {name: every for name in order}
+    changed = True
+    while changed:
+        changed = False
+        for name in reversed(order):
+            successors = graph[name]
+            common = 0 if name in exits else every
+            for s in successors:
+                common &= sets[s]
+            if name in exits or not successors:
+                common = 0
+            new = common | bit[name]
+            if new != sets[name]:
+                sets[name], changed = new, True
+    immediate: Dict[str, Optional[str]] = {}
+    for name in order:
+        strict = sets[name] & ~bit[name]
+        immediate[name] = next((other for other in order if strict & bit[other] and sets[other] == strict), None)
+    return immediate
+
+
+def _varying_branches(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str],
+                      varying_slots: Set[str], private: Set[str]):
+    """(blocks ending in a branch on a varying value, slot -> (a varying value stored to
+    it, the blocks storing to it)), where reg2mem's `varying_slots` and the addresses of
+    the lanes' `private` allocations vary."""
+    varying = {"%t32"} | private
+    stored: Dict[str, Tuple[bool, Set[str]]] = {slot: (False, set()) for slot in slots}
+    branches = []
+    for name in order:
+        for line in lines_of[name]:
+            result = ir_model.defined_name(line)
+            used = [n for n in LOCAL.findall(line) if n != result]
+            text = line.split(" = ", 1)[1].strip() if result else line.strip()
+            if text.startswith("store "):
+                parts = _split(_strip_metadata(text[6:]))
+                pointer = _typed(parts[1])[1] if len(parts) > 1 else ""
+                if pointer in slots:
+                    value_varies = any(n in varying for n in LOCAL.findall(parts[0]))
+                    old_varies, blocks = stored[pointer]
+                    stored[pointer] = (old_varies or value_varies, blocks | {name})
+                continue
+            if text.startswith("load "):
+                pointer = _typed(_split(_strip_metadata(text[5:]))[1])[1]
+                if pointer in slots:
+                    if pointer in varying_slots:
+                        varying.add(result)
+                    continue
+            if result and (any(n in varying for n in used) or text.startswith("call ") and not _pure_call(text)):
+                varying.add(result)
+            if text.startswith(("br i1 ", "switch ")) and any(n in varying for n in used):
+                branches.append(name)
+    return branches, stored
+
+
+def _pure_call(text: str) -> bool:
+    intrinsic = re.search(r"@llvm\.([a-z]+(?:\.sat)?)\.", text)
+    return bool(intrinsic) and (intrinsic.group(1) in _ELEMENTWISE or intrinsic.group(1) in _PER_LANE)
 
 
 def _loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:

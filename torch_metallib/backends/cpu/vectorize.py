@@ -76,7 +76,7 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
     out: List[str] = []
     done, vectorized, refused = 0, [], {}
     declarations: Dict[str, str] = {}
-    types = set(re.findall(rf"^(%{NAME}) = type ", text, re.M))
+    types = dict(re.findall(rf"^(%{NAME}) = type (.*)$", text, re.M))
     for found in ir_model.functions(lines):
         region = _REGION.match(found.header)
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
@@ -162,12 +162,13 @@ def _strip_metadata(line: str) -> str:
 class _Region:
     """One region function's body rewritten as vector lanes."""
 
-    def __init__(self, body: List[str], declarations: Dict[str, str], types: Set[str]):
+    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str]):
         self.blocks = ir_model.blocks(body)
         self.declarations = declarations
         self.out: List[str] = []
         self.counter = 0
         self.uniform: Set[str] = set(types)  # locals that stay scalar (named types read as locals too)
+        self.types = types
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
@@ -292,39 +293,35 @@ class _Region:
             elif id(part) not in emitted:
                 emitted.add(id(part))
                 self._divergent_part(part, order, number, ends, lines_of)
+                for member in sorted(part.blocks, key=number.get):
+                    self._convergent_block(member, number, parts, lines_of[member], copy=True)
         out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
                 f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
                 "tm.exit:", "  ret void"]
         return out
 
-    def _convergent_block(self, name: str, number: Dict[str, int], parts, lines: List[str]) -> None:
-        """A block every lane that is still running runs (no divergent branch leads to it
-        apart from its join): under the mask of those lanes, its branches as branches where
-        their condition is uniform."""
+    def _convergent_block(self, name: str, number: Dict[str, int], parts, lines: List[str], copy: bool = False) -> None:
+        """A block every lane that is still running runs together: under the mask of those
+        lanes, its branches as branches where their condition is uniform, or where all
+        those lanes agree at run time; else its lanes go on in the divergent part of its
+        targets. `copy`: a divergent part's block, run so while its lanes agree (its
+        values renamed ``.u``, the part's blocks entered at their copies)."""
         k = number[name]
         out = self.out
-        out += [f"{name}:", f"  %tm.m.{k} = load <{WIDTH} x i1>, ptr %tm.vlive"]
-        self.mask, self.converged = f"%tm.m.{k}", True
+        if copy:
+            lines = self._renamed(lines, ".u")
+        tag = f"{k}u" if copy else str(k)
+        out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
+        self.mask, self.converged = f"%tm.m.{tag}", True
         for line in lines[:-1]:
             self._instruction(_strip_metadata(line.strip()))
         line = _strip_metadata(lines[-1].strip())
-        trampolines: List[str] = []
 
         def edge(label: str) -> str:
-            """Where the lanes going to block `label` go: the block, or into the divergent
-            part that holds it, their counters set."""
             if label == "tm.latch":
                 return "tm.vlatch"
-            if label not in parts:
-                return label
-            via = self.label("enter")
-            counters = self.fresh("pc")
-            trampolines.extend([f"{via}:", f"  {counters} = select <{WIDTH} x i1> %tm.m.{k}, <{WIDTH} x i32> "
-                                f"splat (i32 {number[label]}), <{WIDTH} x i32> splat (i32 {EXIT})",
-                                f"  store <{WIDTH} x i32> {counters}, ptr %tm.vpc",
-                                f"  br label %tm.part.{parts[label].first}"])
-            return via
+            return f"{label}.u" if label in parts else label
         branch = re.match(rf"^br label %({NAME})$", line)
         conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
         if branch:
@@ -339,14 +336,38 @@ class _Region:
             head = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", head)
             rest = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", rest)
             out.append(f"  {head}[{rest}")
-        else:  # a divergent branch: its lanes go on in the divergent part of its targets
-            targets = re.findall(rf"label %({NAME})", line)
+        else:  # a divergent branch: a branch still where the lanes agree
+            targets = list(dict.fromkeys(re.findall(rf"label %({NAME})", line)))
             inside = [parts[t] for t in targets if t in parts]
             if not inside:
                 raise NotVector("a divergent branch to no divergent block")
-            self._terminator(line, number, k, f"splat (i32 {EXIT})")
-            out.append(f"  br label %tm.part.{inside[0].first}")
-        out.extend(trampolines)
+            chosen = self._targets(line, number)
+            vector = f"<{WIDTH} x i32>"
+            running = self.fresh("to")
+            out.append(f"  {running} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, "
+                       f"{vector} splat (i32 {EXIT})")
+            lead = self.reduce("umin", "i32", running)
+            same, off, agreeing, apart = self.fresh("same"), self.fresh("off"), self.fresh("same"), self.label("apart")
+            lead_vector = self.vec("i32", lead)
+            out += [f"  {same} = icmp eq {vector} {running}, {lead_vector}",
+                    f"  {off} = xor <{WIDTH} x i1> {self.mask}, splat (i1 true)",
+                    f"  {agreeing} = or <{WIDTH} x i1> {same}, {off}"]
+            agree = self.reduce("and", "i1", agreeing)
+            together = self.label("agree")
+            out += [f"  br i1 {agree}, label %{together}, label %{apart}", f"{together}:",
+                    f"  switch i32 {lead}, label %{apart} [ "
+                    + " ".join(f"i32 {EXIT if t == 'tm.latch' else number[t]}, label %{edge(t)}" for t in targets)
+                    + " ]", f"{apart}:", f"  store {vector} {running}, ptr %tm.vpc",
+                    f"  br label %tm.part.{inside[0].first}"]
+
+    def _renamed(self, lines: List[str], suffix: str) -> List[str]:
+        """`lines` with the values they define renamed (a second copy of a block), the
+        sizes accessed through renamed pointers kept."""
+        names = {n: ir_model.renamed(n, suffix.strip(".")) for n in map(ir_model.defined_name, lines) if n}
+        for old, new in names.items():
+            if old in self.sizes:
+                self.sizes[new] = self.sizes[old]
+        return [ir_model.substitute(line, names) for line in lines]
 
     def _divergent_part(self, part, order: List[str], number: Dict[str, int], ends: Dict[int, int],
                         lines_of: Dict[str, List[str]]) -> None:
@@ -408,15 +429,16 @@ class _Region:
                 used = LOCAL.findall(value)
             else:
                 used = LOCAL.findall(line)
-            if pointer and _SCALAR.match(type_name or ""):
-                self.sizes.setdefault(pointer, set()).add(_bytes(type_name))
+            leaf = pointer and _leaf(type_name or "")
+            if leaf:  # a scalar, or an array copied whole (_copy)
+                self.sizes.setdefault(pointer, set()).add(_count(type_name) * _bytes(leaf))
                 if pointer in direct and allocas[pointer] != type_name:
                     direct.discard(pointer)
             direct -= set(used)
         self.slots = {n: allocas[n] for n in direct}
         for name, type_name in allocas.items():
             leaf = _leaf(type_name)
-            if name not in self.slots and leaf and _only_accessed_as(name, leaf, every):
+            if name not in self.slots and leaf and _only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
 
     def _widen_allocation(self, name: str, rest: str) -> None:
@@ -460,6 +482,13 @@ class _Region:
     def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
         """The lanes of the mask go on at the block the terminator names for each; the
         others' counters are `others`."""
+        chosen = self._targets(line, number)
+        after, vector = self.fresh("pc"), f"<{WIDTH} x i32>"
+        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
+                     f"  store {vector} {after}, ptr %tm.vpc"]
+
+    def _targets(self, line: str, number: Dict[str, int]) -> str:
+        """The number of the block terminator `line` goes to, per lane (a vector)."""
         def target(label: str) -> int:
             return EXIT if label == "tm.latch" else number[label]
         vector = f"<{WIDTH} x i32>"
@@ -493,9 +522,7 @@ class _Region:
             chosen = f"splat (i32 {EXIT})"
         else:
             raise NotVector(f"a terminator: {line.split()[0]}")
-        after = self.fresh("pc")
-        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
-                     f"  store {vector} {after}, ptr %tm.vpc"]
+        return chosen
 
     # --- instructions ------------------------------------------------------------------
     def _instruction(self, line: str) -> None:
@@ -586,6 +613,16 @@ class _Region:
             operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
         if base in self.private:
             self.private.add(name)
+        # An element of a uniform array indexed by the thread (the context's, the points):
+        # the lanes' addresses are consecutive where the element is as large as the access.
+        last = _typed(parts[-1])
+        if last[1] == "%t32" and len(parts) > 2 and not any(self.is_varying(p) for p in parts[1:-1]):
+            stride = _size(_indexed_type(source, [_typed(p)[1] for p in parts[2:-1]], self.types), self.types)
+            if stride in self.sizes.get(name, ()):
+                first = self.fresh("p0")
+                indices = ", ".join(parts[2:-1] + [f"{last[0]} %tm.v0"])
+                self.out.append(f"  {first} = {head} {source}, {pointer_type} {base}, {indices}")
+                self.checked[(name, stride)] = (name, first, "true")
         self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
 
     def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
@@ -625,6 +662,8 @@ class _Region:
         if name in self.private:
             return
         for size in sorted(self.sizes.get(name, ())):
+            if (name, size) in self.checked:  # known consecutive (_getelementptr)
+                continue
             frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
             expected, equal = self.fresh("pe"), self.fresh("eq")
             vector = f"<{WIDTH} x {pointer_type}>"
@@ -733,10 +772,87 @@ class _Region:
         return None
 
     def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
-        """An aggregate loaded only to be stored: copied element by element."""
+        """An aggregate loaded only to be stored: copied element by element; between a
+        lanes' array in the context and an interleaved one, where the lanes' arrays lie one
+        after another (checked at run time), as one wide access and a shuffle per element."""
         source_type_name, source_type, source = self.copies.pop(value)
         if source_type_name != type_name:
             raise NotVector("an aggregate copy changes type")
+        leaf, count = _leaf(type_name), _count(type_name)
+        wide = None
+        if leaf and source in self.interleaved:
+            wide = self.checked.get((target, count * _bytes(leaf)))
+        elif leaf and target in self.interleaved:
+            wide = self.checked.get((source, count * _bytes(leaf)))
+        joined = None
+        if wide is not None:
+            apart, joined = self.label("apart"), self.label("joined")
+            together = self.label("whole")
+            self.out += [f"  br i1 {wide[2]}, label %{together}, label %{apart}", f"{together}:"]
+            self._copy_interleaved(leaf, count, source, target, wide[1])
+            self.out += [f"  br label %{joined}", f"{apart}:"]
+        self._copy_elements(type_name, source_type, source, target_type, target)
+        if joined:
+            self.out += [f"  br label %{joined}", f"{joined}:"]
+
+    def _copy_interleaved(self, leaf: str, count: int, source: str, target: str, first: str) -> None:
+        """Copies arrays of `count` `leaf`s between the lanes' consecutive arrays from
+        `first` on and interleaved allocation `source` or `target`."""
+        vector, total = f"<{WIDTH} x {leaf}>", WIDTH * count
+        wide = f"<{total} x {leaf}>"
+        spread = self.fresh("wm")  # each lane's mask bit for each of its elements
+        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> poison, <{total} x i32> <"
+                        + ", ".join(f"i32 {i // count}" for i in range(total)) + ">")
+        if target in self.interleaved:
+            load = f"llvm.masked.load.v{total}{_mangled(leaf)}.p0"
+            self.declare(load, f"declare {wide} @{load}(ptr, i32, <{total} x i1>, {wide})")
+            loaded = self.fresh("wl")
+            self.out.append(f"  {loaded} = call {wide} @{load}(ptr {first}, i32 1, <{total} x i1> {spread}, "
+                            f"{wide} zeroinitializer)")
+            for e in range(count):
+                element, at = self.fresh("we"), self.fresh("wa")
+                self.out += [f"  {element} = shufflevector {wide} {loaded}, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * count + e}" for lane in range(WIDTH)) + ">",
+                             f"  {at} = getelementptr {leaf}, ptr {target}.w, i64 {e * WIDTH}"]
+                self.varying[element] = leaf
+                self._masked_private_store(vector, element, at)
+            return
+        parts = []
+        for e in range(count):
+            element, at = self.fresh("we"), self.fresh("wa")
+            self.out += [f"  {at} = getelementptr {leaf}, ptr {source}.w, i64 {e * WIDTH}",
+                         f"  {element} = load {vector}, ptr {at}"]
+            parts.append((WIDTH, element))
+        while len(parts) > 1:  # concatenated pairwise (padded to a power of two)
+            if len(parts) % 2:
+                parts.append((parts[-1][0], "poison"))
+            joined = []
+            for (size, a), (_, b) in zip(parts[::2], parts[1::2]):
+                name = self.fresh("wc")
+                self.out.append(f"  {name} = shufflevector <{size} x {leaf}> {a}, <{size} x {leaf}> {b}, "
+                                f"<{2 * size} x i32> <" + ", ".join(f"i32 {i}" for i in range(2 * size)) + ">")
+                joined.append((2 * size, name))
+            parts = joined
+        size, concatenated = parts[0]
+        interleaved = self.fresh("wi")
+        self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
+                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * WIDTH + i // count}"
+                                                         for i in range(total)) + ">")
+        store = f"llvm.masked.store.v{total}{_mangled(leaf)}.p0"
+        self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
+        self.out.append(f"  call void @{store}({wide} {interleaved}, ptr {first}, i32 1, <{total} x i1> {spread})")
+
+    def _masked_private_store(self, vector: str, value: str, at: str) -> None:
+        """Stores `value` at `at` in a lane's private memory for the lanes of the mask."""
+        if self.converged:
+            self.out.append(f"  store {vector} {value}, ptr {at}")
+            return
+        old, new = self.fresh("old"), self.fresh("new")
+        self.out += [f"  {old} = load {vector}, ptr {at}",
+                     f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {value}, {vector} {old}",
+                     f"  store {vector} {new}, ptr {at}"]
+
+    def _copy_elements(self, type_name: str, source_type: str, source: str, target_type: str, target: str) -> None:
         for indices, element in _elements(type_name):
             path = ", ".join(f"i32 {i}" for i in (0,) + indices)
             at, to, loaded = self.fresh("ea"), self.fresh("et"), self.fresh("ev")
@@ -1007,6 +1123,50 @@ def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: 
     return max(position[n] for n in forward & backward)
 
 
+def _indexed_type(source: str, indices: List[str], types: Dict[str, str]) -> Optional[str]:
+    """The type a getelementptr over `source` reaches through `indices` after the first
+    (constants into structs), named types resolved; None where it cannot tell."""
+    current = source.strip()
+    for index in indices:
+        current = types.get(current, current).strip()
+        array = re.fullmatch(r"\[(\d+) x (.+)\]", current)
+        if array:
+            current = array.group(2)
+        elif current.startswith("{") and index.isdigit():
+            fields = _split(current[1:-1])
+            if int(index) >= len(fields):
+                return None
+            current = fields[int(index)]
+        else:
+            return None
+    return types.get(current, current).strip()
+
+
+def _size(type_name: Optional[str], types: Dict[str, str]) -> Optional[int]:
+    """Bytes of a scalar, an array of them, or a context element ``{ T, [0 x P] }`` (T padded
+    to P's alignment); None for anything else."""
+    if type_name is None:
+        return None
+    type_name = types.get(type_name, type_name).strip()
+    if _SCALAR.match(type_name):
+        return _bytes(type_name)
+    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name)
+    if array:
+        inner = _size(array.group(2), types)
+        return None if inner is None else int(array.group(1)) * inner
+    padded = re.fullmatch(r"\{ (.+), \[0 x (.+)\] \}", type_name)
+    if padded:
+        inner, pad = _size(padded.group(1), types), _size(padded.group(2), types)
+        if inner is None or not pad:
+            return None
+        return -(-inner // pad) * pad
+    vector = re.fullmatch(r"<(\d+) x (.+)>", type_name)
+    if vector:
+        inner = _size(vector.group(2), types)
+        return None if inner is None else int(vector.group(1)) * inner
+    return None
+
+
 def _leaf(type_name: str) -> Optional[str]:
     """The scalar type of a scalar or a (nested) array of scalars; None for anything else."""
     array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name.strip())
@@ -1032,9 +1192,10 @@ def _indexed(source: str, depth: int) -> str:
     return source
 
 
-def _only_accessed_as(name: str, leaf: str, lines: List[str]) -> bool:
+def _only_accessed_as(name: str, whole: str, leaf: str, lines: List[str]) -> bool:
     """Whether every pointer derived from allocation `name` (by getelementptr over arrays of
-    `leaf`) is only used to load or store a `leaf`."""
+    `leaf`) is only used to load or store a `leaf`, or `name` itself to copy the `whole`
+    allocation."""
     derived = {name}
     changed = True
     while changed:
@@ -1055,11 +1216,13 @@ def _only_accessed_as(name: str, leaf: str, lines: List[str]) -> bool:
                     changed = True
             elif text.startswith("load "):
                 parts = _split(_strip_metadata(text[5:]))
-                if parts[0] != leaf:
+                if parts[0] != leaf and not (parts[0] == whole and _typed(parts[1])[1] == name):
                     return False
             elif text.startswith("store "):
                 parts = _split(_strip_metadata(text[6:]))
-                if _typed(parts[0])[0] != leaf or set(LOCAL.findall(parts[0])) & derived:
+                stored = _typed(parts[0])[0]
+                if (stored != leaf and not (stored == whole and _typed(parts[1])[1] == name)
+                        or set(LOCAL.findall(parts[0])) & derived):
                     return False
             else:
                 return False

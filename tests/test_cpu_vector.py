@@ -19,7 +19,7 @@ import torch
 import _air_modules as air
 import torch_metallib as tm
 from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, radix_scan_kernel
-from torch_metallib.backends.cpu.vectorize import vectorize_regions
+from torch_metallib.backends.cpu.vectorize import WIDTH, vectorize_regions
 
 
 def _schemes(make, monkeypatch, outputs, *args, **kwargs):
@@ -250,4 +250,4 @@ def test_uniform_branch_stays_a_branch():
     text, vectorized, refused = vectorize_regions("\n".join(region))
     assert vectorized == ["tm.region.0"] and not refused
     assert "  br i1 %uc, label %a, label %" in text
-    assert "= select <8 x i1> %vc, <8 x i32> " in text and "br i1 %vc" not in text
+    assert f"= select <{WIDTH} x i1> %vc, <{WIDTH} x i32> " in text and "br i1 %vc" not in text

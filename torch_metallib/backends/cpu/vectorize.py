@@ -41,7 +41,7 @@ from .reconvergence import weak_topological_order
 
 __all__ = ["WIDTH", "NotVector", "vectorize_regions"]
 
-WIDTH = 8  # lanes per vector: 8 x 32 bits fill an AVX2 register
+WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones)
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
 
 _REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
@@ -169,6 +169,10 @@ class _Region:
         self.counter = 0
         self.uniform: Set[str] = set(types)  # locals that stay scalar (named types read as locals too)
         self.types = types
+        self.hoisted: List[str] = []  # uniform lines moved before the loop over lanes
+        self.before_loop: Set[str] = set(types)  # values defined there
+        self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
+        self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
@@ -275,6 +279,8 @@ class _Region:
             else:
                 self.uniform.add(ir_model.defined_name(line))
                 out.append(line)
+        self.before_loop |= self.uniform
+        hoist_at = len(out)
         out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", f"  %tm.vlive = alloca <{WIDTH} x i1>",
                 "  br label %tm.vloop", "tm.vloop:",
                 "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
@@ -299,6 +305,7 @@ class _Region:
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
                 f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
                 "tm.exit:", "  ret void"]
+        out[hoist_at:hoist_at] = self.hoisted
         return out
 
     def _convergent_block(self, name: str, number: Dict[str, int], parts, lines: List[str], copy: bool = False) -> None:
@@ -541,8 +548,10 @@ class _Region:
         if code not in _BINARY | _CASTS | {"icmp", "fcmp", "select", "fneg", "freeze", "getelementptr"}:
             raise NotVector(f"an instruction: {code}")
         if not self.is_varying(text):
-            self.uniform.add(name)
-            self.out.append(f"  {line}")
+            safe = code not in _DIVISIONS or re.search(r", [1-9]\d*$", text)  # no division by zero moved
+            self._uniform(name, line, bool(safe))
+            if code == "getelementptr" and _typed(_split(text.split(" ", 1)[1])[1])[1] in self.runtime:
+                self.runtime.add(name)
             return None
         flags = []
         rest = text[len(code) + 1:]
@@ -590,6 +599,17 @@ class _Region:
         self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
         return None
 
+    def _uniform(self, name: str, line: str, movable: bool) -> None:
+        """A uniform value, computed once before the loop over lanes where its operands are
+        there already and `movable` (it may run where the kernel would not: no load but
+        from the runtime's arrays, no division by a variable)."""
+        self.uniform.add(name)
+        if movable and all(n in self.before_loop for n in LOCAL.findall(line) if n != name):
+            self.hoisted.append(f"  {line.strip()}")
+            self.before_loop.add(name)
+        else:
+            self.out.append(f"  {line.strip()}")
+
     def _define(self, name: str, type_name: str, text: str) -> None:
         if not _SCALAR.match(type_name):
             raise NotVector(f"a value of type {type_name}")
@@ -613,11 +633,15 @@ class _Region:
             operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
         if base in self.private:
             self.private.add(name)
+        if base in self.strides and not any(self.is_varying(p) for p in parts[2:]):
+            self.strides[name] = self.strides[base]  # a uniform offset from each lane's address
         # An element of a uniform array indexed by the thread (the context's, the points):
         # the lanes' addresses are consecutive where the element is as large as the access.
         last = _typed(parts[-1])
         if last[1] == "%t32" and len(parts) > 2 and not any(self.is_varying(p) for p in parts[1:-1]):
             stride = _size(_indexed_type(source, [_typed(p)[1] for p in parts[2:-1]], self.types), self.types)
+            if stride is not None:
+                self.strides[name] = stride
             if stride in self.sizes.get(name, ()):
                 first = self.fresh("p0")
                 indices = ", ".join(parts[2:-1] + [f"{last[0]} %tm.v0"])
@@ -662,8 +686,8 @@ class _Region:
         if name in self.private:
             return
         for size in sorted(self.sizes.get(name, ())):
-            if (name, size) in self.checked:  # known consecutive (_getelementptr)
-                continue
+            if (name, size) in self.checked or self.strides.get(name, size) != size:
+                continue  # known consecutive, or known not to be (_getelementptr)
             frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
             expected, equal = self.fresh("pe"), self.fresh("eq")
             vector = f"<{WIDTH} x {pointer_type}>"
@@ -694,8 +718,7 @@ class _Region:
             self.copies[name] = (type_name, pointer_type, pointer)
             return
         if not self.is_varying(pointer):
-            self.uniform.add(name)
-            self.out.append(f"  {name} = {text}")
+            self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
         vector = f"<{WIDTH} x {type_name}>"
         space = _mangled(pointer_type)
@@ -875,8 +898,7 @@ class _Region:
         base = intrinsic.group(1) if intrinsic else None
         memory = bool(_MEMORY_CALLS.search(line))
         if not memory and (base in _ELEMENTWISE or base in _PER_LANE) and not self.is_varying(arguments_text):
-            self.uniform.add(name)
-            self.out.append(f"  {line}")
+            self._uniform(name, line, True)
             return None
         if base in _ELEMENTWISE and _SCALAR.match(return_type) and not return_type.startswith("ptr"):
             return self._elementwise(name, function, return_type, arguments)

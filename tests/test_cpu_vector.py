@@ -231,7 +231,7 @@ def test_uniform_values_stay_scalar_and_atomics_stay_lane_loops(monkeypatch, cap
     _identical(results)
     v = torch.arange(threads) + 100
     assert torch.equal(results[1][0], torch.cat([v[:32].sum().expand(32), v[32:].sum().expand(32)]).int())
-    assert any("stays a lane loop: an atomic" in record.getMessage() for record in caplog.records)
+    assert any("stays a lane loop: atomicrmw" in record.getMessage() for record in caplog.records)
 
 
 def test_uniform_branch_stays_a_branch():

@@ -7,21 +7,31 @@ through memory), so each block can be widened on its own:
 * Uniformity: parameters, constants and the values the region computes before its loop are
   uniform, and so is an instruction without side effects whose operands all are (a load
   from a uniform address included: lanes that race on it differ on every target). They stay
-  scalar; everything else becomes a vector of WIDTH lanes.
-* Control flow: each lane has a program counter (the block it runs next, numbered in a
-  weak topological order, reconvergence.py). A block runs for the lanes whose counter is
-  its number, under that mask; its branch sets their counters (a uniform or a divergent
-  condition alike); then the lowest counter among the lanes runs next. Where that is a
-  successor the code branches there directly (lanes that agree, loops that all lanes run
-  alike), else through a dispatch over every block. Lanes wait at a join, a loop's exit,
-  or a marker until the others arrive, so divergent `if`s, loops with trip counts that
-  differ per lane and early returns need no other analysis.
-* Memory: a reg2mem value becomes a vector in a vector's memory (its stores select under
-  the mask, so LLVM keeps it in registers); a thread's other allocations become WIDTH
-  copies, addressed per lane. An access through a varying address is one masked vector
-  access where the lanes' addresses are consecutive (checked at run time where the
+  scalar (computed once before the loop over lanes where that is safe); everything else
+  becomes a vector of WIDTH lanes.
+* Divergence (_divergence): a branch on a varying value diverges until its immediate
+  post-dominator; a reg2mem value stored in a divergent block, or a varying one, varies,
+  to a fixed point. The others stay scalar, so a loop that every lane runs alike is a
+  loop LLVM sees as one.
+* Control flow: a convergent block runs for every lane still running, its uniform
+  branches stay branches. A divergent part (the blocks divergent branches reach, merged
+  where they overlap, with one join) runs twice over: as convergent copies while the lanes
+  agree at each branch (checked at run time), else with a counter per lane naming the block
+  it runs next: the part's blocks in a weak topological order (reconvergence.py), each for
+  the lanes whose counter names it, under that mask, skipped where none does, a loop again
+  while a lane is still in it; then the lanes at the join run on together. So divergent
+  `if`s, loops whose trip count differs per lane and early returns need no other
+  analysis. (Where the parts do not each have one join, everything after the region's
+  start is one part.)
+* Memory: a varying reg2mem value is a vector in memory (stores in divergent blocks select
+  under the mask; in convergent ones the lanes masked off have finished, so LLVM keeps it
+  in registers); a thread's private arrays of one scalar type are interleaved element by
+  element, its other allocations are WIDTH copies. An access through a varying address is
+  one masked vector access where the lanes' addresses are consecutive (known for the
+  context's and the points' per-thread arrays, else checked at run time where the
   address is computed), else a masked gather or scatter: a masked-off lane touches no
-  memory, and a scatter writes lanes in order, as the lane loop does.
+  memory, and a scatter writes lanes in order, as the lane loop does. A masked-off lane
+  divides by one.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; memory intrinsics run per
   lane under the mask.
@@ -62,6 +72,11 @@ _ELEMENTWISE = {"umin", "umax", "smin", "smax", "abs", "fabs", "fma", "fmuladd",
 _PER_LANE = {"exp", "exp2", "exp10", "log", "log2", "log10", "pow", "powi", "sin", "cos", "tan", "asin", "acos",
              "atan", "atan2", "sinh", "cosh", "tanh", "ldexp", "frexp", "lround", "llround", "lrint", "llrint"}
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
+_NESTED = re.compile(r'[(<\[{"]')
+_ATTACHMENT = re.compile(r", ![A-Za-z]")  # metadata attachments follow the operands
+# Refused before any analysis: values of vector type, and instructions vector lanes do not take.
+_REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
+                      r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
 _BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
 
 
@@ -97,6 +112,8 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
 
 def _split(text: str) -> List[str]:
     """`text` split at its top-level commas (outside brackets and quotes), parts stripped."""
+    if not _NESTED.search(text):
+        return [part.strip() for part in text.split(",")]
     parts, depth, start, quoted = [], 0, 0, False
     for i, c in enumerate(text):
         if c == '"':
@@ -153,10 +170,8 @@ def _mangled(type_name: str) -> str:
 
 def _strip_metadata(line: str) -> str:
     """An instruction without its metadata attachments (``, !tbaa !3``)."""
-    parts = _split(line)
-    while parts and parts[-1].startswith("!"):
-        parts.pop()
-    return ", ".join(parts)
+    found = _ATTACHMENT.search(line)
+    return line[:found.start()] if found else line
 
 
 class _Region:
@@ -244,6 +259,11 @@ class _Region:
         first = re.match(rf"^\s*br label %({NAME})$", loop_lines[-1])
         if not first or "%t32 = phi" not in loop_lines[0]:
             raise NotVector("not a lane loop")
+        for name in body + ["tm.rentry"]:
+            for line in self.blocks[name].lines:
+                refused = _REFUSED.search(line)
+                if refused:
+                    raise NotVector(f"{refused.group(0).strip()} in {line.strip()[:80]}")
         latch = self.blocks["tm.latch"].instructions()
         latch_end = re.search(r"(, !llvm\.loop !\d+)$", latch[-1])
 
@@ -326,6 +346,7 @@ class _Region:
         line = _strip_metadata(lines[-1].strip())
 
         def edge(label: str) -> str:
+            """Where the lanes going to block `label` go: the block or its convergent copy."""
             if label == "tm.latch":
                 return "tm.vlatch"
             return f"{label}.u" if label in parts else label

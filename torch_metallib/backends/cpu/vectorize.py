@@ -52,6 +52,9 @@ from .reconvergence import weak_topological_order
 __all__ = ["WIDTH", "NotVector", "vectorize_regions"]
 
 WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones)
+# Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
+# shuffle); further apart, the wide access and its shuffle cost more than a gather.
+SPACINGS = (1, 2, 4)
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
 
 _REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
@@ -188,6 +191,7 @@ class _Region:
         self.before_loop: Set[str] = set(types)  # values defined there
         self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
         self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
+        self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (_guess_strides)
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
@@ -286,6 +290,7 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in divergent.varying_slots}
+        self.guesses = _guess_strides(order, lines_of, self.slots, self.uniform, self.types)
         self.divergent = divergent.blocks
 
         out = self.out
@@ -395,6 +400,8 @@ class _Region:
         for old, new in names.items():
             if old in self.sizes:
                 self.sizes[new] = self.sizes[old]
+            if old in self.guesses:
+                self.guesses[new] = self.guesses[old]
         return [ir_model.substitute(line, names) for line in lines]
 
     def _divergent_part(self, part, order: List[str], number: Dict[str, int], ends: Dict[int, int],
@@ -444,7 +451,7 @@ class _Region:
         for line in every:
             if " = alloca " in line:
                 continue
-            load = re.match(rf"^\s*%{NAME} = load ([^,]+), ptr (%{NAME})(?:,|$)", line)
+            load = re.match(rf"^\s*%{NAME} = load ([^,]+), ptr(?: addrspace\(\d+\))? (%{NAME})(?:,|$)", line)
             store = re.match(r"^\s*store (.*)$", line)
             pointer, type_name = None, None
             if load:
@@ -660,14 +667,17 @@ class _Region:
         # the lanes' addresses are consecutive where the element is as large as the access.
         last = _typed(parts[-1])
         if last[1] == "%t32" and len(parts) > 2 and not any(self.is_varying(p) for p in parts[1:-1]):
-            stride = _size(_indexed_type(source, [_typed(p)[1] for p in parts[2:-1]], self.types), self.types)
+            stride = _size(_indexed_type(source, [_typed(p)[1] for p in parts[3:]], self.types), self.types)
             if stride is not None:
                 self.strides[name] = stride
-            if stride in self.sizes.get(name, ()):
+            spaced = [size for size in self.sizes.get(name, ()) if stride and stride % size == 0
+                      and stride // size in SPACINGS]
+            if spaced:
                 first = self.fresh("p0")
                 indices = ", ".join(parts[2:-1] + [f"{last[0]} %tm.v0"])
                 self.out.append(f"  {first} = {head} {source}, {pointer_type} {base}, {indices}")
-                self.checked[(name, stride)] = (name, first, "true")
+                for size in spaced:
+                    self.checked[(name, size)] = (name, first, "true", stride // size)
         self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
 
     def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
@@ -703,23 +713,28 @@ class _Region:
 
     def _check_consecutive(self, name: str, pointer_type: str) -> None:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
-        consecutive, computed once where it is defined."""
+        consecutive, or as far apart as the stride guessed for it (_guess_strides), computed
+        once where it is defined."""
         if name in self.private:
             return
         for size in sorted(self.sizes.get(name, ())):
             if (name, size) in self.checked or self.strides.get(name, size) != size:
                 continue  # known consecutive, or known not to be (_getelementptr)
+            stride = self.guesses.get(name) or size
+            spacing = stride // size
+            if stride % size or spacing not in SPACINGS:
+                continue
             frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
             expected, equal = self.fresh("pe"), self.fresh("eq")
             vector = f"<{WIDTH} x {pointer_type}>"
             self.out += [f"  {frozen} = freeze {vector} {name}",
                          f"  {first} = extractelement {vector} {frozen}, i64 0",
                          f"  {expected} = getelementptr i8, {pointer_type} {first}, "
-                         f"{self.lanes_constant('i64', size)}",
+                         f"{self.lanes_constant('i64', stride)}",
                          f"  {equal} = icmp eq {vector} {frozen}, {expected}"]
             all_equal = self.reduce("and", "i1", equal)
             self.out.append(f"  {ok} = freeze i1 {all_equal}")
-            self.checked[(name, size)] = (frozen, first, ok)
+            self.checked[(name, size)] = (frozen, first, ok, spacing)
 
     # --- memory ------------------------------------------------------------------------
     def _load(self, name: str, text: str) -> None:
@@ -750,14 +765,23 @@ class _Region:
             self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
                             f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
         else:
-            frozen, first, ok = checked
-            load = f"llvm.masked.load.v{WIDTH}{_mangled(type_name)}.{space}"
-            self.declare(load, f"declare {vector} @{load}({pointer_type}, i32, <{WIDTH} x i1>, {vector})")
+            frozen, first, ok, spacing = checked
+            total = WIDTH * spacing
+            wide = f"<{total} x {type_name}>"
+            load = f"llvm.masked.load.v{total}{_mangled(type_name)}.{space}"
+            self.declare(load, f"declare {wide} @{load}({pointer_type}, i32, <{total} x i1>, {wide})")
             whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:",
-                         f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
-                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
-                         f"  br label %{joined}", f"{apart}:",
+            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
+            mask = self._spaced_mask(spacing)
+            if spacing == 1:
+                self.out.append(f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
+                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
+            else:  # every lane's element of a wide load
+                self.out += [f"  {name}.w = call {wide} @{load}({pointer_type} {first}, i32 {align}, "
+                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
+                             f"  {name}.c = shufflevector {wide} {name}.w, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
+            self.out += [f"  br label %{joined}", f"{apart}:",
                          f"  {name}.g = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
                          f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
                          f"  br label %{joined}", f"{joined}:",
@@ -802,13 +826,21 @@ class _Region:
             self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
                             f"i32 {align}, <{WIDTH} x i1> {self.mask})")
             return None
-        frozen, first, ok = checked
-        store = f"llvm.masked.store.v{WIDTH}{_mangled(type_name)}.{space}"
-        self.declare(store, f"declare void @{store}({vector}, {pointer_type}, i32, <{WIDTH} x i1>)")
+        frozen, first, ok, spacing = checked
+        total = WIDTH * spacing
+        wide = f"<{total} x {type_name}>"
+        store = f"llvm.masked.store.v{total}{_mangled(type_name)}.{space}"
+        self.declare(store, f"declare void @{store}({wide}, {pointer_type}, i32, <{total} x i1>)")
         whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:",
-                     f"  call void @{store}({vector} {data}, {pointer_type} {first}, i32 {align}, "
-                     f"<{WIDTH} x i1> {self.mask})",
+        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
+        mask, spread = self._spaced_mask(spacing), data
+        if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
+            spread = self.fresh("sp")
+            self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
+                            + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
+                                        for i in range(total)) + ">")
+        self.out += [f"  call void @{store}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
+                     f"<{total} x i1> {mask})",
                      f"  br label %{joined}", f"{apart}:",
                      f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
                      f"<{WIDTH} x i1> {self.mask})",
@@ -829,7 +861,7 @@ class _Region:
         elif leaf and target in self.interleaved:
             wide = self.checked.get((source, count * _bytes(leaf)))
         joined = None
-        if wide is not None:
+        if wide is not None and wide[3] == 1:
             apart, joined = self.label("apart"), self.label("joined")
             together = self.label("whole")
             self.out += [f"  br i1 {wide[2]}, label %{together}, label %{apart}", f"{together}:"]
@@ -885,6 +917,17 @@ class _Region:
         store = f"llvm.masked.store.v{total}{_mangled(leaf)}.p0"
         self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
         self.out.append(f"  call void @{store}({wide} {interleaved}, ptr {first}, i32 1, <{total} x i1> {spread})")
+
+    def _spaced_mask(self, spacing: int) -> str:
+        """The mask with each lane's bit `spacing` apart (the positions between off)."""
+        if spacing == 1:
+            return self.mask
+        spread = self.fresh("sm")
+        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> zeroinitializer, "
+                        f"<{WIDTH * spacing} x i32> <" + ", ".join(
+                            f"i32 {i // spacing}" if i % spacing == 0 else f"i32 {WIDTH}"
+                            for i in range(WIDTH * spacing)) + ">")
+        return spread
 
     def _masked_private_store(self, vector: str, value: str, at: str) -> None:
         """Stores `value` at `at` in a lane's private memory for the lanes of the mask."""
@@ -1164,6 +1207,76 @@ def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: 
                 backward.add(predecessor)
                 stack.append(predecessor)
     return max(position[n] for n in forward & backward)
+
+
+def _guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
+                   types: Dict[str, str]) -> Dict[str, int]:
+    """Value -> how much it likely grows from one lane to the next (bytes for addresses):
+    the thread index by one, through sums, products and shifts by constants, remainders and
+    masks (exact within a SIMD-group for small values), extensions, reg2mem's values and
+    getelementptr. Only a guess: the accesses it picks check the lanes' addresses at run
+    time."""
+    guess: Dict[str, int] = {"%t32": 1}
+    slot_guess: Dict[str, Optional[int]] = {}
+
+    def of(operand: str) -> Optional[int]:
+        value = _typed(operand)[1] if " " in operand.strip() else operand.strip()
+        if value in guess:
+            return guess[value]
+        return 0 if value in uniform or not value.startswith("%") else None
+    for _ in range(2):  # twice: reg2mem's values flow around loops
+        for name in order:
+            for line in lines_of[name]:
+                result = ir_model.defined_name(line)
+                text = _strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
+                words = [w for w in text.split(" ") if w not in _FLAGS]
+                code = words[0] if words else ""
+                found: Optional[int] = None
+                if code == "store":
+                    parts = _split(text[6:])
+                    pointer = _typed(parts[1])[1]
+                    if pointer in slots:
+                        stored = of(parts[0])
+                        slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
+                    continue
+                if not result:
+                    continue
+                if code != "load" and all(of(n) == 0 for n in LOCAL.findall(text) if n != result):
+                    found = 0  # uniform operands, a uniform result
+                elif code == "load":
+                    pointer = _typed(_split(text[5:])[1])[1]
+                    found = slot_guess.get(pointer) if pointer in slots else of(pointer)
+                    found = found if pointer in slots else (0 if found == 0 else None)
+                elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
+                    parts = _split(" ".join(words[1:]))
+                    a, b = of(parts[0]), of(parts[1])
+                    constant = parts[1].strip().lstrip("-").isdigit()
+                    if a is not None and b is not None and code in ("add", "sub"):
+                        found = a + b if code == "add" else a - b
+                    elif a is not None and constant and code == "mul":
+                        found = a * int(parts[1])
+                    elif a is not None and constant and code == "shl":
+                        found = a << int(parts[1])
+                    elif a is not None and b == 0 and code in ("urem", "and", "or"):
+                        found = a
+                elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
+                    found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
+                elif code == "getelementptr":
+                    parts = _split(" ".join(words[1:]))
+                    source, total = parts[0], of(parts[1])
+                    values = [_typed(p)[1] for p in parts[2:]]
+                    for depth, index in enumerate(parts[2:]):
+                        step = of(index)
+                        if total is None or step is None:
+                            total = None
+                            break
+                        if step:  # index k steps over the type the indices after the first reach
+                            size = _size(_indexed_type(source, values[1:depth + 1], types), types)
+                            total = None if size is None else total + step * size
+                    found = total
+                if found is not None:
+                    guess[result] = found
+    return {name: value for name, value in guess.items() if value}
 
 
 def _indexed_type(source: str, indices: List[str], types: Dict[str, str]) -> Optional[str]:

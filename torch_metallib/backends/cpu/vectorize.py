@@ -9,7 +9,7 @@ through memory), so each block can be widened on its own:
   from a uniform address included: lanes that race on it differ on every target). They stay
   scalar (computed once before the loop over lanes where that is safe); everything else
   becomes a vector of WIDTH lanes.
-* Divergence (_divergence): a branch on a varying value diverges until its immediate
+* Divergence (divergence): a branch on a varying value diverges until its immediate
   post-dominator; a reg2mem value stored in a divergent block, or a varying one, varies,
   to a fixed point. The others stay scalar, so a loop that every lane runs alike is a
   loop LLVM sees as one.
@@ -48,6 +48,10 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...air import ir_model
 from ...air.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
+from .vector_analysis import divergence, guess_strides, loop_ends
+from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
+                        leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
+                        strip_metadata, type_size, typed)
 
 __all__ = ["WIDTH", "NotVector", "vectorize_regions"]
 
@@ -56,35 +60,16 @@ WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
-
 _REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
-_SCALAR = re.compile(r"^(?:i\d+|half|bfloat|float|double|ptr(?: addrspace\(\d+\))?)$")
 _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
            "fadd", "fsub", "fmul", "fdiv", "frem"}
 _DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
 _CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
           "inttoptr", "bitcast", "addrspacecast"}
-_FLAGS = {"nuw", "nsw", "exact", "disjoint", "samesign", "nneg", "inbounds", "nusw", "fast", "nnan", "ninf", "nsz",
-          "arcp", "contract", "afn", "reassoc", "tail", "notail"}
-# LLVM intrinsics defined element by element: their vector forms give each lane the scalar result.
-_ELEMENTWISE = {"umin", "umax", "smin", "smax", "abs", "fabs", "fma", "fmuladd", "minnum", "maxnum", "minimum",
-                "maximum", "copysign", "floor", "ceil", "trunc", "rint", "nearbyint", "round", "roundeven", "sqrt",
-                "ctpop", "ctlz", "cttz", "bswap", "bitreverse", "fshl", "fshr", "uadd.sat", "usub.sat", "sadd.sat",
-                "ssub.sat", "ushl.sat", "sshl.sat"}
-# Pure math intrinsics a lane calls on its own (their vector forms may call other routines).
-_PER_LANE = {"exp", "exp2", "exp10", "log", "log2", "log10", "pow", "powi", "sin", "cos", "tan", "asin", "acos",
-             "atan", "atan2", "sinh", "cosh", "tanh", "ldexp", "frexp", "lround", "llround", "lrint", "llrint"}
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
-_NESTED = re.compile(r'[(<\[{"]')
-_ATTACHMENT = re.compile(r", ![A-Za-z]")  # metadata attachments follow the operands
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
                       r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
-_BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
-
-
-class NotVector(Exception):
-    """The region does something vector lanes do not take: it stays a lane loop."""
 
 
 def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
@@ -113,70 +98,6 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
     return "\n".join(out), vectorized, refused
 
 
-def _split(text: str) -> List[str]:
-    """`text` split at its top-level commas (outside brackets and quotes), parts stripped."""
-    if not _NESTED.search(text):
-        return [part.strip() for part in text.split(",")]
-    parts, depth, start, quoted = [], 0, 0, False
-    for i, c in enumerate(text):
-        if c == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
-
-
-def _typed(operand: str) -> Tuple[str, str]:
-    """(type, value) of a typed operand (``i32 %x``, ``ptr addrspace(1) %p``, ``ptr nonnull
-    align 4 %p``: parameter attributes dropped)."""
-    match = re.match(r"^(ptr addrspace\(\d+\)|[<\[{][^ ]*(?: x [^ ]+)?|[^ ]+) (.*)$", operand)
-    if not match:
-        raise NotVector(f"an operand not read: {operand}")
-    type_name, value = match.group(1), match.group(2)
-    if type_name.startswith(("<", "[", "{")):
-        depth, end = 0, 0
-        for i, c in enumerate(operand):
-            depth += c in "<[{("
-            depth -= c in ">]})"
-            if depth == 0:
-                end = i + 1
-                break
-        type_name, value = operand[:end], operand[end:].strip()
-    value = re.sub(r"^(?:(?:noundef|nonnull|immarg|noalias|nocapture|readonly|writeonly|signext|zeroext|"
-                   r"align \d+|captures\([^)]*\)|dereferenceable(?:_or_null)?\(\d+\)) )+", "", value)
-    return type_name, value
-
-
-def _bytes(type_name: str) -> int:
-    if type_name.startswith("ptr"):
-        return 8
-    if type_name in _BYTES:
-        return _BYTES[type_name]
-    return max(int(type_name[1:]) // 8, 1)
-
-
-def _mangled(type_name: str) -> str:
-    """The suffix an intrinsic's name gives a type (``f32``, ``i64``, ``p1``)."""
-    if type_name.startswith("ptr"):
-        space = re.search(r"addrspace\((\d+)\)", type_name)
-        return f"p{space.group(1) if space else 0}"
-    return {"half": "f16", "bfloat": "bf16", "float": "f32", "double": "f64"}.get(type_name, type_name)
-
-
-def _strip_metadata(line: str) -> str:
-    """An instruction without its metadata attachments (``, !tbaa !3``)."""
-    found = _ATTACHMENT.search(line)
-    return line[:found.start()] if found else line
-
-
 class _Region:
     """One region function's body rewritten as vector lanes."""
 
@@ -191,7 +112,7 @@ class _Region:
         self.before_loop: Set[str] = set(types)  # values defined there
         self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
         self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
-        self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (_guess_strides)
+        self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (guess_strides)
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
@@ -286,11 +207,11 @@ class _Region:
         self._classify_allocations(rentry.instructions(), every)
         self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
         allocas = {ir_model.defined_name(line) for line in rentry.instructions() if " = alloca " in line}
-        divergent, parts = _divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
+        divergent, parts = divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in divergent.varying_slots}
-        self.guesses = _guess_strides(order, lines_of, self.slots, self.uniform, self.types)
+        self.guesses = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
         self.divergent = divergent.blocks
 
         out = self.out
@@ -315,7 +236,7 @@ class _Region:
         end = self.vec("i32", "%tm.end")
         out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
                 f"  store <{WIDTH} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
-        ends = _loop_ends(graph, order)
+        ends = loop_ends(graph, order)
         emitted: Set[int] = set()
         for name in order:
             part = parts.get(name)
@@ -347,8 +268,8 @@ class _Region:
         out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
         self.mask, self.converged = f"%tm.m.{tag}", True
         for line in lines[:-1]:
-            self._instruction(_strip_metadata(line.strip()))
-        line = _strip_metadata(lines[-1].strip())
+            self._instruction(strip_metadata(line.strip()))
+        line = strip_metadata(lines[-1].strip())
 
         def edge(label: str) -> str:
             """Where the lanes going to block `label` go: the block or its convergent copy."""
@@ -447,7 +368,7 @@ class _Region:
             alloca = re.match(rf"^\s*(%{NAME}) = alloca ([^,]+)", line)
             if alloca:
                 allocas[alloca.group(1)] = alloca.group(2).strip()
-        direct = {n for n, t in allocas.items() if _SCALAR.match(t)}
+        direct = {n for n, t in allocas.items() if SCALAR.match(t)}
         for line in every:
             if " = alloca " in line:
                 continue
@@ -458,26 +379,26 @@ class _Region:
                 type_name, pointer = load.group(1), load.group(2)
                 used = []
             elif store:
-                parts = _split(_strip_metadata(store.group(1)))
-                type_name, value = _typed(parts[0])
-                pointer = _typed(parts[1])[1] if len(parts) > 1 else None
+                parts = split_operands(strip_metadata(store.group(1)))
+                type_name, value = typed(parts[0])
+                pointer = typed(parts[1])[1] if len(parts) > 1 else None
                 used = LOCAL.findall(value)
             else:
                 used = LOCAL.findall(line)
-            leaf = pointer and _leaf(type_name or "")
+            leaf = pointer and leaf_type(type_name or "")
             if leaf:  # a scalar, or an array copied whole (_copy)
-                self.sizes.setdefault(pointer, set()).add(_count(type_name) * _bytes(leaf))
+                self.sizes.setdefault(pointer, set()).add(scalar_count(type_name) * scalar_bytes(leaf))
                 if pointer in direct and allocas[pointer] != type_name:
                     direct.discard(pointer)
             direct -= set(used)
         self.slots = {n: allocas[n] for n in direct}
         for name, type_name in allocas.items():
-            leaf = _leaf(type_name)
-            if name not in self.slots and leaf and _only_accessed_as(name, type_name, leaf, every):
+            leaf = leaf_type(type_name)
+            if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
 
     def _widen_allocation(self, name: str, rest: str) -> None:
-        type_name = _split(rest)[0]
+        type_name = split_operands(rest)[0]
         align = re.search(r"align (\d+)", rest)
         align = int(align.group(1)) if align else 1
         if name in self.slots:
@@ -485,7 +406,7 @@ class _Region:
             return
         if name in self.interleaved:
             leaf = self.interleaved[name]
-            count = _count(type_name)
+            count = scalar_count(type_name)
             self.out += [f"  {name}.w = alloca [{count * WIDTH} x {leaf}], align {max(align, 64)}",
                          f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
             self.varying[name] = "ptr"
@@ -510,8 +431,8 @@ class _Region:
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
-            self._instruction(_strip_metadata(line.strip()))
-        self._terminator(_strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
+            self._instruction(strip_metadata(line.strip()))
+        self._terminator(strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
         out.append(f"  br label %{after}")
 
     def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
@@ -543,7 +464,7 @@ class _Region:
                 chosen = self.vec("i32", f"{chosen}.u")
         elif line.startswith("switch "):
             head, _, rest = line.partition("[")
-            kind, value = _typed(head[len("switch "):].split(", label")[0])
+            kind, value = typed(head[len("switch "):].split(", label")[0])
             default = re.search(rf"label %({NAME})", head).group(1)
             value = self.vec(kind, value)
             chosen = f"splat (i32 {target(default)})"
@@ -578,12 +499,12 @@ class _Region:
         if not self.is_varying(text):
             safe = code not in _DIVISIONS or re.search(r", [1-9]\d*$", text)  # no division by zero moved
             self._uniform(name, line, bool(safe))
-            if code == "getelementptr" and _typed(_split(text.split(" ", 1)[1])[1])[1] in self.runtime:
+            if code == "getelementptr" and typed(split_operands(text.split(" ", 1)[1])[1])[1] in self.runtime:
                 self.runtime.add(name)
             return None
         flags = []
         rest = text[len(code) + 1:]
-        while rest.split(" ", 1)[0] in _FLAGS:
+        while rest.split(" ", 1)[0] in FLAGS:
             word, rest = rest.split(" ", 1)
             flags.append(word)
         head = " ".join([code] + flags)
@@ -591,28 +512,28 @@ class _Region:
             return self._getelementptr(name, head, rest)
         if code in _CASTS:
             operand, target = rest.rsplit(" to ", 1)
-            type_name, value = _typed(operand)
+            type_name, value = typed(operand)
             self._define(name, target.strip(), f"{head} <{WIDTH} x {type_name}> {self.vec(type_name, value)} "
                          f"to <{WIDTH} x {target.strip()}>")
             return None
         if code in ("icmp", "fcmp"):
             predicate, rest = rest.split(" ", 1)
-            parts = _split(rest)
-            type_name, left = _typed(parts[0])
+            parts = split_operands(rest)
+            type_name, left = typed(parts[0])
             self._define(name, "i1", f"{head} {predicate} <{WIDTH} x {type_name}> {self.vec(type_name, left)}, "
                          f"{self.vec(type_name, parts[1])}")
             return None
-        parts = _split(rest)
+        parts = split_operands(rest)
         if code == "select":
-            _, condition = _typed(parts[0])
-            type_name, left = _typed(parts[1])
-            _, right = _typed(parts[2])
+            _, condition = typed(parts[0])
+            type_name, left = typed(parts[1])
+            _, right = typed(parts[2])
             vector = f"<{WIDTH} x {type_name}>"
             self._define(name, type_name, f"{head} <{WIDTH} x i1> {self.vec('i1', condition)}, "
                          f"{vector} {self.vec(type_name, left)}, {vector} {self.vec(type_name, right)}")
             return None
-        type_name, first = _typed(parts[0])
-        if not _SCALAR.match(type_name):
+        type_name, first = typed(parts[0])
+        if not SCALAR.match(type_name):
             raise NotVector(f"a value of type {type_name}")
         vector = f"<{WIDTH} x {type_name}>"
         if code in ("fneg", "freeze"):
@@ -639,7 +560,7 @@ class _Region:
             self.out.append(f"  {line.strip()}")
 
     def _define(self, name: str, type_name: str, text: str) -> None:
-        if not _SCALAR.match(type_name):
+        if not SCALAR.match(type_name):
             raise NotVector(f"a value of type {type_name}")
         self.out.append(f"  {name} = {text}")
         self.varying[name] = type_name
@@ -647,9 +568,9 @@ class _Region:
             self._check_consecutive(name, type_name)
 
     def _getelementptr(self, name: str, head: str, rest: str) -> None:
-        parts = _split(rest)
+        parts = split_operands(rest)
         source = parts[0]
-        pointer_type, base = _typed(parts[1])
+        pointer_type, base = typed(parts[1])
         if base in self.elements:
             return self._element_address(name, source, base, parts[2:])
         if base in self.varying:
@@ -657,7 +578,7 @@ class _Region:
         else:
             operands = [f"{pointer_type} {base}"]
         for part in parts[2:]:
-            type_name, value = _typed(part)
+            type_name, value = typed(part)
             operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
         if base in self.private:
             self.private.add(name)
@@ -665,9 +586,9 @@ class _Region:
             self.strides[name] = self.strides[base]  # a uniform offset from each lane's address
         # An element of a uniform array indexed by the thread (the context's, the points):
         # the lanes' addresses are consecutive where the element is as large as the access.
-        last = _typed(parts[-1])
+        last = typed(parts[-1])
         if last[1] == "%t32" and len(parts) > 2 and not any(self.is_varying(p) for p in parts[1:-1]):
-            stride = _size(_indexed_type(source, [_typed(p)[1] for p in parts[3:]], self.types), self.types)
+            stride = type_size(indexed_type(source, [typed(p)[1] for p in parts[3:]], self.types), self.types)
             if stride is not None:
                 self.strides[name] = stride
             spaced = [size for size in self.sizes.get(name, ()) if stride and stride % size == 0
@@ -685,8 +606,8 @@ class _Region:
         the lane's first element."""
         terms = []
         for depth, part in enumerate(indices):
-            type_name, value = _typed(part)
-            stride = _count(_indexed(source, depth)) * WIDTH
+            type_name, value = typed(part)
+            stride = scalar_count(indexed(source, depth)) * WIDTH
             wide, scaled = self.fresh("ix"), self.fresh("ix")
             extend = "sext" if type_name != "i64" else "bitcast"
             if value in self.varying:
@@ -713,7 +634,7 @@ class _Region:
 
     def _check_consecutive(self, name: str, pointer_type: str) -> None:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
-        consecutive, or as far apart as the stride guessed for it (_guess_strides), computed
+        consecutive, or as far apart as the stride guessed for it (guess_strides), computed
         once where it is defined."""
         if name in self.private:
             return
@@ -738,9 +659,9 @@ class _Region:
 
     # --- memory ------------------------------------------------------------------------
     def _load(self, name: str, text: str) -> None:
-        parts = _split(text[len("load "):])
+        parts = split_operands(text[len("load "):])
         type_name = parts[0]
-        pointer_type, pointer = _typed(parts[1])
+        pointer_type, pointer = typed(parts[1])
         align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
         if pointer in self.scalar_slots:
             self.uniform.add(name)
@@ -750,17 +671,17 @@ class _Region:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
             return
-        if not _SCALAR.match(type_name):
+        if not SCALAR.match(type_name):
             self.copies[name] = (type_name, pointer_type, pointer)
             return
         if not self.is_varying(pointer):
             self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
         vector = f"<{WIDTH} x {type_name}>"
-        space = _mangled(pointer_type)
-        gather = f"llvm.masked.gather.v{WIDTH}{_mangled(type_name)}.v{WIDTH}{space}"
+        space = mangled(pointer_type)
+        gather = f"llvm.masked.gather.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
         self.declare(gather, f"declare {vector} @{gather}(<{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>, {vector})")
-        checked = self.checked.get((pointer, _bytes(type_name)))
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
         if checked is None:
             self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
                             f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
@@ -768,7 +689,7 @@ class _Region:
             frozen, first, ok, spacing = checked
             total = WIDTH * spacing
             wide = f"<{total} x {type_name}>"
-            load = f"llvm.masked.load.v{total}{_mangled(type_name)}.{space}"
+            load = f"llvm.masked.load.v{total}{mangled(type_name)}.{space}"
             self.declare(load, f"declare {wide} @{load}({pointer_type}, i32, <{total} x i1>, {wide})")
             whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
             self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
@@ -789,16 +710,16 @@ class _Region:
         self.varying[name] = type_name
 
     def _store(self, text: str) -> None:
-        parts = _split(text[len("store "):])
-        type_name, value = _typed(parts[0])
-        pointer_type, pointer = _typed(parts[1])
+        parts = split_operands(text[len("store "):])
+        type_name, value = typed(parts[0])
+        pointer_type, pointer = typed(parts[1])
         align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
         if value in self.copies:
             return self._copy(value, type_name, pointer_type, pointer)
         vector = f"<{WIDTH} x {type_name}>"
         if pointer in self.scalar_slots:
             if self.is_varying(value):
-                raise NotVector(f"a varying value stored to uniform {pointer}")  # _divergence prevents it
+                raise NotVector(f"a varying value stored to uniform {pointer}")  # divergence prevents it
             self.out.append(f"  {text}")
             return None
         if pointer in self.slots and self.converged:  # the lanes masked off have finished
@@ -811,17 +732,17 @@ class _Region:
                          f"{vector} {old}",
                          f"  store {vector} {new}, ptr {pointer}"]
             return None
-        if not _SCALAR.match(type_name):
+        if not SCALAR.match(type_name):
             raise NotVector(f"a store of {type_name}")
         if not self.is_varying(text):  # every lane stores the same value at the same place
             self.out.append(f"  {text}")
             return None
-        space = _mangled(pointer_type)
-        scatter = f"llvm.masked.scatter.v{WIDTH}{_mangled(type_name)}.v{WIDTH}{space}"
+        space = mangled(pointer_type)
+        scatter = f"llvm.masked.scatter.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
         self.declare(scatter, f"declare void @{scatter}({vector}, <{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>)")
         data = self.vec(type_name, value)
         addresses = self.vec(pointer_type, pointer)
-        checked = self.checked.get((pointer, _bytes(type_name)))
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
         if checked is None:
             self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
                             f"i32 {align}, <{WIDTH} x i1> {self.mask})")
@@ -829,7 +750,7 @@ class _Region:
         frozen, first, ok, spacing = checked
         total = WIDTH * spacing
         wide = f"<{total} x {type_name}>"
-        store = f"llvm.masked.store.v{total}{_mangled(type_name)}.{space}"
+        store = f"llvm.masked.store.v{total}{mangled(type_name)}.{space}"
         self.declare(store, f"declare void @{store}({wide}, {pointer_type}, i32, <{total} x i1>)")
         whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
         self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
@@ -854,12 +775,12 @@ class _Region:
         source_type_name, source_type, source = self.copies.pop(value)
         if source_type_name != type_name:
             raise NotVector("an aggregate copy changes type")
-        leaf, count = _leaf(type_name), _count(type_name)
+        leaf, count = leaf_type(type_name), scalar_count(type_name)
         wide = None
         if leaf and source in self.interleaved:
-            wide = self.checked.get((target, count * _bytes(leaf)))
+            wide = self.checked.get((target, count * scalar_bytes(leaf)))
         elif leaf and target in self.interleaved:
-            wide = self.checked.get((source, count * _bytes(leaf)))
+            wide = self.checked.get((source, count * scalar_bytes(leaf)))
         joined = None
         if wide is not None and wide[3] == 1:
             apart, joined = self.label("apart"), self.label("joined")
@@ -880,7 +801,7 @@ class _Region:
         self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> poison, <{total} x i32> <"
                         + ", ".join(f"i32 {i // count}" for i in range(total)) + ">")
         if target in self.interleaved:
-            load = f"llvm.masked.load.v{total}{_mangled(leaf)}.p0"
+            load = f"llvm.masked.load.v{total}{mangled(leaf)}.p0"
             self.declare(load, f"declare {wide} @{load}(ptr, i32, <{total} x i1>, {wide})")
             loaded = self.fresh("wl")
             self.out.append(f"  {loaded} = call {wide} @{load}(ptr {first}, i32 1, <{total} x i1> {spread}, "
@@ -914,7 +835,7 @@ class _Region:
         self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
                         f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * WIDTH + i // count}"
                                                          for i in range(total)) + ">")
-        store = f"llvm.masked.store.v{total}{_mangled(leaf)}.p0"
+        store = f"llvm.masked.store.v{total}{mangled(leaf)}.p0"
         self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
         self.out.append(f"  call void @{store}({wide} {interleaved}, ptr {first}, i32 1, <{total} x i1> {spread})")
 
@@ -940,7 +861,7 @@ class _Region:
                      f"  store {vector} {new}, ptr {at}"]
 
     def _copy_elements(self, type_name: str, source_type: str, source: str, target_type: str, target: str) -> None:
-        for indices, element in _elements(type_name):
+        for indices, element in array_elements(type_name):
             path = ", ".join(f"i32 {i}" for i in (0,) + indices)
             at, to, loaded = self.fresh("ea"), self.fresh("et"), self.fresh("ev")
             self._instruction(f"{at} = getelementptr inbounds {type_name}, {source_type} {source}, {path}")
@@ -956,17 +877,17 @@ class _Region:
         function = function.strip('"')
         head, _, rest = text.partition(f"@{function}(")
         arguments_text = rest[:rest.rindex(")")]
-        arguments = [_typed(a) for a in _split(arguments_text)] if arguments_text.strip() else []
+        arguments = [typed(a) for a in split_operands(arguments_text)] if arguments_text.strip() else []
         return_type = head.split()[-1]
         intrinsic = re.match(r"llvm\.([a-z]+(?:\.sat)?)\.", function)
         base = intrinsic.group(1) if intrinsic else None
         memory = bool(_MEMORY_CALLS.search(line))
-        if not memory and (base in _ELEMENTWISE or base in _PER_LANE) and not self.is_varying(arguments_text):
+        if not memory and (base in ELEMENTWISE or base in PER_LANE) and not self.is_varying(arguments_text):
             self._uniform(name, line, True)
             return None
-        if base in _ELEMENTWISE and _SCALAR.match(return_type) and not return_type.startswith("ptr"):
+        if base in ELEMENTWISE and SCALAR.match(return_type) and not return_type.startswith("ptr"):
             return self._elementwise(name, function, return_type, arguments)
-        if base in _PER_LANE and _SCALAR.match(return_type):
+        if base in PER_LANE and SCALAR.match(return_type):
             return self._per_lane(name, function, return_type, arguments, masked=False)
         if memory:
             return self._per_lane(None, function, "void", arguments, masked=True)
@@ -1021,375 +942,3 @@ class _Region:
         if name is not None:
             self.out.append(f"  {name} = freeze {result} {previous}")
             self.varying[name] = return_type
-
-
-class _Part:
-    """A divergent part of a region: `blocks` that lanes may run apart (those a divergent
-    branch reaches before its join), run as one ordered sequence under masks; `join`: the
-    one block its lanes leave to (None: they leave the region), where they run together
-    again; `first`: a name for it."""
-
-    def __init__(self, blocks: Set[str], first: str):
-        self.blocks, self.first, self.join = blocks, first, None
-
-
-class _Divergence:
-    def __init__(self, blocks: Set[str], varying_slots: Set[str]):
-        self.blocks, self.varying_slots = blocks, varying_slots
-
-
-def _divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], slots: Dict[str, str],
-                private: Set[str]) -> Tuple[_Divergence, Dict[str, _Part]]:
-    """Which blocks lanes may run apart, in parts, and which reg2mem values vary between
-    lanes: a branch on a varying value diverges until its immediate post-dominator; a value
-    stored in a divergent block, or varying, varies (to a fixed point). Where the parts do
-    not each have one join, every block but the start is one divergent part."""
-    exits = {name for name in order if any("label %tm.latch" in line or line.strip() == "unreachable"
-                                           for line in lines_of[name][-1:])}
-    post = _post_dominators(order, graph, exits)
-    varying_slots: Set[str] = set()
-    while True:
-        branches, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
-        divergent: Set[str] = set()
-        regions = []
-        for branch in branches:
-            join = post[branch]
-            region, stack = set(), [s for s in graph[branch] if s != join]
-            while stack:
-                name = stack.pop()
-                if name not in region and name != join:
-                    region.add(name)
-                    stack.extend(graph[name])
-            regions.append(region)
-            divergent |= region
-        found = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & divergent}
-        if found <= varying_slots:
-            break
-        varying_slots |= found
-    parts = _parts(order, graph, regions)
-    if parts is None:  # not one join per part: every block but the start apart
-        everything = set(order[1:])
-        part = _Part(everything, order[1] if len(order) > 1 else order[0])
-        parts = {name: part for name in everything}
-        _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
-        varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
-        divergent = everything
-    return _Divergence(divergent, varying_slots), parts
-
-
-def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, _Part]]:
-    """Divergent regions that share blocks merged into parts, each with its join; None
-    where a part leaves to two blocks, or a loop with its head in a part leaves it."""
-    merged: List[Set[str]] = []
-    for region in regions:
-        if not region:
-            continue
-        touching = [m for m in merged if m & region]
-        for m in touching:
-            merged.remove(m)
-            region = region | m
-        merged.append(region)
-    position = {name: i for i, name in enumerate(order)}
-    ends = _loop_ends(graph, order)
-    parts: Dict[str, _Part] = {}
-    for blocks in merged:
-        part = _Part(blocks, min(blocks, key=position.get))
-        leaving = {s for name in blocks for s in graph[name] if s not in blocks}
-        if len(leaving) > 1:
-            return None
-        part.join = next(iter(leaving), None)
-        for head, end in ends.items():
-            if order[head] in blocks and not all(order[i] in blocks for i in range(head, end + 1)):
-                return None
-        parts.update((name, part) for name in blocks)
-    return parts
-
-
-def _post_dominators(order: List[str], graph: Dict[str, List[str]], exits: Set[str]) -> Dict[str, Optional[str]]:
-    """Block -> its immediate post-dominator (None: the region's exit), every exit leading
-    to one virtual exit."""
-    bit = {name: 1 << i for i, name in enumerate(order)}
-    every = (1 << len(order)) - 1
-    sets = {name: every for name in order}
-    changed = True
-    while changed:
-        changed = False
-        for name in reversed(order):
-            successors = graph[name]
-            common = 0 if name in exits else every
-            for s in successors:
-                common &= sets[s]
-            if name in exits or not successors:
-                common = 0
-            new = common | bit[name]
-            if new != sets[name]:
-                sets[name], changed = new, True
-    immediate: Dict[str, Optional[str]] = {}
-    for name in order:
-        strict = sets[name] & ~bit[name]
-        immediate[name] = next((other for other in order if strict & bit[other] and sets[other] == strict), None)
-    return immediate
-
-
-def _varying_branches(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str],
-                      varying_slots: Set[str], private: Set[str]):
-    """(blocks ending in a branch on a varying value, slot -> (a varying value stored to
-    it, the blocks storing to it)), where reg2mem's `varying_slots` and the addresses of
-    the lanes' `private` allocations vary."""
-    varying = {"%t32"} | private
-    stored: Dict[str, Tuple[bool, Set[str]]] = {slot: (False, set()) for slot in slots}
-    branches = []
-    for name in order:
-        for line in lines_of[name]:
-            result = ir_model.defined_name(line)
-            used = [n for n in LOCAL.findall(line) if n != result]
-            text = line.split(" = ", 1)[1].strip() if result else line.strip()
-            if text.startswith("store "):
-                parts = _split(_strip_metadata(text[6:]))
-                pointer = _typed(parts[1])[1] if len(parts) > 1 else ""
-                if pointer in slots:
-                    value_varies = any(n in varying for n in LOCAL.findall(parts[0]))
-                    old_varies, blocks = stored[pointer]
-                    stored[pointer] = (old_varies or value_varies, blocks | {name})
-                continue
-            if text.startswith("load "):
-                pointer = _typed(_split(_strip_metadata(text[5:]))[1])[1]
-                if pointer in slots:
-                    if pointer in varying_slots:
-                        varying.add(result)
-                    continue
-            if result and (any(n in varying for n in used) or text.startswith("call ") and not _pure_call(text)):
-                varying.add(result)
-            if text.startswith(("br i1 ", "switch ")) and any(n in varying for n in used):
-                branches.append(name)
-    return branches, stored
-
-
-def _pure_call(text: str) -> bool:
-    intrinsic = re.search(r"@llvm\.([a-z]+(?:\.sat)?)\.", text)
-    return bool(intrinsic) and (intrinsic.group(1) in _ELEMENTWISE or intrinsic.group(1) in _PER_LANE)
-
-
-def _loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
-    """Loop head's position -> the position of its loop's last block, in `order` (a weak
-    topological order: a loop's blocks follow its head, together; every edge to an earlier
-    block goes to the head of a loop that holds its source)."""
-    position = {name: i for i, name in enumerate(order)}
-    ends: Dict[int, int] = {}
-    for source, targets in graph.items():
-        for target in targets:
-            if position[target] <= position[source]:
-                head = position[target]
-                ends[head] = max(ends.get(head, head), _component_end(graph, position, head))
-    return ends
-
-
-def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:
-    """The last position of the blocks on a cycle through the block at `head`, among the
-    blocks from `head` on."""
-    names = [n for n, p in position.items() if p >= head]
-    start = next(n for n, p in position.items() if p == head)
-    forward, stack = {start}, [start]
-    while stack:
-        for successor in graph[stack.pop()]:
-            if position[successor] >= head and successor not in forward:
-                forward.add(successor)
-                stack.append(successor)
-    reverse: Dict[str, List[str]] = {n: [] for n in names}
-    for n in names:
-        for successor in graph[n]:
-            if successor in reverse:
-                reverse[successor].append(n)
-    backward, stack = {start}, [start]
-    while stack:
-        for predecessor in reverse[stack.pop()]:
-            if predecessor not in backward:
-                backward.add(predecessor)
-                stack.append(predecessor)
-    return max(position[n] for n in forward & backward)
-
-
-def _guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str]) -> Dict[str, int]:
-    """Value -> how much it likely grows from one lane to the next (bytes for addresses):
-    the thread index by one, through sums, products and shifts by constants, remainders and
-    masks (exact within a SIMD-group for small values), extensions, reg2mem's values and
-    getelementptr. Only a guess: the accesses it picks check the lanes' addresses at run
-    time."""
-    guess: Dict[str, int] = {"%t32": 1}
-    slot_guess: Dict[str, Optional[int]] = {}
-
-    def of(operand: str) -> Optional[int]:
-        value = _typed(operand)[1] if " " in operand.strip() else operand.strip()
-        if value in guess:
-            return guess[value]
-        return 0 if value in uniform or not value.startswith("%") else None
-    for _ in range(2):  # twice: reg2mem's values flow around loops
-        for name in order:
-            for line in lines_of[name]:
-                result = ir_model.defined_name(line)
-                text = _strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
-                words = [w for w in text.split(" ") if w not in _FLAGS]
-                code = words[0] if words else ""
-                found: Optional[int] = None
-                if code == "store":
-                    parts = _split(text[6:])
-                    pointer = _typed(parts[1])[1]
-                    if pointer in slots:
-                        stored = of(parts[0])
-                        slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
-                    continue
-                if not result:
-                    continue
-                if code != "load" and all(of(n) == 0 for n in LOCAL.findall(text) if n != result):
-                    found = 0  # uniform operands, a uniform result
-                elif code == "load":
-                    pointer = _typed(_split(text[5:])[1])[1]
-                    found = slot_guess.get(pointer) if pointer in slots else of(pointer)
-                    found = found if pointer in slots else (0 if found == 0 else None)
-                elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
-                    parts = _split(" ".join(words[1:]))
-                    a, b = of(parts[0]), of(parts[1])
-                    constant = parts[1].strip().lstrip("-").isdigit()
-                    if a is not None and b is not None and code in ("add", "sub"):
-                        found = a + b if code == "add" else a - b
-                    elif a is not None and constant and code == "mul":
-                        found = a * int(parts[1])
-                    elif a is not None and constant and code == "shl":
-                        found = a << int(parts[1])
-                    elif a is not None and b == 0 and code in ("urem", "and", "or"):
-                        found = a
-                elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
-                    found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
-                elif code == "getelementptr":
-                    parts = _split(" ".join(words[1:]))
-                    source, total = parts[0], of(parts[1])
-                    values = [_typed(p)[1] for p in parts[2:]]
-                    for depth, index in enumerate(parts[2:]):
-                        step = of(index)
-                        if total is None or step is None:
-                            total = None
-                            break
-                        if step:  # index k steps over the type the indices after the first reach
-                            size = _size(_indexed_type(source, values[1:depth + 1], types), types)
-                            total = None if size is None else total + step * size
-                    found = total
-                if found is not None:
-                    guess[result] = found
-    return {name: value for name, value in guess.items() if value}
-
-
-def _indexed_type(source: str, indices: List[str], types: Dict[str, str]) -> Optional[str]:
-    """The type a getelementptr over `source` reaches through `indices` after the first
-    (constants into structs), named types resolved; None where it cannot tell."""
-    current = source.strip()
-    for index in indices:
-        current = types.get(current, current).strip()
-        array = re.fullmatch(r"\[(\d+) x (.+)\]", current)
-        if array:
-            current = array.group(2)
-        elif current.startswith("{") and index.isdigit():
-            fields = _split(current[1:-1])
-            if int(index) >= len(fields):
-                return None
-            current = fields[int(index)]
-        else:
-            return None
-    return types.get(current, current).strip()
-
-
-def _size(type_name: Optional[str], types: Dict[str, str]) -> Optional[int]:
-    """Bytes of a scalar, an array of them, or a context element ``{ T, [0 x P] }`` (T padded
-    to P's alignment); None for anything else."""
-    if type_name is None:
-        return None
-    type_name = types.get(type_name, type_name).strip()
-    if _SCALAR.match(type_name):
-        return _bytes(type_name)
-    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name)
-    if array:
-        inner = _size(array.group(2), types)
-        return None if inner is None else int(array.group(1)) * inner
-    padded = re.fullmatch(r"\{ (.+), \[0 x (.+)\] \}", type_name)
-    if padded:
-        inner, pad = _size(padded.group(1), types), _size(padded.group(2), types)
-        if inner is None or not pad:
-            return None
-        return -(-inner // pad) * pad
-    vector = re.fullmatch(r"<(\d+) x (.+)>", type_name)
-    if vector:
-        inner = _size(vector.group(2), types)
-        return None if inner is None else int(vector.group(1)) * inner
-    return None
-
-
-def _leaf(type_name: str) -> Optional[str]:
-    """The scalar type of a scalar or a (nested) array of scalars; None for anything else."""
-    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name.strip())
-    if array:
-        return _leaf(array.group(2))
-    return type_name.strip() if _SCALAR.match(type_name.strip()) else None
-
-
-def _count(type_name: str) -> int:
-    """The scalars in a scalar or a (nested) array of scalars."""
-    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name.strip())
-    return int(array.group(1)) * _count(array.group(2)) if array else 1
-
-
-def _indexed(source: str, depth: int) -> str:
-    """The type a getelementptr over `source` steps through at index `depth` (the first
-    index steps over whole `source`s)."""
-    for _ in range(depth):
-        array = re.fullmatch(r"\[(\d+) x (.+)\]", source.strip())
-        if not array:
-            raise NotVector(f"an index into {source}")
-        source = array.group(2)
-    return source
-
-
-def _only_accessed_as(name: str, whole: str, leaf: str, lines: List[str]) -> bool:
-    """Whether every pointer derived from allocation `name` (by getelementptr over arrays of
-    `leaf`) is only used to load or store a `leaf`, or `name` itself to copy the `whole`
-    allocation."""
-    derived = {name}
-    changed = True
-    while changed:
-        changed = False
-        for line in lines:
-            used = set(LOCAL.findall(line))
-            if not used & derived or " = alloca " in line:
-                continue
-            result = ir_model.defined_name(line)
-            text = line.split(" = ", 1)[1].strip() if result else line.strip()
-            if text.startswith("getelementptr"):
-                parts = _split(re.sub(r"^getelementptr (?:(?:inbounds|nuw|nusw) )*", "", text))
-                if _typed(parts[1])[1] not in derived or _leaf(parts[0]) != leaf or used & derived - {
-                        _typed(parts[1])[1], result} or any(not _SCALAR.match(_typed(p)[0]) for p in parts[2:]):
-                    return False
-                if result not in derived:
-                    derived.add(result)
-                    changed = True
-            elif text.startswith("load "):
-                parts = _split(_strip_metadata(text[5:]))
-                if parts[0] != leaf and not (parts[0] == whole and _typed(parts[1])[1] == name):
-                    return False
-            elif text.startswith("store "):
-                parts = _split(_strip_metadata(text[6:]))
-                stored = _typed(parts[0])[0]
-                if (stored != leaf and not (stored == whole and _typed(parts[1])[1] == name)
-                        or set(LOCAL.findall(parts[0])) & derived):
-                    return False
-            else:
-                return False
-    return True
-
-
-def _elements(type_name: str, prefix: Tuple[int, ...] = ()) -> List[Tuple[Tuple[int, ...], str]]:
-    """(indices, scalar type) of each element of an array type, in order."""
-    array = re.fullmatch(r"\[(\d+) x (.+)\]", type_name)
-    if not array:
-        if not _SCALAR.match(type_name):
-            raise NotVector(f"a copy of {type_name}")
-        return [(prefix, type_name)]
-    return [found for i in range(int(array.group(1))) for found in _elements(array.group(2), prefix + (i,))]

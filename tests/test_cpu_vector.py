@@ -251,3 +251,29 @@ def test_uniform_branch_stays_a_branch():
     assert vectorized == ["tm.region.0"] and not refused
     assert "  br i1 %uc, label %a, label %" in text
     assert f"= select <{WIDTH} x i1> %vc, <{WIDTH} x i32> " in text and "br i1 %vc" not in text
+
+
+@pytest.mark.parametrize("failure", ["raises", "invalid IR"])
+def test_a_failing_rewrite_falls_back_to_lane_loops(monkeypatch, failure):
+    """If the rewrite fails (a bug: an exception, or IR LLVM refuses), the kernel compiles
+    as lane loops, with a warning naming it, and computes what lane loops compute."""
+    import torch_metallib.backends.cpu.vectorize as vectorize
+    from torch_metallib.backends.cpu import jit
+
+    def broken(text):
+        if failure == "raises":
+            raise KeyError("%unknown")
+        return text + "\nthis is not IR\n", ["tm.region.0"], {}
+    monkeypatch.setattr(vectorize, "vectorize_regions", broken)
+    monkeypatch.setattr(jit, "_compiled", {})  # compiled again in this process
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    kernel = layer_norm_looped_kernel()
+    rows, size, group = 2, 300, 64
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(1))
+    w, b = torch.ones(size), torch.zeros(size)
+    out, mean, rstd = torch.empty_like(x), torch.empty(rows), torch.empty(rows)
+    with pytest.warns(RuntimeWarning, match="layer_norm_looped: vector lanes failed"):
+        kernel(x, out, mean, rstd, size, 1e-5, 1, 1, w, b, threads=rows * group, group_size=group)
+    assert kernel.cpu_scheme == "lanes"
+    torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (size,), eps=1e-5), rtol=1e-5, atol=1e-5)

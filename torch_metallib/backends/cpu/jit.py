@@ -233,11 +233,17 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
 def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: list) -> bool:
     """Appends to `modules` the lane-loop module `text` with the regions that allow it as
     vector lanes, and marks it so (``@__tm_vector_<symbol>``); False where no region
-    does, or LLVM refuses what vectorize.py wrote (a bug there: the lane loops run)."""
+    does, or vectorize.py fails or LLVM refuses what it wrote (a bug there: the lane loops
+    run, with a warning)."""
     from .vectorize import vectorize_regions  # only on a cache miss
 
-    with _phase("vector lanes (Python text)"):
-        vector_text, vectorized, refused = vectorize_regions(text)
+    try:
+        with _phase("vector lanes (Python text)"):
+            vector_text, vectorized, refused = vectorize_regions(text)
+    except Exception as error:  # noqa: BLE001 - an opt-in rewrite: any bug of it falls back
+        warnings.warn(f"{kernel}: vector lanes failed ({type(error).__name__}: {str(error)[:300]}); running it "
+                      f"as lane loops. Please report the kernel", RuntimeWarning, stacklevel=4)
+        return False
     logger = diagnostics.get_logger()
     for region, why in refused.items():
         logger.debug("cpu: %s: %s stays a lane loop: %s", kernel, region, why)

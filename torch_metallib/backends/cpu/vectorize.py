@@ -295,13 +295,23 @@ class _Region:
             inside = [parts[t] for t in targets if t in parts]
             if not inside:
                 raise NotVector("a divergent branch to no divergent block")
+            apart = self.label("apart")
+            if conditional:  # two ways: every running lane's condition true, or none
+                self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
+                out.append(f"{apart}:")
+                chosen = self._targets(line, number)
+                running = self.fresh("to")
+                out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
+                        f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
+                        f"  br label %tm.part.{inside[0].first}"]
+                return
             chosen = self._targets(line, number)
             vector = f"<{WIDTH} x i32>"
             running = self.fresh("to")
             out.append(f"  {running} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, "
                        f"{vector} splat (i32 {EXIT})")
             lead = self.reduce("umin", "i32", running)
-            same, off, agreeing, apart = self.fresh("same"), self.fresh("off"), self.fresh("same"), self.label("apart")
+            same, off, agreeing = self.fresh("same"), self.fresh("off"), self.fresh("same")
             lead_vector = self.vec("i32", lead)
             out += [f"  {same} = icmp eq {vector} {running}, {lead_vector}",
                     f"  {off} = xor <{WIDTH} x i1> {self.mask}, splat (i1 true)",
@@ -313,6 +323,18 @@ class _Region:
                     + " ".join(f"i32 {EXIT if t == 'tm.latch' else number[t]}, label %{edge(t)}" for t in targets)
                     + " ]", f"{apart}:", f"  store {vector} {running}, ptr %tm.vpc",
                     f"  br label %tm.part.{inside[0].first}"]
+
+    def _agree_on(self, condition: str, taken: str, not_taken: str, apart: str) -> None:
+        """Branches to `taken` where `condition` holds for every lane of the mask, to
+        `not_taken` where for none, else to `apart`."""
+        held, missing = self.fresh("held"), self.fresh("held")
+        self.out += [f"  {held} = and <{WIDTH} x i1> {condition}, {self.mask}",
+                     f"  {missing} = xor <{WIDTH} x i1> {held}, {self.mask}"]
+        some = self.reduce("or", "i1", held)
+        short = self.reduce("or", "i1", missing)
+        mixed = self.label("mixed")
+        self.out += [f"  br i1 {short}, label %{mixed}, label %{taken}", f"{mixed}:",
+                     f"  br i1 {some}, label %{apart}, label %{not_taken}"]
 
     def _renamed(self, lines: List[str], suffix: str) -> List[str]:
         """`lines` with the values they define renamed (a second copy of a block), the

@@ -162,14 +162,17 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str]) -> Dict[str, int]:
-    """Value -> how much it likely grows from one lane to the next (bytes for addresses):
-    the thread index by one, through sums, products and shifts by constants, remainders and
-    masks (exact within a SIMD-group for small values), extensions, reg2mem's values and
-    getelementptr. Only a guess: the accesses it picks check the lanes' addresses at run
-    time."""
+                   types: Dict[str, str]) -> Tuple[Dict[str, int], Set[str]]:
+    """(value -> how much it likely grows from one lane to the next (bytes for addresses),
+    the values computed from data): the thread index grows by one, through sums, products
+    and shifts by constants, remainders and masks (exact within a SIMD-group for small
+    values), extensions, reg2mem's values and getelementptr. Only a guess: the accesses it
+    picks check the lanes' addresses at run time. Data (what a kernel loads from its
+    buffers, float bits as integers) says nothing of lanes: addresses computed from it
+    (table lookups) are not checked."""
     guess: Dict[str, int] = {"%t32": 1}
     slot_guess: Dict[str, Optional[int]] = {}
+    data: Set[str] = set()
 
     def of(operand: str) -> Optional[int]:
         value = typed(operand)[1] if " " in operand.strip() else operand.strip()
@@ -193,7 +196,11 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     continue
                 if not result:
                     continue
-                if code != "load" and all(of(n) == 0 for n in LOCAL.findall(text) if n != result):
+                used = [n for n in LOCAL.findall(text) if n != result]
+                if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
+                        or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
+                    data.add(result)
+                if code != "load" and all(of(n) == 0 for n in used):
                     found = 0  # uniform operands, a uniform result
                 elif code == "load":
                     pointer = typed(split_operands(text[5:])[1])[1]
@@ -228,7 +235,7 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = total
                 if found is not None:
                     guess[result] = found
-    return {name: value for name, value in guess.items() if value}
+    return {name: value for name, value in guess.items() if value}, data - set(guess)
 
 
 def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:

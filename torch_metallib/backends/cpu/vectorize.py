@@ -113,6 +113,7 @@ class _Region:
         self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
         self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
         self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (guess_strides)
+        self.data: Set[str] = set()  # values computed from data (guess_strides)
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
@@ -211,7 +212,7 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in divergent.varying_slots}
-        self.guesses = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
+        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
         self.divergent = divergent.blocks
 
         out = self.out
@@ -345,6 +346,8 @@ class _Region:
                 self.sizes[new] = self.sizes[old]
             if old in self.guesses:
                 self.guesses[new] = self.guesses[old]
+            if old in self.data:
+                self.data.add(new)
         return [ir_model.substitute(line, names) for line in lines]
 
     def _divergent_part(self, part, order: List[str], number: Dict[str, int], ends: Dict[int, int],
@@ -658,7 +661,7 @@ class _Region:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
         consecutive, or as far apart as the stride guessed for it (guess_strides), computed
         once where it is defined."""
-        if name in self.private:
+        if name in self.private or name in self.data:
             return
         for size in sorted(self.sizes.get(name, ())):
             if (name, size) in self.checked or self.strides.get(name, size) != size:

@@ -241,9 +241,7 @@ def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: l
         with _phase("vector lanes (Python text)"):
             vector_text, vectorized, refused = vectorize_regions(text)
     except Exception as error:  # noqa: BLE001 - an opt-in rewrite: any bug of it falls back
-        warnings.warn(f"{kernel}: vector lanes failed ({type(error).__name__}: {str(error)[:300]}); running it "
-                      f"as lane loops. Please report the kernel", RuntimeWarning, stacklevel=4)
-        return False
+        return _vector_failed(kernel, f"{type(error).__name__}: {error}")
     logger = diagnostics.get_logger()
     for region, why in refused.items():
         logger.debug("cpu: %s: %s stays a lane loop: %s", kernel, region, why)
@@ -255,11 +253,15 @@ def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: l
         with _phase("verify"):
             module.verify()
     except RuntimeError as error:
-        warnings.warn(f"{kernel}: vector lanes failed ({str(error)[:300]}); running it as lane loops. "
-                      f"Please report the kernel", RuntimeWarning, stacklevel=4)
-        return False
+        return _vector_failed(kernel, str(error))
     modules.append(module)
     return True
+
+
+def _vector_failed(kernel: str, why: str) -> bool:
+    warnings.warn(f"{kernel}: vector lanes failed ({why[:300]}); running it as lane loops. Please report the kernel",
+                  RuntimeWarning, stacklevel=5)
+    return False
 
 
 def _close(modules: list, context) -> None:
@@ -334,8 +336,8 @@ def _unroll_passes(machine, module) -> str:
 
 def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, str]:
     """Loads one copy of the object in its own engine; runs its constructors; returns its
-    entry point (a lane-loop kernel's region table) and whether it is lane loops. Engines
-    live as long as the process: launchers point into them."""
+    entry point (a lane-loop kernel's region table) and "lanes" or "vector" for lane loops
+    ("" otherwise). Engines live as long as the process: launchers point into them."""
     with _phase("load object (engine)"):
         return _load(payload, symbol, cooperative)
 

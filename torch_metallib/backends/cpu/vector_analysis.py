@@ -24,15 +24,10 @@ class Part:
         self.blocks, self.first, self.join = blocks, first, None
 
 
-class Divergence:
-    def __init__(self, blocks: Set[str], varying_slots: Set[str]):
-        self.blocks, self.varying_slots = blocks, varying_slots
-
-
 def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], slots: Dict[str, str],
-                private: Set[str]) -> Tuple[Divergence, Dict[str, Part]]:
-    """Which blocks lanes may run apart, in parts, and which reg2mem values vary between
-    lanes: a branch on a varying value diverges until its immediate post-dominator; a value
+                private: Set[str]) -> Tuple[Set[str], Dict[str, Part]]:
+    """(the reg2mem values that vary between lanes, block -> the divergent part that holds
+    it): a branch on a varying value diverges until its immediate post-dominator; a value
     stored in a divergent block, or varying, varies (to a fixed point). Where the parts do
     not each have one join, every block but the start is one divergent part."""
     exits = {name for name in order if any("label %tm.latch" in line or line.strip() == "unreachable"
@@ -64,8 +59,7 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
         parts = {name: part for name in everything}
         _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
         varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
-        divergent = everything
-    return Divergence(divergent, varying_slots), parts
+    return varying_slots, parts
 
 
 def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, Part]]:

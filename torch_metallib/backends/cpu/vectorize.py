@@ -122,13 +122,14 @@ class _Region:
         # element access consecutive addresses. -> the scalar type.
         self.interleaved: Dict[str, str] = {}
         self.elements: Dict[str, str] = {}  # pointers into an interleaved allocation -> its scalar type
-        self.checked: Dict[Tuple[str, int], Tuple[str, str, str]] = {}  # (pointer, bytes) -> frozen, first, consecutive
-        self.copies: Dict[str, Tuple[str, str]] = {}  # an aggregate loaded, only to be stored: (type, address)
+        # (pointer, bytes) -> (its lanes' addresses frozen, lane 0's, whether they are `spacing`
+        # accesses apart, spacing): an access through it may be one wide one.
+        self.checked: Dict[Tuple[str, int], Tuple[str, str, str, int]] = {}
+        self.copies: Dict[str, Tuple[str, str, str]] = {}  # an aggregate loaded to be stored: (type, address)
         self.sizes: Dict[str, Set[int]] = {}  # pointer -> the bytes of the accesses through it
         self.mask = ""
         self.converged = True  # the block being widened runs for every lane still running
-        self.scalar_slots: Set[str] = set()
-        self.divergent: Set[str] = set()
+        self.scalar_slots: Set[str] = set()  # reg2mem's allocations every lane holds alike: scalar
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -208,12 +209,11 @@ class _Region:
         self._classify_allocations(rentry.instructions(), every)
         self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
         allocas = {ir_model.defined_name(line) for line in rentry.instructions() if " = alloca " in line}
-        divergent, parts = divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
+        varying_slots, parts = divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
-        self.scalar_slots = {n for n in self.slots if n not in divergent.varying_slots}
+        self.scalar_slots = {n for n in self.slots if n not in varying_slots}
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
-        self.divergent = divergent.blocks
 
         out = self.out
         out.append("tm.rentry:")

@@ -3,11 +3,13 @@ simdgroup matrices) on CPU tensors, against torch.
 
 Usage: python benchmarks/cooperative.py [--repeat N] [--threads 1,all] [--json OUT]
 
-The kernels run as lane loops (backends/cpu/regions.py, csrc/cpu/lanes.cpp). Each
-measurement is against a baseline in the same run, warm (the first call, which compiles, is
-excluded), interleaved call by call (alternating which goes first), N repeats, minimum and
-median, GC off, on each thread count of ``--threads`` (default: one thread, then torch's
-thread count, ``all``; the ratios and targets are on medians):
+The kernels run as lane loops (backends/cpu/regions.py, csrc/cpu/lanes.cpp) and, from a
+second load of the library, with vector lanes (backends/cpu/vectorize.py,
+TORCH_METALLIB_CPU_VECTORIZE=1 while it compiles). Each measurement is against a baseline in
+the same run, warm (the first call, which compiles, is excluded), interleaved call by call
+(alternating which goes first), N repeats, minimum and median, GC off, on each thread count
+of ``--threads`` (default: one thread, then torch's thread count, ``all``; the ratios and
+targets are on medians; the targets apply to the faster scheme):
 
 * softmax: MLX ``block_softmax_float32`` on 256 x 1000 and 4096 x 4096 float32 and
   ``looped_softmax_float32`` on 32 x 8192, in the threadgroups MLX's softmax.cpp gives them
@@ -25,7 +27,8 @@ thread count, ``all``; the ratios and targets are on medians):
   (``TORCH_METALLIB_CACHE=0``) on a 32 x 32 x 32 problem, minus its second call; median of
   N processes, against the same compiled as coroutines (``TORCH_METALLIB_CPU_LANES=0``, how
   it compiled before lane loops) in the same run, and COMPILE_BASELINE_S (measured before lane loops on
-  another machine of this kind, 2026-11-25) for reference.
+  another machine of this kind, 2026-11-25) for reference; and the same with vector lanes
+  against lane loops (target <= 1.5x).
 
 Targets (reported as met/missed, the script never fails on them): softmax <= 3x torch,
 GEMM <= 5x torch.mm, row reduction <= 3x torch.sum, barrier <= 50 ns per thread per
@@ -54,47 +57,64 @@ GEMM_TARGET = 5.0
 REDUCTION_TARGET = 3.0
 BARRIER_TARGET_NS = 50.0
 COMPILE_TARGET = 2.0
+VECTOR_COMPILE_TARGET = 1.5
 COMPILE_BASELINE_S = 0.40  # median of 3 fresh processes, 2026-11-25, before #22 changed anything
 BARRIERS = 1000
 GEMM_NAME = "steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2"
 GEMM_TILE = (32, 32, 16, 2, 2)  # bm, bn, bk, wm, wn
 
 
-def softmax(lib, repeat: int, kernel_name: str, rows: int, size: int) -> dict:
+def _schemes(libs: dict, name: str, call) -> dict:
+    """Scheme -> a callable running kernel `name` of that scheme's library through `call`
+    (scheme, kernel), compiled by its first call here with vector lanes on or off."""
+    runs = {}
+    for scheme, lib in libs.items():
+        kernel = lib[name]
+        os.environ["TORCH_METALLIB_CPU_VECTORIZE"] = "1" if scheme == "vector" else "0"
+        call(scheme, kernel)
+        runs[scheme] = (lambda s, k: lambda: call(s, k))(scheme, kernel)
+    os.environ.pop("TORCH_METALLIB_CPU_VECTORIZE")
+    return runs
+
+
+def _differences(outputs: dict, expected) -> dict:
+    return {scheme: (out - expected).abs().max().item() for scheme, out in outputs.items()}
+
+
+def softmax(libs: dict, repeat: int, kernel_name: str, rows: int, size: int) -> dict:
     x = torch.randn(rows, size, generator=torch.Generator().manual_seed(0))
-    out = torch.empty_like(x)
-    kernel = lib[kernel_name]
+    outs = {scheme: torch.empty_like(x) for scheme in libs}
     group = mlx_softmax_group(size)  # as MLX launches it
-    result = interleaved({
-        "metallib": lambda: kernel(x, out, size, threads=rows * group, group_size=group),
-        "torch": lambda: torch.softmax(x, -1),
-    }, repeat)
-    result["max_abs_difference"] = (out - torch.softmax(x, -1)).abs().max().item()
+    runs = _schemes(libs, kernel_name, lambda s, k: k(x, outs[s], size, threads=rows * group,
+                                                        group_size=group))
+    result = interleaved({**runs, "torch": lambda: torch.softmax(x, -1)}, repeat)
+    result["max_abs_difference"] = _differences(outs, torch.softmax(x, -1))
+    result["bit_identical"] = torch.equal(outs["lanes"].view(torch.int32), outs["vector"].view(torch.int32))
     return result
 
 
-def row_reduction(lib, repeat: int) -> dict:
+def row_reduction(libs: dict, repeat: int) -> dict:
     rows = size = 4096
     x = torch.randn(rows, size, generator=torch.Generator().manual_seed(2))
-    out = torch.empty(rows)
-    kernel = lib["row_reduce_simple_sumfloat32"]
+    outs = {scheme: torch.empty(rows) for scheme in libs}
     # reduce.cpp: threadgroups of min(1024, roundup(size / 4, 32)) threads, each reducing 4 rows.
     group = min(1024, -(-(size // 4) // 32) * 32)
-    result = interleaved({
-        "metallib": lambda: kernel(x, out, size, rows, threads=(group, rows // 4, 1), group_size=group),
-        "torch": lambda: torch.sum(x, -1),
-    }, repeat)
-    result["max_abs_difference"] = (out - x.double().sum(-1).float()).abs().max().item()
+    runs = _schemes(libs, "row_reduce_simple_sumfloat32", lambda s, k: k(
+        x, outs[s], size, rows, threads=(group, rows // 4, 1), group_size=group))
+    result = interleaved({**runs, "torch": lambda: torch.sum(x, -1)}, repeat)
+    result["max_abs_difference"] = _differences(outs, x.double().sum(-1).float())
+    result["bit_identical"] = torch.equal(outs["lanes"].view(torch.int32), outs["vector"].view(torch.int32))
     return result
 
 
-def _gemm_call(lib, m: int):
-    """(call, check) running the GEMM on m x m x m float32."""
+def _gemm_call(lib, m: int, d=None):
+    """(call, check, (a, b, expected)) running the GEMM on m x m x m float32 into `d`."""
     n = k = m
     bm, bn, bk, wm, wn = GEMM_TILE
     g = torch.Generator().manual_seed(1)
     a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
-    d, expected = torch.empty(m, n), torch.empty(m, n)
+    d = torch.empty(m, n) if d is None else d
+    expected = torch.empty(m, n)
     tiles_n, tiles_m = n // bn, m // bm
     # mlx::steel::GEMMParams: M N K lda ldb ldd tiles_n tiles_m, batch strides a b d (long),
     # swizzle_log, gemm_k_iterations_aligned, batch_ndim (offsets from its reflection).
@@ -109,30 +129,41 @@ def _gemm_call(lib, m: int):
     return call, lambda: (d - a @ b).abs().max().item(), (a, b, expected)
 
 
-def gemm(lib, repeat: int) -> dict:
-    call, difference, (a, b, expected) = _gemm_call(lib, 1024)
-    result = interleaved({"metallib": call, "torch": lambda: torch.mm(a, b, out=expected)}, repeat)
-    result["max_abs_difference"] = difference()
+def gemm(libs: dict, repeat: int) -> dict:
+    outs = {scheme: torch.empty(1024, 1024) for scheme in libs}
+    calls = {scheme: _gemm_call(lib, 1024, outs[scheme]) for scheme, lib in libs.items()}
+    runs = _schemes(libs, GEMM_NAME, lambda s, k: calls[s][0]())
+    a, b, expected = calls["lanes"][2]
+    result = interleaved({**runs, "torch": lambda: torch.mm(a, b, out=expected)}, repeat)
+    result["max_abs_difference"] = {scheme: call[1]() for scheme, call in calls.items()}
+    result["bit_identical"] = torch.equal(outs["lanes"].view(torch.int32), outs["vector"].view(torch.int32))
     return result
 
 
 _COLD = """
 import time, sys
 sys.path.insert(0, {here!r})
+import torch
 import torch_metallib as tm
 from torch_metallib.cache.corpus import mlx_metallib_path
 from cooperative import _gemm_call
-call, _, _ = _gemm_call(tm.load(mlx_metallib_path()), 32)
+lib = tm.load(mlx_metallib_path())
+if {softmax!r}:
+    x = torch.randn(2, 8192)
+    out = torch.empty_like(x)
+    call = lambda: lib.looped_softmax_float32(x, out, 8192, threads=2 * 1024, group_size=1024)
+else:
+    call, _, _ = _gemm_call(lib, 32)
 t0 = time.perf_counter(); call(); t1 = time.perf_counter(); call(); t2 = time.perf_counter()
 print((t1 - t0) - (t2 - t1))
 """
 
 
-def cold_compile(repeat: int, **variables: str) -> dict:
-    """The GEMM's compile time in fresh processes, the disk cache off, with environment
-    `variables` set."""
+def cold_compile(repeat: int, softmax: bool = False, **variables: str) -> dict:
+    """The GEMM's (`softmax`: looped_softmax_float32's) compile time in fresh processes, the
+    disk cache off, with environment `variables` set."""
     environment = dict(os.environ, TORCH_METALLIB_CACHE="0", **variables)
-    code = _COLD.format(here=str(pathlib.Path(__file__).parent))
+    code = _COLD.format(here=str(pathlib.Path(__file__).parent), softmax=softmax)
     seconds = [float(subprocess.run([sys.executable, "-c", code], env=environment, check=True,
                                     capture_output=True, text=True).stdout.split()[-1]) for _ in range(repeat)]
     return {"seconds": seconds, "median_s": statistics.median(seconds)}
@@ -165,7 +196,8 @@ def main() -> None:
                         help="thread counts to measure on, comma-separated (all: torch's thread count)")
     parser.add_argument("--json", help="also write the full results here")
     options = parser.parse_args()
-    lib = tm.load(mlx_metallib_path())
+    # One load per scheme: a kernel keeps what it compiled, so each scheme's is its own.
+    libs = {scheme: tm.load(mlx_metallib_path()) for scheme in ("lanes", "vector")}
     every = torch.get_num_threads()
     counts = [every if count == "all" else int(count) for count in options.threads.split(",")]
     print(f"torch {torch.__version__}, {options.repeat} repeats (min / median)")
@@ -174,7 +206,7 @@ def main() -> None:
     for threads in counts:
         torch.set_num_threads(threads)
         print(f"\n{threads} thread{'s' if threads > 1 else ''}:")
-        results[f"threads_{threads}"] = _kernels(lib, options.repeat)
+        results[f"threads_{threads}"] = _kernels(libs, options.repeat)
     torch.set_num_threads(every)
     _barriers_and_compile(options, results)
     if options.json:
@@ -182,29 +214,32 @@ def main() -> None:
             json.dump(results, file, indent=1)
 
 
-def _kernels(lib, repeat: int) -> dict:
+def _kernels(libs: dict, repeat: int) -> dict:
     """The kernels against torch on torch's current thread count."""
     results = {}
     measurements = [
         ("block_softmax_float32 256x1000 vs torch.softmax", "softmax_256x1000",
-         lambda: softmax(lib, repeat, "block_softmax_float32", 256, 1000), SOFTMAX_TARGET),
+         lambda: softmax(libs, repeat, "block_softmax_float32", 256, 1000), SOFTMAX_TARGET),
         ("block_softmax_float32 4096x4096 vs torch.softmax", "softmax_4096x4096",
-         lambda: softmax(lib, repeat, "block_softmax_float32", 4096, 4096), SOFTMAX_TARGET),
+         lambda: softmax(libs, repeat, "block_softmax_float32", 4096, 4096), SOFTMAX_TARGET),
         ("looped_softmax_float32 32x8192 vs torch.softmax", "looped_softmax_32x8192",
-         lambda: softmax(lib, repeat, "looped_softmax_float32", 32, 8192), SOFTMAX_TARGET),
-        (f"{GEMM_NAME} 1024^3 vs torch.mm", "gemm", lambda: gemm(lib, repeat), GEMM_TARGET),
+         lambda: softmax(libs, repeat, "looped_softmax_float32", 32, 8192), SOFTMAX_TARGET),
+        (f"{GEMM_NAME} 1024^3 vs torch.mm", "gemm", lambda: gemm(libs, repeat), GEMM_TARGET),
         ("row_reduce_simple_sumfloat32 4096x4096 vs torch.sum", "row_reduction",
-         lambda: row_reduction(lib, repeat), REDUCTION_TARGET)]
+         lambda: row_reduction(libs, repeat), REDUCTION_TARGET)]
     for label, key, run, target in measurements:
         result = run()
         medians, minima = result["median_ms"], result["min_ms"]
-        ratio = medians["metallib"] / medians["torch"]
-        result["ratio"] = ratio
+        result["ratio"] = {scheme: medians[scheme] / medians["torch"] for scheme in libs}
+        best = min(result["ratio"].values())
         results[key] = result
-        print(f"{label}\n  metallib {minima['metallib']:9.2f} / {medians['metallib']:9.2f} ms   "
-              f"torch {minima['torch']:7.3f} / {medians['torch']:7.3f} ms   "
-              f"ratio {ratio:6.1f}x   target <= {target:.0f}x: {'met' if ratio <= target else 'MISSED'}   "
-              f"max |difference| {result['max_abs_difference']:.2e}")
+        print(f"{label}   target <= {target:.0f}x: {'met' if best <= target else 'MISSED'}   "
+              f"vector / lanes {medians['vector'] / medians['lanes']:.2f}x   "
+              f"bit-identical {result['bit_identical']}")
+        for scheme in list(libs) + ["torch"]:
+            ratio = f"   ratio {result['ratio'][scheme]:6.1f}x   max |difference| " \
+                    f"{result['max_abs_difference'][scheme]:.2e}" if scheme in libs else ""
+            print(f"  {scheme:7s} {minima[scheme]:9.3f} / {medians[scheme]:9.3f} ms{ratio}")
     return results
 
 
@@ -228,6 +263,14 @@ def _barriers_and_compile(options, results: dict) -> None:
           f"target <= {COMPILE_TARGET:.0f}x: {'met' if ratio <= COMPILE_TARGET else 'MISSED'}\n"
           f"  ({compile_time['median_s'] / COMPILE_BASELINE_S:.2f}x the {COMPILE_BASELINE_S:.2f} s measured before #22 "
           f"on another machine)")
+    for name, softmax in ((GEMM_NAME, False), ("looped_softmax_float32", True)):
+        lanes = cold_compile(options.repeat, softmax, TORCH_METALLIB_CPU_VECTORIZE="0")
+        vector = cold_compile(options.repeat, softmax, TORCH_METALLIB_CPU_VECTORIZE="1")
+        results[f"cold_compile_{'softmax' if softmax else 'gemm'}_lanes_vector"] = (lanes, vector)
+        ratio = vector["median_s"] / lanes["median_s"]
+        print(f"{name} cold compile with vector lanes: {vector['median_s']:.2f} s, {ratio:.2f}x as lane loops "
+              f"({lanes['median_s']:.2f} s)   target <= {VECTOR_COMPILE_TARGET}x: "
+              f"{'met' if ratio <= VECTOR_COMPILE_TARGET else 'MISSED'}")
 
 
 if __name__ == "__main__":

@@ -136,6 +136,9 @@ CPU_SCHEDULE = Knob("TORCH_METALLIB_CPU_SCHEDULE", "parallel",
 CPU_LANES = BoolKnob("TORCH_METALLIB_CPU_LANES", True,
                      "Run cooperative kernels on the CPU as lane loops where they allow; `0` runs them "
                      "as coroutines.")
+CPU_VECTORIZE = BoolKnob("TORCH_METALLIB_CPU_VECTORIZE", False,
+                         "Run the lane loops' regions that allow it a vector of threads at a time "
+                         "(`KernelFunction.cpu_scheme` is then `vector`); `1` turns it on.")
 
 # The CUDA backend's tools.
 LIBDEVICE = PathKnob("TORCH_METALLIB_LIBDEVICE", None,

@@ -223,7 +223,8 @@ class KernelFunction:
     def cpu_scheme(self) -> Optional[str]:
         """How its last call on the CPU ran its threads: ``"threads"`` (one after another,
         for kernels whose threads never meet), ``"lanes"`` (cut at its barriers and
-        SIMD-group functions into loops over threads), or
+        SIMD-group functions into loops over threads), ``"vector"`` (lanes, some of its
+        regions run a vector of threads at a time: TORCH_METALLIB_CPU_VECTORIZE), or
         ``"coroutines"`` (each thread a coroutine: kernels with tensor operations, permuted
         schedules and checked calls). None before its first CPU call."""
         state = self._dispatch_state()

@@ -44,12 +44,16 @@ class CompiledKernel:
     cooperative: bool   # threads meet at barriers / SIMD-group functions
     from_disk: bool
     lanes: bool = False  # cooperative, as lane loops (regions.py): launchers are region tables
+    vector: bool = False  # lane loops, some regions of which run lanes as vector lanes (vectorize.py)
 
     @property
     def scheme(self) -> str:
         """How its threads run: "threads" (one after another), "lanes" (a cooperative
-        kernel cut into lane loops at its waits) or "coroutines" (each thread a coroutine)."""
-        return "lanes" if self.lanes else "coroutines" if self.cooperative else "threads"
+        kernel cut into lane loops at its waits), "vector" (lane loops, some of them run as
+        vector lanes) or "coroutines" (each thread a coroutine)."""
+        if self.lanes:
+            return "vector" if self.vector else "lanes"
+        return "coroutines" if self.cooperative else "threads"
 
 
 class _Host:
@@ -213,9 +217,10 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
         _close(modules, context)
 
 
-def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
-    """The object of a cooperative kernel as lane loops (regions.py); NotLanes where the
-    kernel waits in a way they do not take."""
+def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = False) -> bytes:
+    """The object of a cooperative kernel as lane loops (regions.py), with `vector` those
+    regions that allow it as vector lanes (vectorize.py); NotLanes where the kernel waits
+    in a way lane loops do not take."""
     from .regions import build_regions, cut_at_markers  # only on a cache miss
 
     entry = f"__tm_lanes_{symbol}"
@@ -243,12 +248,48 @@ def _build_lanes_object(function, constants: dict, symbol: str) -> bytes:
             text = str(modules[-1])
         with _phase("lanes (Python text)"):
             text = build_regions(text, entry, symbol)
-        with _phase("parse host IR"):
-            modules.append(llvm.parse_assembly(text, context=context))
+        vectorized = vector and _parse_vector_lanes(function.name, text, symbol, context, modules)
+        if not vectorized:
+            with _phase("parse host IR"):
+                modules.append(llvm.parse_assembly(text, context=context))
         diagnostics.dump_stage("lanes", lambda: str(modules[-1]))
         return _optimized_object(modules[-1])
     finally:
         _close(modules, context)
+
+
+def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: list) -> bool:
+    """Appends to `modules` the lane-loop module `text` with the regions that allow it as
+    vector lanes, and marks it so (``@__tm_vector_<symbol>``); False where no region
+    does, or vectorize.py fails or LLVM refuses what it wrote (a bug there: the lane loops
+    run, with a warning)."""
+    from .vectorize import vectorize_regions  # only on a cache miss
+
+    try:
+        with _phase("vector lanes (Python text)"):
+            vector_text, vectorized, refused = vectorize_regions(text)
+    except Exception as error:  # noqa: BLE001 - an opt-in rewrite: any bug of it falls back
+        return _vector_failed(kernel, f"{type(error).__name__}: {error}")
+    logger = diagnostics.get_logger()
+    for region, why in refused.items():
+        logger.debug("cpu: %s: %s stays a lane loop: %s", kernel, region, why)
+    if not vectorized:
+        return False
+    try:
+        with _phase("parse host IR"):
+            module = llvm.parse_assembly(vector_text + f"\n@__tm_vector_{symbol} = constant i8 1\n", context=context)
+        with _phase("verify"):
+            module.verify()
+    except RuntimeError as error:
+        return _vector_failed(kernel, str(error))
+    modules.append(module)
+    return True
+
+
+def _vector_failed(kernel: str, why: str) -> bool:
+    warnings.warn(f"{kernel}: vector lanes failed ({why[:300]}); running it as lane loops. Please report the kernel",
+                  RuntimeWarning, stacklevel=5)
+    return False
 
 
 def _close(modules: list, context) -> None:
@@ -321,15 +362,15 @@ def _unroll_passes(machine, module) -> str:
         return str(module)
 
 
-def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
+def _load_copy(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, str]:
     """Loads one copy of the object in its own engine; runs its constructors; returns its
-    entry point (a lane-loop kernel's region table) and whether it is lane loops. Engines
-    live as long as the process: launchers point into them."""
+    entry point (a lane-loop kernel's region table) and "lanes" or "vector" for lane loops
+    ("" otherwise). Engines live as long as the process: launchers point into them."""
     with _phase("load object (engine)"):
         return _load(payload, symbol, cooperative)
 
 
-def _load(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
+def _load(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, str]:
     engine = llvm.create_mcjit_compiler(
         llvm.parse_assembly(f'target triple = "{llvm.get_process_triple()}"'), _loader_machine())
     _engines.append(engine)
@@ -340,19 +381,21 @@ def _load(payload: bytes, symbol: str, cooperative: bool) -> Tuple[int, bool]:
     if not init or not entry:
         raise RuntimeError(f"the object does not define the entry points of {symbol}")
     ctypes.CFUNCTYPE(None)(init)()  # air.static_init
-    return entry, bool(lanes)
+    vector = bool(lanes) and bool(engine.get_global_value_address(f"__tm_vector_{symbol}"))
+    return entry, "vector" if vector else "lanes" if lanes else ""
 
 
 def build_object(function, constants: tuple, symbol: str, cooperative: bool, checked: bool = False,
-                 lanes: bool = False, initcheck: bool = True) -> bytes:
+                 lanes: bool = False, initcheck: bool = True, vector: bool = False) -> bytes:
     """The object of `function` with `constants` for this process's target machine: lane
-    loops where `lanes` asks and the kernel allows, else coroutines (`cooperative`) or
-    threads; entry points named after `symbol`; `checked` (with the threadgroup initcheck
-    unless `initcheck` is False) adds the checks."""
+    loops where `lanes` asks and the kernel allows (`vector`: with vector lanes where its
+    regions allow), else coroutines (`cooperative`) or threads; entry points named after
+    `symbol`; `checked` (with the threadgroup initcheck unless `initcheck` is False) adds
+    the checks."""
     if lanes:
         from .regions import NotLanes
         try:
-            return _build_lanes_object(function, dict(constants), symbol)
+            return _build_lanes_object(function, dict(constants), symbol, vector)
         except (NotLanes, TorchMetallibError):  # coroutines, or the same refusal from there
             pass
         except RuntimeError as error:  # LLVM refused what regions.py made: a bug there
@@ -369,9 +412,11 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
     `checked` with `initcheck`: bounds checks and the threadgroup initcheck, without it
     bounds checks only."""
     lanes = lanes and cooperative and not checked and config.CPU_LANES.get()
+    vector = lanes and config.CPU_VECTORIZE.get()
     initcheck = checked and initcheck
     variant = ((constants, cooperative) + (("checked",) if checked else ())
-               + (("bounds only",) if checked and not initcheck else ()) + (("lanes",) if lanes else ()))
+               + (("bounds only",) if checked and not initcheck else ()) + (("lanes",) if lanes else ())
+               + (("vector",) if vector else ()))
     # In memory, toolchain and code are this process's: the full key (_cache_key) is
     # needed only where an archive does not have the kernel.
     memory_key = (function.hash, variant)
@@ -386,40 +431,41 @@ def compile_kernel(function, constants: tuple, serial: bool, cooperative: bool, 
             started = time.perf_counter()
             phase_start = _clock()  # the compile's time outside its named steps: "other"
             _phase_stack.append((0.0, 0.0))
-            launchers, is_lanes, source = (), False, "compiled"
-            archived = None if diagnostics.dumps() else archived_object(function, constants,
+            launchers, kind, source = (), "", "compiled"
+            archived = None if diagnostics.dumps() or vector else archived_object(function, constants,
                                                                         form_of(cooperative, checked, lanes, initcheck))
             if archived is not None:
                 payload, symbol, where = archived
                 try:
-                    entry, is_lanes = _load_copy(payload, symbol, cooperative)
+                    entry, kind = _load_copy(payload, symbol, cooperative)
                     launchers, source = (entry,), f"loaded from archive {where}"
                 except RuntimeError:  # its SHA-256 matched, so a bug of the builder: compile instead
                     pass
             if not launchers:
-                payload, symbol, launchers, is_lanes, source = _from_disk_or_built(
-                    function, constants, variant, cooperative, checked, lanes, initcheck)
+                payload, symbol, launchers, kind, source = _from_disk_or_built(
+                    function, constants, variant, cooperative, checked, lanes, initcheck, vector)
             from_disk = source != "compiled"
             _account("other", phase_start)
         else:
-            (payload, symbol), from_disk, launchers, is_lanes = (_payloads[memory_key], compiled.from_disk,
-                                                                 compiled.launchers, compiled.lanes)
+            (payload, symbol), from_disk, launchers = _payloads[memory_key], compiled.from_disk, compiled.launchers
+            kind = compiled.scheme if compiled.lanes else ""
         while len(launchers) < copies:
-            entry, is_lanes = _load_copy(payload, symbol, cooperative)
+            entry, kind = _load_copy(payload, symbol, cooperative)
             launchers += (entry,)
         if compiled is None:
             diagnostics.get_logger().info("cpu: %s: %s (as %s) in %.3f s", function.name, source,
-                                          "lanes" if is_lanes else "coroutines" if cooperative else "threads",
+                                          kind or ("coroutines" if cooperative else "threads"),
                                           time.perf_counter() - started)
         if serial:
             _payloads[memory_key] = (payload, symbol)
-        compiled = _compiled[memory_key] = CompiledKernel(launchers, serial, cooperative, from_disk, is_lanes)
+        compiled = _compiled[memory_key] = CompiledKernel(launchers, serial, cooperative, from_disk,
+                                                           bool(kind), kind == "vector")
         return compiled
 
 
 def _from_disk_or_built(function, constants: tuple, variant: tuple, cooperative: bool, checked: bool, lanes: bool,
-                        initcheck: bool) -> tuple:
-    """(object, symbol, launchers, is lanes, source) of a kernel no archive had: loaded
+                        initcheck: bool, vector: bool) -> tuple:
+    """(object, symbol, launchers, scheme ("lanes", "vector" or ""), source) of a kernel no archive had: loaded
     from the disk cache, else built (and written there)."""
     key_text = _cache_key(function.hash, variant)
     key = hashlib.sha256(key_text.encode()).hexdigest()
@@ -430,12 +476,12 @@ def _from_disk_or_built(function, constants: tuple, variant: tuple, cooperative:
         payload = read_entry(path, key_text)
         if payload is not None:
             try:
-                entry, is_lanes = _load_copy(payload, symbol, cooperative)
-                return payload, symbol, (entry,), is_lanes, "loaded from the disk cache"
+                entry, kind = _load_copy(payload, symbol, cooperative)
+                return payload, symbol, (entry,), kind, "loaded from the disk cache"
             except RuntimeError:  # not an object LLVM can load, or without our symbols
                 pass
     with diagnostics.dumping(function.name, key):
-        payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck)
+        payload = build_object(function, constants, symbol, cooperative, checked, lanes, initcheck, vector)
     if path:
         write_entry(path, key_text, payload)
-    return payload, symbol, (), False, "compiled"
+    return payload, symbol, (), "", "compiled"

@@ -47,9 +47,10 @@ void bind_calls(py::module_& m) {
   py::class_<cpu::CpuLauncher, dispatch::Launcher, std::shared_ptr<cpu::CpuLauncher>>(m, "CpuLauncher")
       .def(py::init([](const Plan& plan, std::vector<uintptr_t> entries, bool private_copies, const std::string& scheme,
                        std::string kernel) {
-             const cpu::Scheme kind = scheme == "threads" ? cpu::Scheme::Threads
-                                      : scheme == "lanes" ? cpu::Scheme::Lanes
-                                                          : cpu::Scheme::Coroutines;
+             const cpu::Scheme kind = scheme == "threads"  ? cpu::Scheme::Threads
+                                      : scheme == "lanes"  ? cpu::Scheme::Lanes
+                                      : scheme == "vector" ? cpu::Scheme::Vector
+                                                           : cpu::Scheme::Coroutines;
              return std::make_shared<cpu::CpuLauncher>(plan.constants, std::move(entries), private_copies, kind,
                                                        std::move(kernel));
            }),

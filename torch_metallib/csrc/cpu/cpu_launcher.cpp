@@ -24,14 +24,21 @@ bool CpuLauncher::releases_gil(const dispatch::Plan& plan) const {
 }
 
 const char* CpuLauncher::cpu_scheme() const {
-  return scheme_ == Scheme::Threads ? "threads" : scheme_ == Scheme::Lanes ? "lanes" : "coroutines";
+  switch (scheme_) {
+    case Scheme::Threads: return "threads";
+    case Scheme::Lanes: return "lanes";
+    case Scheme::Vector: return "vector";
+    case Scheme::Coroutines: break;
+  }
+  return "coroutines";
 }
 
 void CpuLauncher::launch(const dispatch::Plan& plan) {
   const Schedule parallel{true, false, 0, /*strict_barriers=*/false};
   switch (scheme_) {
     case Scheme::Threads: cpu::launch(plan, entries_, private_copies_, true); break;
-    case Scheme::Lanes: launch_lanes(plan, entries_, private_copies_, kernel_, parallel); break;
+    case Scheme::Lanes:
+    case Scheme::Vector: launch_lanes(plan, entries_, private_copies_, kernel_, parallel); break;
     case Scheme::Coroutines: launch_cooperative(plan, entries_, private_copies_, kernel_, parallel); break;
   }
 }

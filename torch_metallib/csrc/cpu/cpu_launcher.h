@@ -10,8 +10,9 @@
 
 namespace torch_metallib::cpu {
 
-// How a compiled kernel runs its threads (KernelFunction.cpu_scheme).
-enum class Scheme { Threads, Lanes, Coroutines };
+// How a compiled kernel runs its threads (KernelFunction.cpu_scheme). Vector: lane loops some
+// of whose regions run a chunk of lanes as vector lanes (vectorize.py); the same runner.
+enum class Scheme { Threads, Lanes, Vector, Coroutines };
 
 class CpuLauncher final : public dispatch::Launcher {
  public:

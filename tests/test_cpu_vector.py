@@ -1,0 +1,279 @@
+"""Lane-loop regions run as vector lanes (backends/cpu/vectorize.py, TORCH_METALLIB_CPU_VECTORIZE).
+
+Each kernel runs twice, from two loads of its library: as lane loops and with vector lanes
+(the knob is read when a kernel compiles). The results must be the same bits, and match
+torch as the lane loops do; the second call of each goes through the native launcher,
+which names the scheme too. Apple-built MLX kernels of every cooperative family the lane
+loops take, PyTorch's own (layer_norm_looped, radix_scan), and hand-written kernels for
+what vector lanes must get right: divergent `if`s nested, loops whose trip count differs
+per lane, an early return, a lane masked off dividing by zero, and the regions that stay
+lane loops (an atomic), named in the log.
+"""
+
+import logging
+import struct
+
+import pytest
+import torch
+
+import _air_modules as air
+import torch_metallib as tm
+from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, radix_scan_kernel
+from torch_metallib.backends.cpu.vectorize import WIDTH, vectorize_regions
+
+
+def _schemes(make, monkeypatch, outputs, *args, **kwargs):
+    """`outputs` after calls of a fresh kernel (``make()``) as lane loops and one with
+    vector lanes, two calls each (the second through the native launcher), and the
+    scheme each second call names."""
+    results, schemes = [], []
+    for vector in ("0", "1"):
+        monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", vector)
+        kernel = make()
+        for _ in range(2):
+            for out in outputs:
+                out.fill_(-7)
+            kernel(*args, **kwargs)
+        results.append([out.clone() for out in outputs])
+        schemes.append(kernel.cpu_scheme)
+    return results, schemes
+
+
+def _identical(results):
+    (lanes, vector) = results
+    assert all(torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(lanes, vector))
+
+
+@pytest.mark.parametrize("name,rows,size", [("block_softmax_float32", 7, 1000), ("block_softmax_float32", 3, 37),
+                                            ("looped_softmax_float32", 3, 5000), ("block_softmax_float16", 5, 700),
+                                            ("looped_logsumexp_float32", 3, 6000)])
+def test_mlx_row_kernels_bit_identical(mlx_path, monkeypatch, name, rows, size):
+    dtype = torch.float16 if name.endswith("16") else torch.float32
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(size)).to(dtype)
+    out = torch.empty_like(x) if "softmax" in name else torch.empty(rows, dtype=dtype)
+    group = MLX_ROW_GROUP
+    results, schemes = _schemes(lambda: tm.load(mlx_path)[name], monkeypatch, [out], x, out, size,
+                                threads=rows * group, group_size=group)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    expected = torch.softmax(x.double(), -1) if "softmax" in name else torch.logsumexp(x.double(), -1)
+    tolerance = 2e-3 if dtype == torch.float16 else 1e-5
+    torch.testing.assert_close(results[1][0].double(), expected, atol=tolerance, rtol=tolerance)
+
+
+@pytest.mark.parametrize("looped", [False, True])
+def test_mlx_norms_bit_identical(mlx_path, monkeypatch, looped):
+    rows, size = 5, 4096
+    g = torch.Generator().manual_seed(4)
+    x, w, b = torch.randn(rows, size, generator=g), torch.randn(size, generator=g), torch.randn(size, generator=g)
+    out = torch.empty_like(x)
+    group = 256 if looped else size // 4
+    name = "layer_norm_loopedfloat32" if looped else "layer_normfloat32"
+    results, schemes = _schemes(lambda: tm.load(mlx_path)[name], monkeypatch, [out], x, w, b, out, 1e-5, size, 1, 1,
+                                threads=rows * group, group_size=group)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    expected = torch.nn.functional.layer_norm(x.double(), (size,), w.double(), b.double(), 1e-5)
+    assert (results[1][0].double() - expected).abs().max() <= 2e-5
+
+
+def test_mlx_row_sum_and_scan_bit_identical(mlx_path, monkeypatch):
+    rows, size = 16, 3000
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(5))
+    out = torch.empty(rows)
+    group = min(1024, -(-(size // 4) // 32) * 32)
+    results, schemes = _schemes(lambda: tm.load(mlx_path)["row_reduce_simple_sumfloat32"], monkeypatch, [out],
+                                x, out, size, rows, threads=(group, rows // 4, 1), group_size=group)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    torch.testing.assert_close(results[1][0], x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+
+    rows, size = 3, 2500
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(9))
+    out = torch.empty_like(x)
+    results, schemes = _schemes(lambda: tm.load(mlx_path)["contig_scan_inclusive_sum_float32_float32"], monkeypatch,
+                                [out], x, out, size, threads=(256, rows, 1), group_size=(256, 1, 1))
+    _identical(results)
+    torch.testing.assert_close(results[1][0], torch.cumsum(x.double(), -1).float(), rtol=1e-4, atol=1e-3)
+
+
+def test_mlx_steel_gemm_bit_identical(mlx_path, monkeypatch):
+    """simdgroup-matrix regions (vector values per lane) stay lane loops; the others do not."""
+    m, n, k = 37, 45, 29
+    bm, bn, bk, wm, wn = 32, 32, 16, 2, 2
+    g = torch.Generator().manual_seed(m * n + k)
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    d = torch.empty(m, n)
+    tiles_n, tiles_m = -(-n // bn), -(-m // bm)
+    params = struct.pack("<8i3q3i4x", m, n, k, k, n, n, tiles_n, tiles_m, m * k, k * n, m * n, 0, k // bk, 0)
+    constants = {"has_batch": False, "use_out_source": False, "do_axpby": False,
+                 "align_M": False, "align_N": False, "align_K": False}
+    name = f"steel_gemm_fused_nn_float32_float32_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}"
+    results, schemes = _schemes(lambda: tm.load(mlx_path)[name], monkeypatch, [d], a, b, d, params,
+                                threads=(tiles_n * 32, tiles_m * wn, wm), group_size=(32, wn, wm), constants=constants)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    torch.testing.assert_close(results[1][0].double(), a.double() @ b.double(), rtol=1e-4, atol=1e-3)
+
+
+def test_pytorch_layer_norm_looped_and_radix_scan_bit_identical(monkeypatch):
+    rows, size, group = 3, 1000, 256
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(rows, size, generator=g) * 2 + 0.5
+    w, b = torch.randn(size, generator=g), torch.randn(size, generator=g)
+    out, mean, rstd = torch.empty_like(x), torch.empty(rows), torch.empty(rows)
+    results, schemes = _schemes(layer_norm_looped_kernel, monkeypatch, [out, mean, rstd], x, out, mean, rstd, size,
+                                1e-5, 1, 1, w, b, threads=rows * group, group_size=group)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    torch.testing.assert_close(results[1][0].double(), torch.nn.functional.layer_norm(
+        x.double(), (size,), w.double(), b.double(), 1e-5), rtol=1e-5, atol=1e-5)
+
+    counts = torch.randint(0, 1000, (2, 2560), generator=g, dtype=torch.int32)
+    histograms = counts.clone()
+    results, schemes = _schemes(radix_scan_kernel, monkeypatch, [histograms], histograms, 2560,
+                                threads=(1024, 2, 1), group_size=(1024, 1, 1))
+    # The scan runs in place: each call scans what the one before left, so only the two
+    # schemes' results are compared (the lane loops' were checked against torch elsewhere).
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+
+
+# --- hand-written kernels: divergence under masks -------------------------------------------
+
+_SIMD_SUM = ["declare float @air.simd_sum.f32(float) local_unnamed_addr #1"]
+
+
+def _kernel(name, body, arguments):
+    return lambda: air.library(name, air.module_text(name, body, arguments, _SIMD_SUM, collective=True))[name]
+
+
+def test_nested_ifs_loops_of_lane_trip_counts_and_early_return(monkeypatch):
+    """Per lane: an early return (gid % 7 == 6); else a loop of gid % 5 iterations summing
+    x, inside it an `if` on the element's sign nested in one on the iteration's parity; then
+    a SIMD-group sum of what is left (the lanes that returned take no part)."""
+    body = ["%r = urem i32 %gid, 7", "%early = icmp eq i32 %r, 6", "br i1 %early, label %out, label %start",
+            "start:", "%n = urem i32 %gid, 5", "br label %head",
+            "head:", "%i = phi i32 [ 0, %start ], [ %i1, %next ]", "%acc = phi float [ 0.0, %start ], [ %acc1, %next ]",
+            "%more = icmp ult i32 %i, %n", "br i1 %more, label %body, label %done",
+            "body:", "%j = add i32 %gid, %i", "%j64 = zext i32 %j to i64",
+            "%xp = getelementptr float, ptr addrspace(1) %x, i64 %j64", "%v = load float, ptr addrspace(1) %xp",
+            "%odd = and i32 %i, 1", "%isodd = icmp ne i32 %odd, 0", "br i1 %isodd, label %oddi, label %eveni",
+            "oddi:", "%neg = fcmp olt float %v, 0.0", "br i1 %neg, label %flip, label %keep",
+            "flip:", "%f = fneg float %v", "br label %join", "keep:", "%k = fmul float %v, 3.0", "br label %join",
+            "eveni:", "%e = fadd float %v, 1.0", "br label %join",
+            "join:", "%w = phi float [ %f, %flip ], [ %k, %keep ], [ %e, %eveni ]", "%acc1 = fadd float %acc, %w",
+            "%i1 = add i32 %i, 1", "br label %next", "next:", "br label %head",
+            "done:", "%s = call float @air.simd_sum.f32(float %acc) #2", "%t = fadd float %s, %acc",
+            "%op = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %t, ptr addrspace(1) %op",
+            "br label %out", "out:"]
+    threads = 75  # two whole SIMD-groups and a partial one
+    x = torch.randn(threads + 8, generator=torch.Generator().manual_seed(3))
+    y = torch.empty(threads)
+    make = _kernel("divergent", body, [("x", "float", "air.read"), ("y", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y], x, y, threads=threads, group_size=96)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    acc = torch.zeros(threads)
+    for t in range(threads):
+        for i in range(t % 5):
+            v = x[t + i]
+            acc[t] += v + 1 if i % 2 == 0 else (-v if v < 0 else v * 3)
+    returned = torch.arange(threads) % 7 == 6
+    sums = torch.cat([acc[s:s + 32].masked_fill(returned[s:s + 32], 0).sum().expand(len(acc[s:s + 32]))
+                      for s in range(0, threads, 32)])
+    expected = torch.where(returned, torch.tensor(-7.0), sums + acc)
+    torch.testing.assert_close(results[1][0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_masked_off_lanes_do_not_divide(monkeypatch):
+    """An integer division only the lanes with a nonzero divisor run: the lanes masked off
+    (divisor 0) must not trap (x86 faults on a division by zero)."""
+    body = ["%dp = getelementptr i32, ptr addrspace(1) %d, i64 %gid64", "%dv = load i32, ptr addrspace(1) %dp",
+            "%zero = icmp eq i32 %dv, 0", "br i1 %zero, label %skip, label %divide",
+            "divide:", "%q = sdiv i32 1000, %dv", "br label %skip",
+            "skip:", "%r = phi i32 [ -1, %entry ], [ %q, %divide ]", "%rf = sitofp i32 %r to float",
+            "%s = call float @air.simd_sum.f32(float %rf) #2", "%sum = fptosi float %s to i32", "%both = add i32 %sum, %r",
+            "%op = getelementptr i32, ptr addrspace(1) %out, i64 %gid64", "store i32 %both, ptr addrspace(1) %op"]
+    threads = 40
+    divisors = torch.tensor([0 if t % 3 == 0 else t - 20 for t in range(threads)], dtype=torch.int32)
+    out = torch.empty(threads, dtype=torch.int32)
+    make = _kernel("divide", body, [("d", "i32", "air.read"), ("out", "i32", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [out], divisors, out, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    r = torch.tensor([-1 if d == 0 else int(1000 / d) for d in divisors.tolist()], dtype=torch.int32)
+    sums = torch.cat([r[s:s + 32].sum().expand(len(r[s:s + 32])) for s in range(0, threads, 32)])
+    assert torch.equal(results[1][0], (sums + r).int())
+
+
+def test_uniform_values_stay_scalar_and_atomics_stay_lane_loops(monkeypatch, caplog):
+    """A branch on a uniform value picks one block for every lane (a scalar select of the
+    target); a region with an atomic stays a lane loop (said at debug level), the others
+    are vector lanes, and the results are the lane loops'."""
+    body = ["%cp = getelementptr i32, ptr addrspace(1) %c, i64 0", "%cv = load i32, ptr addrspace(1) %cp",
+            "%big = icmp sgt i32 %cv, 10", "br i1 %big, label %a, label %b",
+            "a:", "%va = add i32 %gid, 100", "br label %j", "b:", "%vb = mul i32 %gid, 2", "br label %j",
+            "j:", "%v = phi i32 [ %va, %a ], [ %vb, %b ]", "%vf = sitofp i32 %v to float",
+            "%s = call float @air.simd_sum.f32(float %vf) #2",
+            "%old = atomicrmw add ptr addrspace(1) %c, i32 0 monotonic, align 4",
+            "%si = fptosi float %s to i32", "%op = getelementptr i32, ptr addrspace(1) %out, i64 %gid64",
+            "store i32 %si, ptr addrspace(1) %op"]
+    threads = 64
+    control = torch.tensor([11], dtype=torch.int32)
+    out = torch.empty(threads, dtype=torch.int32)
+    make = _kernel("uniform", body, [("c", "i32", "air.read_write"), ("out", "i32", "air.read_write")])
+    monkeypatch.setenv("TORCH_METALLIB_LOG", "debug")
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    with caplog.at_level(logging.DEBUG, logger="torch_metallib"):
+        results, schemes = _schemes(make, monkeypatch, [out], control, out, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    v = torch.arange(threads) + 100
+    assert torch.equal(results[1][0], torch.cat([v[:32].sum().expand(32), v[32:].sum().expand(32)]).int())
+    assert any("stays a lane loop: atomicrmw" in record.getMessage() for record in caplog.records)
+
+
+def test_uniform_branch_stays_a_branch():
+    """In the vectorized IR a branch on a uniform condition stays a branch (every lane takes
+    the same edge); one on a varying condition sets each lane's next block (a select per
+    lane) and the lanes run the blocks after it under masks."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %u = load i32, ptr %dims, align 4",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry",
+              "entry:", "  %uc = icmp ugt i32 %u, 3", "  br i1 %uc, label %a, label %b",
+              "a:", "  %vc = icmp ugt i32 %t32, 3", "  br i1 %vc, label %b, label %c",
+              "b:", "  br label %c", "c:", "  store i32 -1, ptr %tm.pt, align 4", "  br label %tm.latch",
+              "tm.latch:", "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+              "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert "  br i1 %uc, label %a, label %" in text
+    assert f"= select <{WIDTH} x i1> %vc, <{WIDTH} x i32> " in text and "br i1 %vc" not in text
+
+
+@pytest.mark.parametrize("failure", ["raises", "invalid IR"])
+def test_a_failing_rewrite_falls_back_to_lane_loops(monkeypatch, failure):
+    """If the rewrite fails (a bug: an exception, or IR LLVM refuses), the kernel compiles
+    as lane loops, with a warning naming it, and computes what lane loops compute."""
+    import torch_metallib.backends.cpu.vectorize as vectorize
+    from torch_metallib.backends.cpu import jit
+
+    def broken(text):
+        if failure == "raises":
+            raise KeyError("%unknown")
+        return text + "\nthis is not IR\n", ["tm.region.0"], {}
+    monkeypatch.setattr(vectorize, "vectorize_regions", broken)
+    monkeypatch.setattr(jit, "_compiled", {})  # compiled again in this process
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    kernel = layer_norm_looped_kernel()
+    rows, size, group = 2, 300, 64
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(1))
+    w, b = torch.ones(size), torch.zeros(size)
+    out, mean, rstd = torch.empty_like(x), torch.empty(rows), torch.empty(rows)
+    with pytest.warns(RuntimeWarning, match="layer_norm_looped: vector lanes failed"):
+        kernel(x, out, mean, rstd, size, 1e-5, 1, 1, w, b, threads=rows * group, group_size=group)
+    assert kernel.cpu_scheme == "lanes"
+    torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (size,), eps=1e-5), rtol=1e-5, atol=1e-5)

@@ -1,0 +1,271 @@
+"""What vector lanes (vectorize.py) know of a region before widening it: which blocks its
+lanes may run apart (divergence, post-dominators, divergent parts and their joins), where
+its loops end in a weak topological order, and how values likely grow from lane to lane."""
+
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+from ...air import ir_model
+from ...air.ir_model import LOCAL
+from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
+
+__all__ = ["divergence", "guess_strides", "loop_ends"]
+
+
+
+
+class Part:
+    """A divergent part of a region: `blocks` that lanes may run apart (those a divergent
+    branch reaches before its join), run as one ordered sequence under masks; `join`: the
+    one block its lanes leave to (None: they leave the region), where they run together
+    again; `first`: a name for it."""
+
+    def __init__(self, blocks: Set[str], first: str):
+        self.blocks, self.first, self.join = blocks, first, None
+
+
+def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], slots: Dict[str, str],
+                private: Set[str]) -> Tuple[Set[str], Dict[str, Part]]:
+    """(the reg2mem values that vary between lanes, block -> the divergent part that holds
+    it): a branch on a varying value diverges until its immediate post-dominator; a value
+    stored in a divergent block, or varying, varies (to a fixed point). Where the parts do
+    not each have one join, every block but the start is one divergent part."""
+    exits = {name for name in order if any("label %tm.latch" in line or line.strip() == "unreachable"
+                                           for line in lines_of[name][-1:])}
+    post = _post_dominators(order, graph, exits)
+    varying_slots: Set[str] = set()
+    while True:
+        branches, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+        divergent: Set[str] = set()
+        regions = []
+        for branch in branches:
+            join = post[branch]
+            region, stack = set(), [s for s in graph[branch] if s != join]
+            while stack:
+                name = stack.pop()
+                if name not in region and name != join:
+                    region.add(name)
+                    stack.extend(graph[name])
+            regions.append(region)
+            divergent |= region
+        found = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & divergent}
+        if found <= varying_slots:
+            break
+        varying_slots |= found
+    parts = _parts(order, graph, regions)
+    if parts is None:  # not one join per part: every block but the start apart
+        everything = set(order[1:])
+        part = Part(everything, order[1] if len(order) > 1 else order[0])
+        parts = {name: part for name in everything}
+        _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
+        varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
+    return varying_slots, parts
+
+
+def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, Part]]:
+    """Divergent regions that share blocks merged into parts, each with its join; None
+    where a part leaves to two blocks, or a loop with its head in a part leaves it."""
+    merged: List[Set[str]] = []
+    for region in regions:
+        if not region:
+            continue
+        touching = [m for m in merged if m & region]
+        for m in touching:
+            merged.remove(m)
+            region = region | m
+        merged.append(region)
+    position = {name: i for i, name in enumerate(order)}
+    ends = loop_ends(graph, order)
+    parts: Dict[str, Part] = {}
+    for blocks in merged:
+        part = Part(blocks, min(blocks, key=position.get))
+        leaving = {s for name in blocks for s in graph[name] if s not in blocks}
+        if len(leaving) > 1:
+            return None
+        part.join = next(iter(leaving), None)
+        for head, end in ends.items():
+            if order[head] in blocks and not all(order[i] in blocks for i in range(head, end + 1)):
+                return None
+        parts.update((name, part) for name in blocks)
+    return parts
+
+
+def _post_dominators(order: List[str], graph: Dict[str, List[str]], exits: Set[str]) -> Dict[str, Optional[str]]:
+    """Block -> its immediate post-dominator (None: the region's exit), every exit leading
+    to one virtual exit."""
+    bit = {name: 1 << i for i, name in enumerate(order)}
+    every = (1 << len(order)) - 1
+    sets = {name: every for name in order}
+    changed = True
+    while changed:
+        changed = False
+        for name in reversed(order):
+            successors = graph[name]
+            common = 0 if name in exits else every
+            for s in successors:
+                common &= sets[s]
+            if name in exits or not successors:
+                common = 0
+            new = common | bit[name]
+            if new != sets[name]:
+                sets[name], changed = new, True
+    immediate: Dict[str, Optional[str]] = {}
+    for name in order:
+        strict = sets[name] & ~bit[name]
+        immediate[name] = next((other for other in order if strict & bit[other] and sets[other] == strict), None)
+    return immediate
+
+
+def _varying_branches(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str],
+                      varying_slots: Set[str], private: Set[str]):
+    """(blocks ending in a branch on a varying value, slot -> (a varying value stored to
+    it, the blocks storing to it)), where reg2mem's `varying_slots` and the addresses of
+    the lanes' `private` allocations vary."""
+    varying = {"%t32"} | private
+    stored: Dict[str, Tuple[bool, Set[str]]] = {slot: (False, set()) for slot in slots}
+    branches = []
+    for name in order:
+        for line in lines_of[name]:
+            result = ir_model.defined_name(line)
+            used = [n for n in LOCAL.findall(line) if n != result]
+            text = line.split(" = ", 1)[1].strip() if result else line.strip()
+            if text.startswith("store "):
+                parts = split_operands(strip_metadata(text[6:]))
+                pointer = typed(parts[1])[1] if len(parts) > 1 else ""
+                if pointer in slots:
+                    value_varies = any(n in varying for n in LOCAL.findall(parts[0]))
+                    old_varies, blocks = stored[pointer]
+                    stored[pointer] = (old_varies or value_varies, blocks | {name})
+                continue
+            if text.startswith("load "):
+                pointer = typed(split_operands(strip_metadata(text[5:]))[1])[1]
+                if pointer in slots:
+                    if pointer in varying_slots:
+                        varying.add(result)
+                    continue
+            if result and (any(n in varying for n in used) or text.startswith("call ") and not _pure_call(text)):
+                varying.add(result)
+            if text.startswith(("br i1 ", "switch ")) and any(n in varying for n in used):
+                branches.append(name)
+    return branches, stored
+
+
+def _pure_call(text: str) -> bool:
+    intrinsic = re.search(r"@llvm\.([a-z]+(?:\.sat)?)\.", text)
+    return bool(intrinsic) and (intrinsic.group(1) in ELEMENTWISE or intrinsic.group(1) in PER_LANE)
+
+
+def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
+                   types: Dict[str, str]) -> Tuple[Dict[str, int], Set[str]]:
+    """(value -> how much it likely grows from one lane to the next (bytes for addresses),
+    the values computed from data): the thread index grows by one, through sums, products
+    and shifts by constants, remainders and masks (exact within a SIMD-group for small
+    values), extensions, reg2mem's values and getelementptr. Only a guess: the accesses it
+    picks check the lanes' addresses at run time. Data (what a kernel loads from its
+    buffers, float bits as integers) says nothing of lanes: addresses computed from it
+    (table lookups) are not checked."""
+    guess: Dict[str, int] = {"%t32": 1}
+    slot_guess: Dict[str, Optional[int]] = {}
+    data: Set[str] = set()
+
+    def of(operand: str) -> Optional[int]:
+        value = typed(operand)[1] if " " in operand.strip() else operand.strip()
+        if value in guess:
+            return guess[value]
+        return 0 if value in uniform or not value.startswith("%") else None
+    for _ in range(2):  # twice: reg2mem's values flow around loops
+        for name in order:
+            for line in lines_of[name]:
+                result = ir_model.defined_name(line)
+                text = strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
+                words = [w for w in text.split(" ") if w not in FLAGS]
+                code = words[0] if words else ""
+                found: Optional[int] = None
+                if code == "store":
+                    parts = split_operands(text[6:])
+                    pointer = typed(parts[1])[1]
+                    if pointer in slots:
+                        stored = of(parts[0])
+                        slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
+                    continue
+                if not result:
+                    continue
+                used = [n for n in LOCAL.findall(text) if n != result]
+                if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
+                        or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
+                    data.add(result)
+                if code != "load" and all(of(n) == 0 for n in used):
+                    found = 0  # uniform operands, a uniform result
+                elif code == "load":
+                    pointer = typed(split_operands(text[5:])[1])[1]
+                    found = slot_guess.get(pointer) if pointer in slots else of(pointer)
+                    found = found if pointer in slots else (0 if found == 0 else None)
+                elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
+                    parts = split_operands(" ".join(words[1:]))
+                    a, b = of(parts[0]), of(parts[1])
+                    constant = parts[1].strip().lstrip("-").isdigit()
+                    if a is not None and b is not None and code in ("add", "sub"):
+                        found = a + b if code == "add" else a - b
+                    elif a is not None and constant and code == "mul":
+                        found = a * int(parts[1])
+                    elif a is not None and constant and code == "shl":
+                        found = a << int(parts[1])
+                    elif a is not None and b == 0 and code in ("urem", "and", "or"):
+                        found = a
+                elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
+                    found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
+                elif code == "getelementptr":
+                    parts = split_operands(" ".join(words[1:]))
+                    source, total = parts[0], of(parts[1])
+                    values = [typed(p)[1] for p in parts[2:]]
+                    for depth, index in enumerate(parts[2:]):
+                        step = of(index)
+                        if total is None or step is None:
+                            total = None
+                            break
+                        if step:  # index k steps over the type the indices after the first reach
+                            size = type_size(indexed_type(source, values[1:depth + 1], types), types)
+                            total = None if size is None else total + step * size
+                    found = total
+                if found is not None:
+                    guess[result] = found
+    return {name: value for name, value in guess.items() if value}, data - set(guess)
+
+
+def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
+    """Loop head's position -> the position of its loop's last block, in `order` (a weak
+    topological order: a loop's blocks follow its head, together; every edge to an earlier
+    block goes to the head of a loop that holds its source)."""
+    position = {name: i for i, name in enumerate(order)}
+    ends: Dict[int, int] = {}
+    for source, targets in graph.items():
+        for target in targets:
+            if position[target] <= position[source]:
+                head = position[target]
+                ends[head] = max(ends.get(head, head), _component_end(graph, position, head))
+    return ends
+
+
+def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:
+    """The last position of the blocks on a cycle through the block at `head`, among the
+    blocks from `head` on."""
+    names = [n for n, p in position.items() if p >= head]
+    start = next(n for n, p in position.items() if p == head)
+    forward, stack = {start}, [start]
+    while stack:
+        for successor in graph[stack.pop()]:
+            if position[successor] >= head and successor not in forward:
+                forward.add(successor)
+                stack.append(successor)
+    reverse: Dict[str, List[str]] = {n: [] for n in names}
+    for n in names:
+        for successor in graph[n]:
+            if successor in reverse:
+                reverse[successor].append(n)
+    backward, stack = {start}, [start]
+    while stack:
+        for predecessor in reverse[stack.pop()]:
+            if predecessor not in backward:
+                backward.add(predecessor)
+                stack.append(predecessor)
+    return max(position[n] for n in forward & backward)

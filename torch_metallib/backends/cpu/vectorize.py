@@ -1,0 +1,969 @@
+"""A lane-loop region (regions.py) as vector lanes: the loop over a SIMD-group's threads
+run WIDTH threads at a time, each thread a lane of LLVM vectors.
+
+A region's per-thread body is in reg2mem's form (every value used outside its block goes
+through memory), so each block can be widened on its own:
+
+* Uniformity: parameters, constants and the values the region computes before its loop are
+  uniform, and so is an instruction without side effects whose operands all are (a load
+  from a uniform address included: lanes that race on it differ on every target). They stay
+  scalar (computed once before the loop over lanes where that is safe); everything else
+  becomes a vector of WIDTH lanes.
+* Divergence (divergence): a branch on a varying value diverges until its immediate
+  post-dominator; a reg2mem value stored in a divergent block, or a varying one, varies,
+  to a fixed point. The others stay scalar, so a loop that every lane runs alike is a
+  loop LLVM sees as one.
+* Control flow: a convergent block runs for every lane still running, its uniform
+  branches stay branches. A divergent part (the blocks divergent branches reach, merged
+  where they overlap, with one join) runs twice over: as convergent copies while the lanes
+  agree at each branch (checked at run time), else with a counter per lane naming the block
+  it runs next: the part's blocks in a weak topological order (reconvergence.py), each for
+  the lanes whose counter names it, under that mask, skipped where none does, a loop again
+  while a lane is still in it; then the lanes at the join run on together. So divergent
+  `if`s, loops whose trip count differs per lane and early returns need no other
+  analysis. (Where the parts do not each have one join, everything after the region's
+  start is one part.)
+* Memory: a varying reg2mem value is a vector in memory (stores in divergent blocks select
+  under the mask; in convergent ones the lanes masked off have finished, so LLVM keeps it
+  in registers); a thread's private arrays of one scalar type are interleaved element by
+  element, its other allocations are WIDTH copies. An access through a varying address is
+  one masked vector access where the lanes' addresses are consecutive (known for the
+  context's and the points' per-thread arrays, else checked at run time where the
+  address is computed), else a masked gather or scatter: a masked-off lane touches no
+  memory, and a scatter writes lanes in order, as the lane loop does. A masked-off lane
+  divides by one.
+* Calls: elementwise LLVM intrinsics become their vector forms (the same result per
+  element); other pure math intrinsics are called per lane; memory intrinsics run per
+  lane under the mask.
+
+Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
+raises NotVector: that region stays a lane loop (decided at compile time, logged at debug
+level). Lanes do not meet inside a region (that happens at its markers), so running them
+together gives each lane the results it gets alone.
+"""
+
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+from ...air import ir_model
+from ...air.ir_model import LOCAL, NAME
+from .reconvergence import weak_topological_order
+from .vector_analysis import divergence, guess_strides, loop_ends
+from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
+                        leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
+                        strip_metadata, type_size, typed)
+
+__all__ = ["WIDTH", "NotVector", "vectorize_regions"]
+
+WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones)
+# Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
+# shuffle); further apart, the wide access and its shuffle cost more than a gather.
+SPACINGS = (1, 2, 4)
+EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
+_REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
+_BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
+           "fadd", "fsub", "fmul", "fdiv", "frem"}
+_DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
+_CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
+          "inttoptr", "bitcast", "addrspacecast"}
+_MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
+# Refused before any analysis: values of vector type, and instructions vector lanes do not take.
+_REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
+                      r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
+
+
+def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
+    """`text` (build_regions' module) with every region that allows it run as vector lanes:
+    (the module, the regions vectorized, region -> why the others were not)."""
+    lines = text.split("\n")
+    out: List[str] = []
+    done, vectorized, refused = 0, [], {}
+    declarations: Dict[str, str] = {}
+    types = dict(re.findall(rf"^(%{NAME}) = type (.*)$", text, re.M))
+    for found in ir_model.functions(lines):
+        region = _REGION.match(found.header)
+        if not region or not any(line.startswith("tm.loop:") for line in found.body):
+            continue
+        try:
+            body = _Region(found.body, declarations, types).build()
+        except NotVector as why:
+            refused[region.group(1)] = str(why)
+            continue
+        out += lines[done:found.start + 1] + body
+        done = found.end
+        vectorized.append(region.group(1))
+    out += lines[done:]
+    declared = set(re.findall(r"^declare [^@]*@([-\w$.]+)\(", text, re.M))
+    out += [line for name, line in sorted(declarations.items()) if name not in declared]
+    return "\n".join(out), vectorized, refused
+
+
+class _Region:
+    """One region function's body rewritten as vector lanes."""
+
+    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str]):
+        self.blocks = ir_model.blocks(body)
+        self.declarations = declarations
+        self.out: List[str] = []
+        self.counter = 0
+        self.uniform: Set[str] = set(types)  # locals that stay scalar (named types read as locals too)
+        self.types = types
+        self.hoisted: List[str] = []  # uniform lines moved before the loop over lanes
+        self.before_loop: Set[str] = set(types)  # values defined there
+        self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
+        self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
+        self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (guess_strides)
+        self.data: Set[str] = set()  # values computed from data (guess_strides)
+        self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
+        self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
+        self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
+        # Allocations of one scalar type (arrays of it) accessed only as that type, by element:
+        # the lanes' copies interleaved, element by element, so lanes that access the same
+        # element access consecutive addresses. -> the scalar type.
+        self.interleaved: Dict[str, str] = {}
+        self.elements: Dict[str, str] = {}  # pointers into an interleaved allocation -> its scalar type
+        # (pointer, bytes) -> (its lanes' addresses frozen, lane 0's, whether they are `spacing`
+        # accesses apart, spacing): an access through it may be one wide one.
+        self.checked: Dict[Tuple[str, int], Tuple[str, str, str, int]] = {}
+        self.copies: Dict[str, Tuple[str, str, str]] = {}  # an aggregate loaded to be stored: (type, address)
+        self.sizes: Dict[str, Set[int]] = {}  # pointer -> the bytes of the accesses through it
+        self.mask = ""
+        self.converged = True  # the block being widened runs for every lane still running
+        self.scalar_slots: Set[str] = set()  # reg2mem's allocations every lane holds alike: scalar
+
+    # --- helpers -----------------------------------------------------------------------
+    def fresh(self, tag: str = "v") -> str:
+        self.counter += 1
+        return f"%tm.{tag}.{self.counter}"
+
+    def declare(self, name: str, line: str) -> None:
+        self.declarations.setdefault(name, line)
+
+    def vec(self, type_name: str, value: str) -> str:
+        """`value` (of scalar `type_name`) as a vector: itself if varying, else a splat."""
+        if value in self.varying:
+            return value
+        if value in self.copies:
+            raise NotVector("an aggregate is used other than to be copied")
+        name = self.fresh("s")
+        self.out += [f"  {name}.i = insertelement <{WIDTH} x {type_name}> poison, {type_name} {value}, i64 0",
+                     f"  {name} = shufflevector <{WIDTH} x {type_name}> {name}.i, <{WIDTH} x {type_name}> poison, "
+                     f"<{WIDTH} x i32> zeroinitializer"]
+        return name
+
+    def is_varying(self, text: str) -> bool:
+        names = LOCAL.findall(text)
+        for name in names:
+            if name in self.copies:
+                raise NotVector("an aggregate is used other than to be copied")
+            if name not in self.varying and name not in self.uniform and name not in self.slots:
+                raise NotVector(f"{name} is used where it is not known (a value across blocks)")
+        return any(n in self.varying or n in self.slots for n in names)
+
+    def lanes_constant(self, type_name: str, scale: int = 1) -> str:
+        """The typed vector <0, scale, 2 scale, ...>."""
+        return f"<{WIDTH} x {type_name}> <" + ", ".join(f"{type_name} {i * scale}" for i in range(WIDTH)) + ">"
+
+    def reduce(self, operation: str, element: str, value: str) -> str:
+        name = self.fresh("r")
+        function = f"llvm.vector.reduce.{operation}.v{WIDTH}{element}"
+        self.declare(function, f"declare {element} @{function}(<{WIDTH} x {element}>)")
+        self.out.append(f"  {name} = call {element} @{function}(<{WIDTH} x {element}> {value})")
+        return name
+
+    def label(self, tag: str) -> str:
+        self.counter += 1
+        return f"tm.{tag}.{self.counter}"
+
+    # --- the function ------------------------------------------------------------------
+    def build(self) -> List[str]:
+        names = list(self.blocks)
+        rentry, loop = self.blocks[names[0]], self.blocks["tm.loop"]
+        if names[0] != "tm.rentry" or "tm.latch" not in self.blocks:
+            raise NotVector("not a lane loop")
+        body = [n for n in names if n not in ("tm.rentry", "tm.loop", "tm.latch", "tm.exit")]
+        loop_lines = loop.instructions()
+        first = re.match(rf"^\s*br label %({NAME})$", loop_lines[-1])
+        if not first or "%t32 = phi" not in loop_lines[0]:
+            raise NotVector("not a lane loop")
+        for name in body + ["tm.rentry"]:
+            for line in self.blocks[name].lines:
+                refused = _REFUSED.search(line)
+                if refused:
+                    raise NotVector(f"{refused.group(0).strip()} in {line.strip()[:80]}")
+        latch = self.blocks["tm.latch"].instructions()
+        latch_end = re.search(r"(, !llvm\.loop !\d+)$", latch[-1])
+
+        # Blocks by their number: the loop's per-thread start (its own block, as the region's
+        # first block may be entered again), then the body in a weak topological order.
+        graph = {"tm.vstart": [first.group(1)]}
+        lines_of = {"tm.vstart": loop_lines[1:]}
+        for name in body:
+            graph[name] = [s for s in self.blocks[name].successors() if s in self.blocks and s != "tm.latch"]
+            lines_of[name] = self.blocks[name].instructions()
+        order = weak_topological_order(graph, "tm.vstart")
+        if len(order) != len(graph):
+            raise NotVector("a block the region does not reach")
+        number = {name: i for i, name in enumerate(order)}
+        every = [line for name in names for line in self.blocks[name].instructions()]
+        self._classify_allocations(rentry.instructions(), every)
+        self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
+        allocas = {ir_model.defined_name(line) for line in rentry.instructions() if " = alloca " in line}
+        varying_slots, parts = divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
+        # Reg2mem's values that every lane holds alike stay scalar (stored only where every
+        # lane runs, only uniform values).
+        self.scalar_slots = {n for n in self.slots if n not in varying_slots}
+        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
+
+        out = self.out
+        out.append("tm.rentry:")
+        for line in rentry.instructions()[:-1]:
+            alloca = re.match(rf"^\s*(%{NAME}) = alloca (.*)$", line)
+            if alloca and alloca.group(1) in self.scalar_slots:
+                out.append(line)
+            elif alloca:
+                self._widen_allocation(alloca.group(1), alloca.group(2))
+            else:
+                self.uniform.add(ir_model.defined_name(line))
+                out.append(line)
+        self.before_loop |= self.uniform
+        hoist_at = len(out)
+        out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", f"  %tm.vlive = alloca <{WIDTH} x i1>",
+                "  br label %tm.vloop", "tm.vloop:",
+                "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
+        start = self.vec("i32", "%tm.v0")
+        out += [f"  %t32 = add <{WIDTH} x i32> {start}, {self.lanes_constant('i32').split(' ', 3)[3]}"]
+        self.varying["%t32"] = "i32"
+        end = self.vec("i32", "%tm.end")
+        out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
+                f"  store <{WIDTH} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
+        ends = loop_ends(graph, order)
+        emitted: Set[int] = set()
+        for name in order:
+            part = parts.get(name)
+            if part is None:
+                self._convergent_block(name, number, parts, lines_of[name])
+            elif id(part) not in emitted:
+                emitted.add(id(part))
+                self._divergent_part(part, order, number, ends, lines_of)
+                for member in sorted(part.blocks, key=number.get):
+                    self._convergent_block(member, number, parts, lines_of[member], copy=True)
+        out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
+                "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
+                f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
+                "tm.exit:", "  ret void"]
+        out[hoist_at:hoist_at] = self.hoisted
+        return out
+
+    def _convergent_block(self, name: str, number: Dict[str, int], parts, lines: List[str], copy: bool = False) -> None:
+        """A block every lane that is still running runs together: under the mask of those
+        lanes, its branches as branches where their condition is uniform, or where all
+        those lanes agree at run time; else its lanes go on in the divergent part of its
+        targets. `copy`: a divergent part's block, run so while its lanes agree (its
+        values renamed ``.u``, the part's blocks entered at their copies)."""
+        k = number[name]
+        out = self.out
+        if copy:
+            lines = self._renamed(lines, ".u")
+        tag = f"{k}u" if copy else str(k)
+        out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
+        self.mask, self.converged = f"%tm.m.{tag}", True
+        for line in lines[:-1]:
+            self._instruction(strip_metadata(line.strip()))
+        line = strip_metadata(lines[-1].strip())
+
+        def edge(label: str) -> str:
+            """Where the lanes going to block `label` go: the block or its convergent copy."""
+            if label == "tm.latch":
+                return "tm.vlatch"
+            return f"{label}.u" if label in parts else label
+        branch = re.match(rf"^br label %({NAME})$", line)
+        conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
+        if branch:
+            out.append(f"  br label %{edge(branch.group(1))}")
+        elif line == "unreachable":
+            out.append("  br label %tm.vlatch")
+        elif conditional and not self.is_varying(conditional.group(1)):
+            out.append(f"  br i1 {conditional.group(1)}, label %{edge(conditional.group(2))}, "
+                       f"label %{edge(conditional.group(3))}")
+        elif line.startswith("switch ") and not self.is_varying(line.split(",")[0]):
+            head, _, rest = line.partition("[")
+            head = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", head)
+            rest = re.sub(rf"label %({NAME})", lambda m: f"label %{edge(m.group(1))}", rest)
+            out.append(f"  {head}[{rest}")
+        else:  # a divergent branch: a branch still where the lanes agree
+            targets = list(dict.fromkeys(re.findall(rf"label %({NAME})", line)))
+            inside = [parts[t] for t in targets if t in parts]
+            if not inside:
+                raise NotVector("a divergent branch to no divergent block")
+            apart = self.label("apart")
+            if conditional:  # two ways: every running lane's condition true, or none
+                self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
+                out.append(f"{apart}:")
+                chosen = self._targets(line, number)
+                running = self.fresh("to")
+                out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
+                        f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
+                        f"  br label %tm.part.{inside[0].first}"]
+                return
+            chosen = self._targets(line, number)
+            vector = f"<{WIDTH} x i32>"
+            running = self.fresh("to")
+            out.append(f"  {running} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, "
+                       f"{vector} splat (i32 {EXIT})")
+            lead = self.reduce("umin", "i32", running)
+            same, off, agreeing = self.fresh("same"), self.fresh("off"), self.fresh("same")
+            lead_vector = self.vec("i32", lead)
+            out += [f"  {same} = icmp eq {vector} {running}, {lead_vector}",
+                    f"  {off} = xor <{WIDTH} x i1> {self.mask}, splat (i1 true)",
+                    f"  {agreeing} = or <{WIDTH} x i1> {same}, {off}"]
+            agree = self.reduce("and", "i1", agreeing)
+            together = self.label("agree")
+            out += [f"  br i1 {agree}, label %{together}, label %{apart}", f"{together}:",
+                    f"  switch i32 {lead}, label %{apart} [ "
+                    + " ".join(f"i32 {EXIT if t == 'tm.latch' else number[t]}, label %{edge(t)}" for t in targets)
+                    + " ]", f"{apart}:", f"  store {vector} {running}, ptr %tm.vpc",
+                    f"  br label %tm.part.{inside[0].first}"]
+
+    def _agree_on(self, condition: str, taken: str, not_taken: str, apart: str) -> None:
+        """Branches to `taken` where `condition` holds for every lane of the mask, to
+        `not_taken` where for none, else to `apart`."""
+        held, missing = self.fresh("held"), self.fresh("held")
+        self.out += [f"  {held} = and <{WIDTH} x i1> {condition}, {self.mask}",
+                     f"  {missing} = xor <{WIDTH} x i1> {held}, {self.mask}"]
+        some = self.reduce("or", "i1", held)
+        short = self.reduce("or", "i1", missing)
+        mixed = self.label("mixed")
+        self.out += [f"  br i1 {short}, label %{mixed}, label %{taken}", f"{mixed}:",
+                     f"  br i1 {some}, label %{apart}, label %{not_taken}"]
+
+    def _renamed(self, lines: List[str], suffix: str) -> List[str]:
+        """`lines` with the values they define renamed (a second copy of a block), the
+        sizes accessed through renamed pointers kept."""
+        names = {n: ir_model.renamed(n, suffix.strip(".")) for n in map(ir_model.defined_name, lines) if n}
+        for old, new in names.items():
+            if old in self.sizes:
+                self.sizes[new] = self.sizes[old]
+            if old in self.guesses:
+                self.guesses[new] = self.guesses[old]
+            if old in self.data:
+                self.data.add(new)
+        return [ir_model.substitute(line, names) for line in lines]
+
+    def _divergent_part(self, part, order: List[str], number: Dict[str, int], ends: Dict[int, int],
+                        lines_of: Dict[str, List[str]]) -> None:
+        """The blocks of a divergent part in order, each for the lanes whose counter names
+        it (skipped where none does); at a loop's last block back to its head while a lane
+        is still in the loop; then the lanes that reached the part's join run on there."""
+        out = self.out
+        positions = sorted(number[n] for n in part.blocks)
+        out += [f"tm.part.{part.first}:", f"  br label %tm.g.{positions[0]}"]
+        self.converged = False
+        for i, k in enumerate(positions):
+            name = order[k]
+            following = f"tm.g.{positions[i + 1]}" if i + 1 < len(positions) else f"tm.join.{part.first}"
+            self._block(name, k, number, lines_of[name])
+            checks = sorted((h for h, e in ends.items() if e == k and order[h] in part.blocks), reverse=True)
+            if not checks:
+                out += [f"tm.c.{k}.0:", f"  br label %{following}"]
+            for j, head in enumerate(checks):
+                pc, offset, inside = self.fresh("pc"), self.fresh("in"), self.fresh("in")
+                out += [f"tm.c.{k}.{j}:", f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                        f"  {offset} = sub <{WIDTH} x i32> {pc}, splat (i32 {head})",
+                        f"  {inside} = icmp ule <{WIDTH} x i32> {offset}, splat (i32 {k - head})"]
+                again = self.reduce("or", "i1", inside)
+                after = f"tm.c.{k}.{j + 1}" if j + 1 < len(checks) else following
+                out.append(f"  br i1 {again}, label %tm.g.{head}, label %{after}")
+        out += [f"tm.join.{part.first}:"]
+        if part.join is None:
+            out.append("  br label %tm.vlatch")
+            return
+        pc, live = self.fresh("pc"), self.fresh("live")
+        out += [f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                f"  {live} = icmp eq <{WIDTH} x i32> {pc}, splat (i32 {number[part.join]})",
+                f"  store <{WIDTH} x i1> {live}, ptr %tm.vlive"]
+        any_live = self.reduce("or", "i1", live)
+        out.append(f"  br i1 {any_live}, label %{part.join}, label %tm.vlatch")
+
+    def _classify_allocations(self, entry: List[str], every: List[str]) -> None:
+        """reg2mem's allocations (only loaded and stored, as one scalar) become vectors; the
+        accesses' sizes per pointer are noted for the consecutive checks."""
+        allocas = {}
+        for line in entry:
+            alloca = re.match(rf"^\s*(%{NAME}) = alloca ([^,]+)", line)
+            if alloca:
+                allocas[alloca.group(1)] = alloca.group(2).strip()
+        direct = {n for n, t in allocas.items() if SCALAR.match(t)}
+        for line in every:
+            if " = alloca " in line:
+                continue
+            load = re.match(rf"^\s*%{NAME} = load ([^,]+), ptr(?: addrspace\(\d+\))? (%{NAME})(?:,|$)", line)
+            store = re.match(r"^\s*store (.*)$", line)
+            pointer, type_name = None, None
+            if load:
+                type_name, pointer = load.group(1), load.group(2)
+                used = []
+            elif store:
+                parts = split_operands(strip_metadata(store.group(1)))
+                type_name, value = typed(parts[0])
+                pointer = typed(parts[1])[1] if len(parts) > 1 else None
+                used = LOCAL.findall(value)
+            else:
+                used = LOCAL.findall(line)
+            leaf = pointer and leaf_type(type_name or "")
+            if leaf:  # a scalar, or an array copied whole (_copy)
+                self.sizes.setdefault(pointer, set()).add(scalar_count(type_name) * scalar_bytes(leaf))
+                if pointer in direct and allocas[pointer] != type_name:
+                    direct.discard(pointer)
+            direct -= set(used)
+        self.slots = {n: allocas[n] for n in direct}
+        for name, type_name in allocas.items():
+            leaf = leaf_type(type_name)
+            if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
+                self.interleaved[name] = leaf
+
+    def _widen_allocation(self, name: str, rest: str) -> None:
+        type_name = split_operands(rest)[0]
+        align = re.search(r"align (\d+)", rest)
+        align = int(align.group(1)) if align else 1
+        if name in self.slots:
+            self.out.append(f"  {name} = alloca <{WIDTH} x {type_name}>, align {max(align, 64)}")
+            return
+        if name in self.interleaved:
+            leaf = self.interleaved[name]
+            count = scalar_count(type_name)
+            self.out += [f"  {name}.w = alloca [{count * WIDTH} x {leaf}], align {max(align, 64)}",
+                         f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
+            self.varying[name] = "ptr"
+            self.elements[name] = leaf
+            return
+        if not re.fullmatch(r"(\[\d+ x )*[^\s\[\]{}<>]+\]*", type_name):
+            raise NotVector(f"an allocation of {type_name}")
+        self.out += [f"  {name}.w = alloca [{WIDTH} x {type_name}], align {max(align, 16)}",
+                     f"  {name} = getelementptr [{WIDTH} x {type_name}], ptr {name}.w, i64 0, "
+                     f"{self.lanes_constant('i64')}"]
+        self.varying[name] = "ptr"
+        self.private.add(name)
+
+    # --- blocks ------------------------------------------------------------------------
+    def _block(self, name: str, k: int, number: Dict[str, int], lines: List[str]) -> None:
+        """Block `name` of a divergent part, for the lanes whose counter is its number `k`."""
+        out = self.out
+        after = f"tm.c.{k}.0"
+        out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
+                f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
+        self.mask = f"%tm.m.{k}"
+        here = self.reduce("or", "i1", self.mask)
+        out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
+        for line in lines[:-1]:
+            self._instruction(strip_metadata(line.strip()))
+        self._terminator(strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
+        out.append(f"  br label %{after}")
+
+    def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
+        """The lanes of the mask go on at the block the terminator names for each; the
+        others' counters are `others`."""
+        chosen = self._targets(line, number)
+        after, vector = self.fresh("pc"), f"<{WIDTH} x i32>"
+        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
+                     f"  store {vector} {after}, ptr %tm.vpc"]
+
+    def _targets(self, line: str, number: Dict[str, int]) -> str:
+        """The number of the block terminator `line` goes to, per lane (a vector)."""
+        def target(label: str) -> int:
+            return EXIT if label == "tm.latch" else number[label]
+        vector = f"<{WIDTH} x i32>"
+        branch = re.match(rf"^br label %({NAME})$", line)
+        conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
+        if branch:
+            chosen = f"splat (i32 {target(branch.group(1))})"
+        elif conditional:
+            condition = conditional.group(1)
+            ids = [target(conditional.group(2)), target(conditional.group(3))]
+            chosen = self.fresh("to")
+            if self.is_varying(condition):
+                self.out.append(f"  {chosen} = select <{WIDTH} x i1> {condition}, {vector} splat (i32 {ids[0]}), "
+                                f"{vector} splat (i32 {ids[1]})")
+            else:  # uniform: every lane takes the same edge
+                self.out.append(f"  {chosen}.u = select i1 {condition}, i32 {ids[0]}, i32 {ids[1]}")
+                chosen = self.vec("i32", f"{chosen}.u")
+        elif line.startswith("switch "):
+            head, _, rest = line.partition("[")
+            kind, value = typed(head[len("switch "):].split(", label")[0])
+            default = re.search(rf"label %({NAME})", head).group(1)
+            value = self.vec(kind, value)
+            chosen = f"splat (i32 {target(default)})"
+            for case, label in re.findall(rf"{re.escape(kind)} ([^,]+), label %({NAME})", rest):
+                test, picked = self.fresh("case"), self.fresh("to")
+                self.out += [f"  {test} = icmp eq <{WIDTH} x {kind}> {value}, splat ({kind} {case})",
+                             f"  {picked} = select <{WIDTH} x i1> {test}, {vector} splat (i32 {target(label)}), "
+                             f"{vector} {chosen}"]
+                chosen = picked
+        elif line == "unreachable":
+            chosen = f"splat (i32 {EXIT})"
+        else:
+            raise NotVector(f"a terminator: {line.split()[0]}")
+        return chosen
+
+    # --- instructions ------------------------------------------------------------------
+    def _instruction(self, line: str) -> None:
+        name = ir_model.defined_name(line)
+        text = line.split(" = ", 1)[1] if name else line
+        words = text.split(" ")
+        code = words[0] if words[0] not in ("tail", "notail") else words[1]
+        if " atomic " in f" {text} " or " volatile " in f" {text} " or code in ("atomicrmw", "cmpxchg", "fence"):
+            raise NotVector(f"an atomic or volatile access ({code})")
+        if code == "load":
+            return self._load(name, text)
+        if code == "store":
+            return self._store(text)
+        if code == "call":
+            return self._call(name, line, text)
+        if code not in _BINARY | _CASTS | {"icmp", "fcmp", "select", "fneg", "freeze", "getelementptr"}:
+            raise NotVector(f"an instruction: {code}")
+        if not self.is_varying(text):
+            safe = code not in _DIVISIONS or re.search(r", [1-9]\d*$", text)  # no division by zero moved
+            self._uniform(name, line, bool(safe))
+            if code == "getelementptr" and typed(split_operands(text.split(" ", 1)[1])[1])[1] in self.runtime:
+                self.runtime.add(name)
+            return None
+        flags = []
+        rest = text[len(code) + 1:]
+        while rest.split(" ", 1)[0] in FLAGS:
+            word, rest = rest.split(" ", 1)
+            flags.append(word)
+        head = " ".join([code] + flags)
+        if code == "getelementptr":
+            return self._getelementptr(name, head, rest)
+        if code in _CASTS:
+            operand, target = rest.rsplit(" to ", 1)
+            type_name, value = typed(operand)
+            self._define(name, target.strip(), f"{head} <{WIDTH} x {type_name}> {self.vec(type_name, value)} "
+                         f"to <{WIDTH} x {target.strip()}>")
+            return None
+        if code in ("icmp", "fcmp"):
+            predicate, rest = rest.split(" ", 1)
+            parts = split_operands(rest)
+            type_name, left = typed(parts[0])
+            self._define(name, "i1", f"{head} {predicate} <{WIDTH} x {type_name}> {self.vec(type_name, left)}, "
+                         f"{self.vec(type_name, parts[1])}")
+            return None
+        parts = split_operands(rest)
+        if code == "select":
+            _, condition = typed(parts[0])
+            type_name, left = typed(parts[1])
+            _, right = typed(parts[2])
+            vector = f"<{WIDTH} x {type_name}>"
+            self._define(name, type_name, f"{head} <{WIDTH} x i1> {self.vec('i1', condition)}, "
+                         f"{vector} {self.vec(type_name, left)}, {vector} {self.vec(type_name, right)}")
+            return None
+        type_name, first = typed(parts[0])
+        if not SCALAR.match(type_name):
+            raise NotVector(f"a value of type {type_name}")
+        vector = f"<{WIDTH} x {type_name}>"
+        if code in ("fneg", "freeze"):
+            self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}")
+            return None
+        second = self.vec(type_name, parts[1])
+        if code in _DIVISIONS:  # lanes masked off divide by one
+            safe = self.fresh("div")
+            self.out.append(f"  {safe} = select <{WIDTH} x i1> {self.mask}, {vector} {second}, "
+                            f"{vector} splat ({type_name} 1)")
+            second = safe
+        self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
+        return None
+
+    def _uniform(self, name: str, line: str, movable: bool) -> None:
+        """A uniform value, computed once before the loop over lanes where its operands are
+        there already and `movable` (it may run where the kernel would not: no load but
+        from the runtime's arrays, no division by a variable)."""
+        self.uniform.add(name)
+        if movable and all(n in self.before_loop for n in LOCAL.findall(line) if n != name):
+            self.hoisted.append(f"  {line.strip()}")
+            self.before_loop.add(name)
+        else:
+            self.out.append(f"  {line.strip()}")
+
+    def _define(self, name: str, type_name: str, text: str) -> None:
+        if not SCALAR.match(type_name):
+            raise NotVector(f"a value of type {type_name}")
+        self.out.append(f"  {name} = {text}")
+        self.varying[name] = type_name
+        if type_name.startswith("ptr"):
+            self._check_consecutive(name, type_name)
+
+    def _getelementptr(self, name: str, head: str, rest: str) -> None:
+        parts = split_operands(rest)
+        source = parts[0]
+        pointer_type, base = typed(parts[1])
+        if base in self.elements:
+            return self._element_address(name, source, base, parts[2:])
+        if base in self.varying:
+            operands = [f"<{WIDTH} x {pointer_type}> {base}"]
+        else:
+            operands = [f"{pointer_type} {base}"]
+        for part in parts[2:]:
+            type_name, value = typed(part)
+            operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
+        if base in self.private:
+            self.private.add(name)
+        if base in self.strides and not any(self.is_varying(p) for p in parts[2:]):
+            self.strides[name] = self.strides[base]  # a uniform offset from each lane's address
+        # An element of a uniform array indexed by the thread (the context's, the points):
+        # the lanes' addresses are consecutive where the element is as large as the access.
+        last = typed(parts[-1])
+        if last[1] == "%t32" and len(parts) > 2 and not any(self.is_varying(p) for p in parts[1:-1]):
+            stride = type_size(indexed_type(source, [typed(p)[1] for p in parts[3:]], self.types), self.types)
+            if stride is not None:
+                self.strides[name] = stride
+            spaced = [size for size in self.sizes.get(name, ()) if stride and stride % size == 0
+                      and stride // size in SPACINGS]
+            if spaced:
+                first = self.fresh("p0")
+                indices = ", ".join(parts[2:-1] + [f"{last[0]} %tm.v0"])
+                self.out.append(f"  {first} = {head} {source}, {pointer_type} {base}, {indices}")
+                for size in spaced:
+                    self.checked[(name, size)] = (name, first, "true", stride // size)
+        self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
+
+    def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
+        """An address into an interleaved allocation: the element's index times WIDTH past
+        the lane's first element."""
+        terms = []
+        for depth, part in enumerate(indices):
+            type_name, value = typed(part)
+            stride = scalar_count(indexed(source, depth)) * WIDTH
+            wide, scaled = self.fresh("ix"), self.fresh("ix")
+            extend = "sext" if type_name != "i64" else "bitcast"
+            if value in self.varying:
+                self.out += [f"  {wide} = {extend} <{WIDTH} x {type_name}> {value} to <{WIDTH} x i64>",
+                             f"  {scaled} = mul <{WIDTH} x i64> {wide}, splat (i64 {stride})"]
+                self.varying[scaled] = "i64"
+            else:
+                self.out += [f"  {wide} = {extend} {type_name} {value} to i64", f"  {scaled} = mul i64 {wide}, {stride}"]
+                self.uniform.add(scaled)
+            terms.append(scaled)
+        varying = any(t in self.varying for t in terms)
+        total = terms[0]
+        for term in terms[1:]:
+            added = self.fresh("ix")
+            if varying:
+                self.out.append(f"  {added} = add <{WIDTH} x i64> {self.vec('i64', total)}, {self.vec('i64', term)}")
+                self.varying[added] = "i64"
+            else:
+                self.out.append(f"  {added} = add i64 {total}, {term}")
+            total = added
+        offset = f"<{WIDTH} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
+        self.elements[name] = self.elements[base]
+        self._define(name, "ptr", f"getelementptr {self.elements[base]}, <{WIDTH} x ptr> {base}, {offset}")
+
+    def _check_consecutive(self, name: str, pointer_type: str) -> None:
+        """For each size accessed through pointer `name`: whether its lanes' addresses are
+        consecutive, or as far apart as the stride guessed for it (guess_strides), computed
+        once where it is defined."""
+        if name in self.private or name in self.data:
+            return
+        for size in sorted(self.sizes.get(name, ())):
+            if (name, size) in self.checked or self.strides.get(name, size) != size:
+                continue  # known consecutive, or known not to be (_getelementptr)
+            stride = self.guesses.get(name) or size
+            spacing = stride // size
+            if stride % size or spacing not in SPACINGS:
+                continue
+            frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
+            expected, equal = self.fresh("pe"), self.fresh("eq")
+            vector = f"<{WIDTH} x {pointer_type}>"
+            self.out += [f"  {frozen} = freeze {vector} {name}",
+                         f"  {first} = extractelement {vector} {frozen}, i64 0",
+                         f"  {expected} = getelementptr i8, {pointer_type} {first}, "
+                         f"{self.lanes_constant('i64', stride)}",
+                         f"  {equal} = icmp eq {vector} {frozen}, {expected}"]
+            all_equal = self.reduce("and", "i1", equal)
+            self.out.append(f"  {ok} = freeze i1 {all_equal}")
+            self.checked[(name, size)] = (frozen, first, ok, spacing)
+
+    # --- memory ------------------------------------------------------------------------
+    def _load(self, name: str, text: str) -> None:
+        parts = split_operands(text[len("load "):])
+        type_name = parts[0]
+        pointer_type, pointer = typed(parts[1])
+        align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
+        if pointer in self.scalar_slots:
+            self.uniform.add(name)
+            self.out.append(f"  {name} = {text}")
+            return
+        if pointer in self.slots:
+            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
+            self.varying[name] = type_name
+            return
+        if not SCALAR.match(type_name):
+            self.copies[name] = (type_name, pointer_type, pointer)
+            return
+        if not self.is_varying(pointer):
+            self._uniform(name, f"{name} = {text}", pointer in self.runtime)
+            return
+        vector = f"<{WIDTH} x {type_name}>"
+        space = mangled(pointer_type)
+        gather = f"llvm.masked.gather.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
+        self.declare(gather, f"declare {vector} @{gather}(<{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>, {vector})")
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
+        if checked is None:
+            self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
+                            f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
+        else:
+            frozen, first, ok, spacing = checked
+            total = WIDTH * spacing
+            wide = f"<{total} x {type_name}>"
+            load = f"llvm.masked.load.v{total}{mangled(type_name)}.{space}"
+            self.declare(load, f"declare {wide} @{load}({pointer_type}, i32, <{total} x i1>, {wide})")
+            whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
+            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
+            mask = self._spaced_mask(spacing)
+            if spacing == 1:
+                self.out.append(f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
+                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
+            else:  # every lane's element of a wide load
+                self.out += [f"  {name}.w = call {wide} @{load}({pointer_type} {first}, i32 {align}, "
+                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
+                             f"  {name}.c = shufflevector {wide} {name}.w, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
+            self.out += [f"  br label %{joined}", f"{apart}:",
+                         f"  {name}.g = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
+                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
+                         f"  br label %{joined}", f"{joined}:",
+                         f"  {name} = phi {vector} [ {name}.c, %{whole} ], [ {name}.g, %{apart} ]"]
+        self.varying[name] = type_name
+
+    def _store(self, text: str) -> None:
+        parts = split_operands(text[len("store "):])
+        type_name, value = typed(parts[0])
+        pointer_type, pointer = typed(parts[1])
+        align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
+        if value in self.copies:
+            return self._copy(value, type_name, pointer_type, pointer)
+        vector = f"<{WIDTH} x {type_name}>"
+        if pointer in self.scalar_slots:
+            if self.is_varying(value):
+                raise NotVector(f"a varying value stored to uniform {pointer}")  # divergence prevents it
+            self.out.append(f"  {text}")
+            return None
+        if pointer in self.slots and self.converged:  # the lanes masked off have finished
+            self.out.append(f"  store {vector} {self.vec(type_name, value)}, ptr {pointer}")
+            return None
+        if pointer in self.slots:
+            old, new = self.fresh("old"), self.fresh("new")
+            self.out += [f"  {old} = load {vector}, ptr {pointer}",
+                         f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {self.vec(type_name, value)}, "
+                         f"{vector} {old}",
+                         f"  store {vector} {new}, ptr {pointer}"]
+            return None
+        if not SCALAR.match(type_name):
+            raise NotVector(f"a store of {type_name}")
+        if not self.is_varying(text):  # every lane stores the same value at the same place
+            self.out.append(f"  {text}")
+            return None
+        space = mangled(pointer_type)
+        scatter = f"llvm.masked.scatter.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
+        self.declare(scatter, f"declare void @{scatter}({vector}, <{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>)")
+        data = self.vec(type_name, value)
+        addresses = self.vec(pointer_type, pointer)
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
+        if checked is None:
+            self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
+                            f"i32 {align}, <{WIDTH} x i1> {self.mask})")
+            return None
+        frozen, first, ok, spacing = checked
+        total = WIDTH * spacing
+        wide = f"<{total} x {type_name}>"
+        store = f"llvm.masked.store.v{total}{mangled(type_name)}.{space}"
+        self.declare(store, f"declare void @{store}({wide}, {pointer_type}, i32, <{total} x i1>)")
+        whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
+        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
+        mask, spread = self._spaced_mask(spacing), data
+        if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
+            spread = self.fresh("sp")
+            self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
+                            + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
+                                        for i in range(total)) + ">")
+        self.out += [f"  call void @{store}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
+                     f"<{total} x i1> {mask})",
+                     f"  br label %{joined}", f"{apart}:",
+                     f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
+                     f"<{WIDTH} x i1> {self.mask})",
+                     f"  br label %{joined}", f"{joined}:"]
+        return None
+
+    def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
+        """An aggregate loaded only to be stored: copied element by element; between a
+        lanes' array in the context and an interleaved one, where the lanes' arrays lie one
+        after another (checked at run time), as one wide access and a shuffle per element."""
+        source_type_name, source_type, source = self.copies.pop(value)
+        if source_type_name != type_name:
+            raise NotVector("an aggregate copy changes type")
+        leaf, count = leaf_type(type_name), scalar_count(type_name)
+        wide = None
+        if leaf and source in self.interleaved:
+            wide = self.checked.get((target, count * scalar_bytes(leaf)))
+        elif leaf and target in self.interleaved:
+            wide = self.checked.get((source, count * scalar_bytes(leaf)))
+        joined = None
+        if wide is not None and wide[3] == 1:
+            apart, joined = self.label("apart"), self.label("joined")
+            together = self.label("whole")
+            self.out += [f"  br i1 {wide[2]}, label %{together}, label %{apart}", f"{together}:"]
+            self._copy_interleaved(leaf, count, source, target, wide[1])
+            self.out += [f"  br label %{joined}", f"{apart}:"]
+        self._copy_elements(type_name, source_type, source, target_type, target)
+        if joined:
+            self.out += [f"  br label %{joined}", f"{joined}:"]
+
+    def _copy_interleaved(self, leaf: str, count: int, source: str, target: str, first: str) -> None:
+        """Copies arrays of `count` `leaf`s between the lanes' consecutive arrays from
+        `first` on and interleaved allocation `source` or `target`."""
+        vector, total = f"<{WIDTH} x {leaf}>", WIDTH * count
+        wide = f"<{total} x {leaf}>"
+        spread = self.fresh("wm")  # each lane's mask bit for each of its elements
+        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> poison, <{total} x i32> <"
+                        + ", ".join(f"i32 {i // count}" for i in range(total)) + ">")
+        if target in self.interleaved:
+            load = f"llvm.masked.load.v{total}{mangled(leaf)}.p0"
+            self.declare(load, f"declare {wide} @{load}(ptr, i32, <{total} x i1>, {wide})")
+            loaded = self.fresh("wl")
+            self.out.append(f"  {loaded} = call {wide} @{load}(ptr {first}, i32 1, <{total} x i1> {spread}, "
+                            f"{wide} zeroinitializer)")
+            for e in range(count):
+                element, at = self.fresh("we"), self.fresh("wa")
+                self.out += [f"  {element} = shufflevector {wide} {loaded}, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * count + e}" for lane in range(WIDTH)) + ">",
+                             f"  {at} = getelementptr {leaf}, ptr {target}.w, i64 {e * WIDTH}"]
+                self.varying[element] = leaf
+                self._masked_private_store(vector, element, at)
+            return
+        parts = []
+        for e in range(count):
+            element, at = self.fresh("we"), self.fresh("wa")
+            self.out += [f"  {at} = getelementptr {leaf}, ptr {source}.w, i64 {e * WIDTH}",
+                         f"  {element} = load {vector}, ptr {at}"]
+            parts.append((WIDTH, element))
+        while len(parts) > 1:  # concatenated pairwise (padded to a power of two)
+            if len(parts) % 2:
+                parts.append((parts[-1][0], "poison"))
+            joined = []
+            for (size, a), (_, b) in zip(parts[::2], parts[1::2]):
+                name = self.fresh("wc")
+                self.out.append(f"  {name} = shufflevector <{size} x {leaf}> {a}, <{size} x {leaf}> {b}, "
+                                f"<{2 * size} x i32> <" + ", ".join(f"i32 {i}" for i in range(2 * size)) + ">")
+                joined.append((2 * size, name))
+            parts = joined
+        size, concatenated = parts[0]
+        interleaved = self.fresh("wi")
+        self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
+                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * WIDTH + i // count}"
+                                                         for i in range(total)) + ">")
+        store = f"llvm.masked.store.v{total}{mangled(leaf)}.p0"
+        self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
+        self.out.append(f"  call void @{store}({wide} {interleaved}, ptr {first}, i32 1, <{total} x i1> {spread})")
+
+    def _spaced_mask(self, spacing: int) -> str:
+        """The mask with each lane's bit `spacing` apart (the positions between off)."""
+        if spacing == 1:
+            return self.mask
+        spread = self.fresh("sm")
+        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> zeroinitializer, "
+                        f"<{WIDTH * spacing} x i32> <" + ", ".join(
+                            f"i32 {i // spacing}" if i % spacing == 0 else f"i32 {WIDTH}"
+                            for i in range(WIDTH * spacing)) + ">")
+        return spread
+
+    def _masked_private_store(self, vector: str, value: str, at: str) -> None:
+        """Stores `value` at `at` in a lane's private memory for the lanes of the mask."""
+        if self.converged:
+            self.out.append(f"  store {vector} {value}, ptr {at}")
+            return
+        old, new = self.fresh("old"), self.fresh("new")
+        self.out += [f"  {old} = load {vector}, ptr {at}",
+                     f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {value}, {vector} {old}",
+                     f"  store {vector} {new}, ptr {at}"]
+
+    def _copy_elements(self, type_name: str, source_type: str, source: str, target_type: str, target: str) -> None:
+        for indices, element in array_elements(type_name):
+            path = ", ".join(f"i32 {i}" for i in (0,) + indices)
+            at, to, loaded = self.fresh("ea"), self.fresh("et"), self.fresh("ev")
+            self._instruction(f"{at} = getelementptr inbounds {type_name}, {source_type} {source}, {path}")
+            self._instruction(f"{loaded} = load {element}, {source_type} {at}, align 1")
+            self._instruction(f"{to} = getelementptr inbounds {type_name}, {target_type} {target}, {path}")
+            self._instruction(f"store {element} {loaded}, {target_type} {to}, align 1")
+
+    # --- calls -------------------------------------------------------------------------
+    def _call(self, name: Optional[str], line: str, text: str) -> None:
+        function = ir_model.callee(line)
+        if function is None:
+            raise NotVector("a call through a pointer")
+        function = function.strip('"')
+        head, _, rest = text.partition(f"@{function}(")
+        arguments_text = rest[:rest.rindex(")")]
+        arguments = [typed(a) for a in split_operands(arguments_text)] if arguments_text.strip() else []
+        return_type = head.split()[-1]
+        intrinsic = re.match(r"llvm\.([a-z]+(?:\.sat)?)\.", function)
+        base = intrinsic.group(1) if intrinsic else None
+        memory = bool(_MEMORY_CALLS.search(line))
+        if not memory and (base in ELEMENTWISE or base in PER_LANE) and not self.is_varying(arguments_text):
+            self._uniform(name, line, True)
+            return None
+        if base in ELEMENTWISE and SCALAR.match(return_type) and not return_type.startswith("ptr"):
+            return self._elementwise(name, function, return_type, arguments)
+        if base in PER_LANE and SCALAR.match(return_type):
+            return self._per_lane(name, function, return_type, arguments, masked=False)
+        if memory:
+            return self._per_lane(None, function, "void", arguments, masked=True)
+        raise NotVector(f"a call of @{function}")
+
+    def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
+        vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{WIDTH}{m.group(1)}", function)
+        if vector_name == function:
+            raise NotVector(f"a call of @{function}")
+        operands, types = [], []
+        for type_name, value in arguments:
+            if type_name == "i1" and value in ("true", "false"):  # an immediate (ctlz, abs)
+                operands.append(f"i1 {value}")
+                types.append("i1")
+            else:
+                operands.append(f"<{WIDTH} x {type_name}> {self.vec(type_name, value)}")
+                types.append(f"<{WIDTH} x {type_name}>")
+        self.declare(vector_name, f"declare <{WIDTH} x {return_type}> @{vector_name}({', '.join(types)})")
+        self._define(name, return_type, f"call <{WIDTH} x {return_type}> @{vector_name}({', '.join(operands)})")
+
+    def _per_lane(self, name: Optional[str], function: str, return_type: str, arguments, masked: bool) -> None:
+        """Each lane calls the scalar function; `masked`: only the lanes of the mask do."""
+        declared = f"declare {return_type} @{function}({', '.join(t for t, _ in arguments)})"
+        self.declare(function, declared)
+        varying = [value in self.varying for _, value in arguments]
+        result = f"<{WIDTH} x {return_type}>"
+        previous = "poison"
+        for lane in range(WIDTH):
+            values = []
+            for (type_name, value), vary in zip(arguments, varying):
+                if vary:
+                    element = self.fresh("x")
+                    self.out.append(f"  {element} = extractelement <{WIDTH} x {type_name}> {value}, i64 {lane}")
+                    if not masked:
+                        frozen = self.fresh("x")
+                        self.out.append(f"  {frozen} = freeze {type_name} {element}")
+                        element = frozen
+                    values.append(f"{type_name} {element}")
+                else:
+                    values.append(f"{type_name} {value}")
+            call = f"call {return_type} @{function}({', '.join(values)})"
+            if masked:
+                active, run, next_label = self.fresh("on"), self.label("lane"), self.label("lanedone")
+                self.out += [f"  {active} = extractelement <{WIDTH} x i1> {self.mask}, i64 {lane}",
+                             f"  br i1 {active}, label %{run}, label %{next_label}", f"{run}:", f"  {call}",
+                             f"  br label %{next_label}", f"{next_label}:"]
+                continue
+            scalar, inserted = self.fresh("y"), self.fresh("y")
+            self.out += [f"  {scalar} = {call}",
+                         f"  {inserted} = insertelement {result} {previous}, {return_type} {scalar}, i64 {lane}"]
+            previous = inserted
+        if name is not None:
+            self.out.append(f"  {name} = freeze {result} {previous}")
+            self.varying[name] = return_type

@@ -35,7 +35,7 @@ def table(result: dict, markdown: bool = False) -> str:
              f"llvmlite {versions['llvmlite']}; {result['repeat']} fresh processes per figure", ""]
     rows = [(label, figure["unit"], _value(figure, "median"), _value(figure, "p10"), _value(figure, "p90"))
             for label, figure in result["figures"].items()]
-    rows += [(label, "x", f"{ratio:.1f}", "", "") for label, ratio in result["ratios"].items()]
+    rows += [(label, "x", f"{ratio:.3g}", "", "") for label, ratio in result["ratios"].items()]  # 0.04x too
     rows += [(f"time to first result: {name}", "ms", f"{entry['total_ms']:.1f}", "", "")
              for name, entry in result["first_result"].items()]
     header = ("figure", "unit", "median", "p10", "p90")

@@ -5,8 +5,8 @@ its loops end in a weak topological order, and how values likely grow from lane 
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from ...air import ir_model
-from ...air.ir_model import LOCAL
+from ...reflection import ir_model
+from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
 __all__ = ["divergence", "guess_strides", "loop_ends"]

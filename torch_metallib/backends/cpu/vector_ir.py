@@ -4,8 +4,8 @@ metadata, and the allocations a region's lanes may keep interleaved."""
 import re
 from typing import Dict, List, Optional, Tuple
 
-from ...air import ir_model
-from ...air.ir_model import LOCAL
+from ...reflection import ir_model
+from ...reflection.ir_model import LOCAL
 
 __all__ = ["NotVector", "SCALAR", "FLAGS", "ELEMENTWISE", "PER_LANE", "split_operands", "typed", "scalar_bytes",
            "mangled", "strip_metadata", "indexed_type", "type_size", "leaf_type", "scalar_count", "indexed",

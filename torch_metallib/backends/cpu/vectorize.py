@@ -45,8 +45,8 @@ together gives each lane the results it gets alone.
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from ...air import ir_model
-from ...air.ir_model import LOCAL, NAME
+from ...reflection import ir_model
+from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
 from .vector_analysis import divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,

@@ -15,7 +15,7 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
-           "parameters", "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors",
+           "parameters", "split_operands", "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors",
            "retarget_phis", "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
@@ -62,6 +62,30 @@ def parameters(header: str) -> List[str]:
             parts.append(header[start:i])
             start = i + 1
     return [] if parts == [""] else parts
+
+
+_NESTED_OPERANDS = re.compile(r'[(<\[{"]')  # without them, a plain split
+
+
+def split_operands(text: str) -> List[str]:
+    """`text` split at its top-level commas (outside brackets and quotes), parts stripped."""
+    if not _NESTED_OPERANDS.search(text):
+        return [part.strip() for part in text.split(",")]
+    parts, depth, start, quoted = [], 0, 0, False
+    for i, c in enumerate(text):
+        if c == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
 def _defined_function(header: str) -> str:

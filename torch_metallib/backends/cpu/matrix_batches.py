@@ -26,7 +26,7 @@ import itertools
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
-from ...reflection.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode
+from ...reflection.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode, split_operands
 from ...air.simdgroup_matrix import BATCH_PREFIX
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
@@ -44,20 +44,6 @@ _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "in
          "lshr", "ashr", "icmp", "fcmp", "select", "getelementptr", "trunc", "zext", "sext", "fptrunc",
          "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint", "inttoptr", "addrspacecast", "freeze"}
 _HARMLESS_CALL = re.compile(r"call void @air\.simdgroup\.barrier\(i32 0,|call [^@]*@llvm\.(?!coro)")
-
-
-def _arguments(text: str) -> List[str]:
-    """A call's argument list split at its top-level commas."""
-    parts, depth, start = [], 0, 0
-    for i, character in enumerate(text):
-        if character in "(<[{":
-            depth += 1
-        elif character in ")>]}":
-            depth -= 1
-        elif character == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    return parts + [text[start:].strip()]
 
 
 class _Run:
@@ -113,7 +99,7 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
         uses = set(LOCAL.findall(line[defines.end():] if defines else line))
         depends = bool(uses & run.results)
         if product:
-            args = _arguments(product.group(4))
+            args = split_operands(product.group(4))
             accumulator = set(LOCAL.findall(args[2])) & run.results
             source = run.fragments.get(args[2].split(" ")[-1]) if accumulator else None
             factors_depend = bool(set(LOCAL.findall(args[0] + " " + args[1])) & run.results)

@@ -5,7 +5,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ...reflection import ir_model
-from ...reflection.ir_model import LOCAL
+from ...reflection.ir_model import LOCAL, split_operands
 
 __all__ = ["NotVector", "SCALAR", "FLAGS", "ELEMENTWISE", "PER_LANE", "split_operands", "typed", "scalar_bytes",
            "mangled", "strip_metadata", "indexed_type", "type_size", "leaf_type", "scalar_count", "indexed",
@@ -22,34 +22,12 @@ ELEMENTWISE = {"umin", "umax", "smin", "smax", "abs", "fabs", "fma", "fmuladd", 
 # Pure math intrinsics a lane calls on its own (their vector forms may call other routines).
 PER_LANE = {"exp", "exp2", "exp10", "log", "log2", "log10", "pow", "powi", "sin", "cos", "tan", "asin", "acos",
             "atan", "atan2", "sinh", "cosh", "tanh", "ldexp", "frexp", "lround", "llround", "lrint", "llrint"}
-_NESTED = re.compile(r'[(<\[{"]')
 _ATTACHMENT = re.compile(r", ![A-Za-z]")  # metadata attachments follow the operands
 _BYTES = {"half": 2, "bfloat": 2, "float": 4, "double": 8}
 
 
 class NotVector(Exception):
     """The region does something vector lanes do not take: it stays a lane loop."""
-
-
-def split_operands(text: str) -> List[str]:
-    """`text` split at its top-level commas (outside brackets and quotes), parts stripped."""
-    if not _NESTED.search(text):
-        return [part.strip() for part in text.split(",")]
-    parts, depth, start, quoted = [], 0, 0, False
-    for i, c in enumerate(text):
-        if c == '"':
-            quoted = not quoted
-        elif quoted:
-            continue
-        elif c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        elif c == "," and depth == 0:
-            parts.append(text[start:i].strip())
-            start = i + 1
-    parts.append(text[start:].strip())
-    return parts
 
 
 def typed(operand: str) -> Tuple[str, str]:

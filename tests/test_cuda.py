@@ -336,6 +336,36 @@ def test_steel_gemm_half_tensor_cores_match_float_sums(mlx_lib):
     torch.testing.assert_close(d, want, rtol=2e-3, atol=2e-3)
 
 
+def test_steel_gemm_half_exact_fallback_is_the_cpus(mlx_path, monkeypatch):
+    """On the GPU alone: with the lanes not relabelled (forced here; launches of partial
+    warps take this path) the tensor-core GEMM's products take the exact path, fragments
+    read again from threadgroup memory and products done through memory, and agree bit for
+    bit with the CPU backend's."""
+    from torch_metallib.backends.cuda import lowering
+    from torch_metallib.backends.cuda.lane_relabeling import relabeled_definition
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")  # neither read nor keep this lowering
+    monkeypatch.setattr(lowering, "relabeled_definition", lambda enabled: relabeled_definition(False))
+    lib = tm.load(mlx_path)  # fresh functions: nothing prepared yet
+    m, n, k = 128, 64, 48
+    tile = (64, 64, 16, 2, 2)
+    fn = lib[matmul._steel_name("nn", "float16", tile)]
+    params = matmul._pack_struct(fn, "params", M=m, N=n, K=k, lda=k, ldb=n, ldd=n, tiles_n=n // 64, tiles_m=m // 64,
+                                 batch_stride_a=m * k, batch_stride_b=k * n, batch_stride_d=m * n, swizzle_log=0,
+                                 gemm_k_iterations_aligned=k // 16, batch_ndim=1)
+    constants = matmul._constants_needed(fn, dict(has_batch=False, use_out_source=False, do_axpby=False,
+                                                  align_M=True, align_N=True, align_K=True))
+    g = torch.Generator().manual_seed(3)
+    a, b = torch.randn(m, k, generator=g).half(), torch.randn(k, n, generator=g).half()
+    results = []
+    for device in ("cpu", "cuda"):
+        d = torch.empty(m, n, device=device, dtype=torch.half)
+        fn(A=a.to(device), B=b.to(device), D=d, params=params, threads=(n // 64 * 32, m // 64 * 2, 2),
+           group_size=(32, 2, 2), constants=constants)
+        results.append(d.cpu())
+    assert torch.equal(results[0], results[1])
+    torch.testing.assert_close(results[1], (a.float() @ b.float()).half(), rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("operands, accumulator", strided.PRODUCT_TYPES)
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):

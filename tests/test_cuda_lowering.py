@@ -166,34 +166,97 @@ _ALIGNED = {10: False, 100: False, 110: False, 200: True, 201: True, 202: True} 
 def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
     """steel GEMM's float fragments loaded from half (bfloat) tiles: each 8x8 product is one
     mma.sync m16n8k8 with float sums (the exact product, one called function, stays for
-    launches that are not whole warps); float32 products never reach tensor cores (no TF32)
-    and stay inlined."""
+    launches that are not whole warps, called once per run of products); float32 products
+    never reach tensor cores (no TF32) and stay inlined."""
     kernel = mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"]
     for arch in ARCHS:
         ptx = kernel_ptx(kernel, _ALIGNED, "t", arch)
         products = re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.(\w+)\.\w+\.f32", ptx)
         # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled): 32
-        # products, two sharing B per m16n8k8; each B fragment's two shuffles once per step.
+        # products, two sharing B per m16n8k8.
         assert products == ([mma] * 16 if mma else []), products[:4]
         exact = 1 if mma else 32  # the exact products: 24 shuffles and 16 FMAs each
-        assert ptx.count("shfl.sync.idx.b32") == 24 * exact + (16 if mma else 0)
+        # Tensor cores: two shuffles per fragment check (A's tile and B's), none per step.
+        assert ptx.count("shfl.sync.idx.b32") == 24 * exact + (4 if mma else 0)
         assert ptx.count("fma.rn.f32") == 16 * exact and "tf32" not in ptx
-        assert ptx.count("call.uni") == (32 if mma else 0)
+        # The exact products of each of the two runs: one call, calling the product 16 times.
+        assert ptx.count("call.uni") == (2 + 16 if mma else 0)
         assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
 
 
+def _blocks(ptx: str):
+    return re.split(r"^\$L__BB\w+:", ptx, flags=re.M)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_gemm_fragments_are_read_as_words(mlx_lib, ptxas, dtype):
-    """A lane's two neighbouring halves of a fragment are one 32-bit shared load (their
-    alignment proven from the address arithmetic), and each thread's 16 bytes of a tile are
-    copied from global memory with one 16-byte load and store where the source is aligned
-    at run time (the 2-byte copy stays for the other launches)."""
-    ptx = kernel_ptx(mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"], _ALIGNED, "t")
-    # 4 A and 4 B fragments per 8-deep step, two steps per tile.
-    assert ptx.count("ld.shared.v2.b16") == 16 and "ld.shared.b16" not in ptx
+def test_half_gemm_fragments_are_read_by_ldmatrix(mlx_lib, ptxas, tmp_path, dtype):
+    """Per 8-deep step a SIMD-group's four A fragments are one ldmatrix.x4 and its four B
+    fragments one ldmatrix.x4.trans (mma.sync's column fragments: no shuffles); the blocks
+    with the products read nothing else from shared memory. The rows the lanes' addresses
+    imply are checked once, where each tile's address is computed (a vote per tile). Each
+    thread's 16 bytes of a tile are copied from global memory with one 16-byte load and
+    store where the source is aligned at run time (the 2-byte copy stays for the other
+    launches). The exact products, called, keep the kernel at 72 registers (96 with one
+    call per product)."""
+    ptx = kernel_ptx(mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"], _ALIGNED, "t", "sm_90")
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2
+    assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2
+    assert ptx.count("vote.sync.all.pred") == 2
+    with_products = [block for block in _blocks(ptx) if "mma.sync" in block]
+    assert len(with_products) == 2 and all("ldmatrix" in block for block in with_products)
+    assert not any("ld.shared" in block or "shfl" in block for block in with_products)
     assert ptx.count("ld.global.v4.b32") == 2 and ptx.count("st.shared.v4.b32") == 2  # A's and B's
     assert ptx.count("st.shared.b16") == 16  # the unaligned copies
-    assert run_ptxas(ptx, "sm_80").returncode == 0
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    result = subprocess.run([ptxas, "-v", "-arch=sm_90", str(source), "-o", str(tmp_path / "kernel.cubin")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:1000]
+    assert re.search(r"Used (\d+) registers", result.stderr).group(1) == "72", result.stderr
+
+
+_RUN = """define void @k(ptr addrspace(3) %tile, i32 %x, ptr addrspace(1) %out) {{
+  %o = shl i32 %x, 1
+  %i = zext i32 %o to i64
+  %base = getelementptr inbounds i8, ptr addrspace(3) %tile, i64 %i
+  %a1p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {a}
+  %a2p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {a2}
+  %b1p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 64
+  %b2p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 66
+  %a1 = load half, ptr addrspace(3) %a1p, align 2
+  %a2 = load half, ptr addrspace(3) %a2p, align 2
+  %b1 = load half, ptr addrspace(3) %b1p, align 2
+  %b2 = load half, ptr addrspace(3) %b2p, align 2{between}
+  %fa1 = fpext half %a1 to float
+  %fa2 = fpext half %a2 to float
+  %fb1 = fpext half %b1 to float
+  %fb2 = fpext half %b2 to float
+  %va0 = insertelement <2 x float> poison, float %fa1, i64 0
+  %va = insertelement <2 x float> %va0, float %fa2, i64 1
+  %vb0 = insertelement <2 x float> poison, float %fb1, i64 0
+  %vb = insertelement <2 x float> %vb0, float %fb2, i64 1
+  %d = call <2 x float> @tm.cuda.product8x8(<2 x float> %va, <2 x float> %vb, <2 x float> zeroinitializer, i1 true)
+  store <2 x float> %d, ptr addrspace(1) %out, align 8
+  ret void
+}}
+declare <2 x float> @tm.cuda.product8x8(<2 x float>, <2 x float>, <2 x float>, i1)
+"""
+
+
+@pytest.mark.parametrize("a, between, ldmatrix", [
+    (0, "", ["x1", "x1.trans"]),     # both fragments from 16-byte rows of one tile
+    (8, "", ["x1.trans"]),           # A 8 bytes into a row: A packed by the caller, B still read by ldmatrix
+    (0, "\n  store half %a1, ptr addrspace(3) %b1p, align 2", []),  # written in between: the loads stay
+])
+def test_fragments_take_ldmatrix_only_where_their_form_is_plain(a, between, ldmatrix):
+    """A run's fragments are read by ldmatrix only where both halves come from one tile
+    register plus a constant multiple of 16 bytes and nothing writes memory between the
+    loads and the product; the rows themselves are checked at run time."""
+    from torch_metallib.backends.cuda.tensor_core_products import tensor_core_products
+    text = tensor_core_products(_RUN.format(a=a, a2=a + 2, between=between))
+    assert re.findall(r"call (?:i32|\{[^}]*\}) @llvm\.nvvm\.ldmatrix\.sync\.aligned\.m8n8\.(x\d(?:\.trans)?)\.b16", text) == ldmatrix
+    assert text.count("call i1 @llvm.nvvm.vote.all.sync(") == (1 if ldmatrix else 0)  # one check: one tile register
+    llvm.parse_assembly(text).verify()
 
 
 def test_shared_alignment_claims_only_what_the_address_proves():

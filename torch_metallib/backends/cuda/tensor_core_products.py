@@ -14,8 +14,9 @@ time, per warp, and takes the exact path otherwise. f32 products never use TF32.
 """
 
 import re
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
+from .fragment_matrices import DECLARATIONS, check_lines, chunks, fragment_source, ldmatrix_lines, movable, reload_lines
 from .matrix_products import PLACEHOLDER, exact_product_lines
 
 __all__ = ["tensor_core_products", "exact_products"]
@@ -23,6 +24,7 @@ __all__ = ["tensor_core_products", "exact_products"]
 _CALL = re.compile(r"call <2 x float> @" + re.escape(PLACEHOLDER)
                    + r"\(<2 x float> (\S+), <2 x float> (\S+), <2 x float> (\S+), i1 (\S+)\)")
 _DEFINED = re.compile(r"^\s*(%[-\w.$]+) = (.*)$", re.M)
+_ASSIGNED = re.compile(r"^\s*(%[-\w.$]+) = ")
 _MMA = {"half": "f16", "bfloat": "bf16"}
 # The exact product where a tensor-core one finds part of its warp missing: called, not
 # inlined, since launches of whole warps never run it and 32 inlined copies (24 shuffles, 16
@@ -76,10 +78,13 @@ _LINE = re.compile(r"^  (%[-\w.$]+) = (?:tail )?call <2 x float> @" + re.escape(
                    + r"\(<2 x float> (\S+), <2 x float> (\S+), <2 x float> (\S+), i1 (\S+)\)(?: #\d+)?$")
 
 
-def _batched(lines: List[str], defined: Dict[str, str], definitions: List[str]) -> List[str]:
+def _batched(lines: List[str], defined: Dict[str, str], definitions: List[str], checks: Dict[str, str]) -> List[str]:
     """`lines` with each run of consecutive tensor-core products (same kind, same lanes flag,
     none reading another's result) as one call: B's fragment converted once, products that
-    share B paired into one m16n8k8 (rows 8-15 the second's), one whole-warp test per run."""
+    share B paired into one m16n8k8 (rows 8-15 the second's), one whole-warp test per run;
+    fragments read by ldmatrix where fragment_matrices.py finds their form (`checks`: each
+    base used -> the name of its run-time check)."""
+    positions = {match.group(1): n for n, match in enumerate(map(_ASSIGNED.match, lines)) if match}
     out: List[str] = []
     k = 0
     while k < len(lines):
@@ -96,47 +101,102 @@ def _batched(lines: List[str], defined: Dict[str, str], definitions: List[str]) 
         operands = {v for c in calls for v in c[1:5]}
         kind = kinds.pop() if len(kinds) == 1 else ""
         if kind and len({c[4] for c in calls}) == 1 and not results & operands:
-            out += _run_call(len(definitions), kind, calls, defined, definitions)
+            sources = [_matrix_sources([c[i] for c in calls], kind, defined, lines, k, positions) for i in (1, 2)]
+            out += _run_call(len(definitions), kind, calls, defined, definitions, sources, checks)
         else:
             out += lines[k:end]
         k = end
     return out
 
 
-def _run_call(run: int, kind: str, calls, defined: Dict[str, str], definitions: List[str]) -> List[str]:
-    """The lines replacing one run of products (_batched); its function into `definitions`."""
+def _checked(lines: List[str], checks: Dict[str, str]) -> List[str]:
+    """`lines` with each base's run-time check (fragment_matrices.check_lines) after the
+    definition of the base, in the function that uses it."""
+    for base, name in checks.items():
+        use = next(n for n, line in enumerate(lines) if f"%{name}.row" in line)
+        start = max(n for n in range(use + 1) if lines[n].startswith("define "))
+        at = next(n for n in range(start, len(lines)) if lines[n].startswith(f"  {base} = "))
+        lines[at + 1:at + 1] = ["  " + line for line in check_lines(base, name)]
+    return lines
+
+
+def _matrix_sources(values: List[str], kind: str, defined: Dict[str, str], lines: List[str], at: int,
+                    positions: Dict[str, int]):
+    """(base, offset) of each distinct fragment of `values` where every one can be read by
+    ldmatrix at line `at` (fragment_matrices.py), else None."""
+    found = []
+    for value in dict.fromkeys(values):
+        source = fragment_source(_halves(value, defined)[1], kind, defined)
+        if source is None or not movable(source[2], lines, at, positions):
+            return None
+        found.append(source[:2])
+    return found
+
+
+def _run_call(run: int, kind: str, calls, defined: Dict[str, str], definitions: List[str], sources,
+              checks: Dict[str, str]) -> List[str]:
+    """The lines replacing one run of products (_batched); its function into `definitions`.
+    sources: for A and for B, the (base, offset) of each fragment where ldmatrix reads them."""
     a_values = list(dict.fromkeys(c[1] for c in calls))
     b_values = list(dict.fromkeys(c[2] for c in calls))
     lines: List[str] = []
-    for i, value in enumerate(a_values):
-        lines += _packed(value, defined, f"tc{run}.pa{i}")
-    for j, value in enumerate(b_values):
-        lines += _packed(value, defined, f"tc{run}.pb{j}")
+    arguments: List[str] = []
+    groups = []  # (operand, fragment indices, base, offsets) of each ldmatrix
+    for operand, values, found in (("a", a_values, sources[0]), ("b", b_values, sources[1])):
+        if found is None:
+            for i, value in enumerate(values):
+                lines += _packed(value, defined, f"tc{run}.p{operand}{i}")
+            arguments += [f"i32 %tc{run}.p{operand}{i}" for i in range(len(values))]
+            arguments += [f"<2 x float> {v}" for v in values]
+            continue
+        for indices in chunks(found):
+            base = found[indices[0]][0]
+            check = checks.setdefault(base, f"tcm{len(checks)}")
+            arguments += [f"i32 %{check}.row", f"i1 %{check}.ok", f"ptr addrspace(3) {base}"]
+            groups.append((operand, indices, [found[i][1] for i in indices]))
+    arguments += [f"<2 x float> {c[3]}" for c in calls] + [f"i1 {calls[0][4]}"]
     struct = "{ " + ", ".join(["<2 x float>"] * len(calls)) + " }"
-    arguments = ([f"i32 %tc{run}.pa{i}" for i in range(len(a_values))] + [f"<2 x float> {v}" for v in a_values]
-                 + [f"i32 %tc{run}.pb{j}" for j in range(len(b_values))] + [f"<2 x float> {v}" for v in b_values]
-                 + [f"<2 x float> {c[3]}" for c in calls] + [f"i1 {calls[0][4]}"])
     name = f"tm.cuda.products.{kind}.{run}"
     lines.append(f"%tc{run} = call {struct} @{name}({', '.join(arguments)})")
     lines += [f"{c[0]} = extractvalue {struct} %tc{run}, {n}" for n, c in enumerate(calls)]
     shape = [(a_values.index(c[1]), b_values.index(c[2])) for c in calls]
-    definitions.append(_run_definition(name, kind, len(a_values), len(b_values), shape, struct))
+    read = [sources[0] is not None, sources[1] is not None]
+    exact_run = _exact_run(len(a_values), len(b_values), shape)
+    if exact_run[1] not in definitions:
+        definitions.append(exact_run[1])
+    definitions.append(_run_definition(name, kind, len(a_values), len(b_values), shape, struct, read, groups,
+                                       exact_run))
     return lines
 
 
-def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, struct: str) -> str:
-    """The function of one run: shape[n] = (A index, B index) of product n."""
+def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, struct: str, read, groups,
+                    exact_run) -> str:
+    """The function of one run: shape[n] = (A index, B index) of product n; read[0] (read[1]):
+    A's (B's) fragments come by ldmatrix, in `groups` (_run_call), else packed by the caller;
+    `exact_run`: (name, definition) of its exact products (_exact_run)."""
     mma = _MMA[kind]
-    parameters = ([f"i32 %pa{i}" for i in range(a_count)] + [f"<2 x float> %a{i}" for i in range(a_count)]
-                  + [f"i32 %pb{j}" for j in range(b_count)] + [f"<2 x float> %b{j}" for j in range(b_count)]
-                  + [f"<2 x float> %c{n}" for n in range(len(shape))] + ["i1 %relabel"])
-    lines = ["%all = call i32 @llvm.nvvm.activemask()", "%whole = icmp eq i32 %all, -1",
-             "%go = and i1 %whole, %relabel", "br i1 %go, label %mma, label %exact", "mma:",
-             "%l = call i32 @llvm.nvvm.read.ptx.sreg.laneid()", "%g = lshr i32 %l, 2", "%t = and i32 %l, 3",
-             # B[2t][g] and B[2t+1][g]: in the pairs of lanes 8t + g/2 and 8t + 4 + g/2, half g&1.
-             "%t8 = shl i32 %t, 3", "%g2 = lshr i32 %g, 1", "%src0 = or i32 %t8, %g2", "%src1 = add i32 %src0, 4",
-             "%odd = and i32 %g, 1", "%shift = shl i32 %odd, 4"]
-    for j in range(b_count):
+    parameters, go, matrices, reloads = [], ["%whole", "%relabel"], [], []
+    for operand, count, by_ldmatrix in (("a", a_count, read[0]), ("b", b_count, read[1])):
+        if not by_ldmatrix:
+            parameters += [f"i32 %p{operand}{i}" for i in range(count)]
+            parameters += [f"<2 x float> %{operand}{i}" for i in range(count)]
+    for g, (operand, indices, offsets) in enumerate(groups):
+        parameters += [f"i32 %row{g}", f"i1 %ok{g}", f"ptr addrspace(3) %base{g}"]
+        go.append(f"%ok{g}")
+        matrices += ldmatrix_lines(f"%row{g}", offsets, operand == "b", f"lm{g}")
+        for q, i in enumerate(indices):
+            matrices.append(f"%{'pa' if operand == 'a' else 'bf'}{i} = or i32 %lm{g}.{q}, 0")
+            reloads += reload_lines(f"%base{g}", offsets[q], kind, f"{operand}{i}")
+    parameters += [f"<2 x float> %c{n}" for n in range(len(shape))] + ["i1 %relabel"]
+    lines = ["%all = call i32 @llvm.nvvm.activemask()", "%whole = icmp eq i32 %all, -1"]
+    for n in range(1, len(go)):
+        lines.append(f"%go{n} = and i1 {go[n - 1] if n == 1 else f'%go{n - 1}'}, {go[n]}")
+    lines += [f"br i1 %go{len(go) - 1}, label %mma, label %exact", "mma:"] + matrices
+    lines += ["%l = call i32 @llvm.nvvm.read.ptx.sreg.laneid()", "%g = lshr i32 %l, 2", "%t = and i32 %l, 3",
+              # B[2t][g] and B[2t+1][g]: in the pairs of lanes 8t + g/2 and 8t + 4 + g/2, half g&1.
+              "%t8 = shl i32 %t, 3", "%g2 = lshr i32 %g, 1", "%src0 = or i32 %t8, %g2", "%src1 = add i32 %src0, 4",
+              "%odd = and i32 %g, 1", "%shift = shl i32 %odd, 4"]
+    for j in range(b_count if not read[1] else 0):
         lines += [f"%s0.{j} = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 -1, i32 %pb{j}, i32 %src0, i32 31)",
                   f"%s1.{j} = call i32 @llvm.nvvm.shfl.sync.idx.i32(i32 -1, i32 %pb{j}, i32 %src1, i32 31)",
                   f"%e0.{j} = lshr i32 %s0.{j}, %shift", f"%lo.{j} = and i32 %e0.{j}, 65535",
@@ -168,14 +228,41 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
             lines += [f"%r{n}.0 = insertelement <2 x float> poison, float %m{m}.{half}.0, i32 0",
                       f"%r{n} = insertelement <2 x float> %r{n}.0, float %m{m}.{half}.1, i32 1"]
             made[n] = f"%r{n}"
-    lines += _struct(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"]
-    lines += [f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{i}, <2 x float> %b{j}, "
-              f"<2 x float> %c{n}, i1 %relabel)" for n, (i, j) in enumerate(shape)]
+    lines += _struct(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"] + reloads
+    # The exact products: one call, operands and results through memory, so that nothing
+    # the loop keeps in registers lives across it (16 calls raised steel GEMM's registers
+    # from 64 to 96).
+    slots = [f"%c{n}" for n in range(len(shape))] + [f"%a{i}" for i in range(a_count)] + [f"%b{j}" for j in range(b_count)]
+    lines = [f"%buf = alloca [{len(slots)} x <2 x float>], align 8"] + lines
+    for n, value in enumerate(slots):
+        lines += [f"%slot{n} = getelementptr [{len(slots)} x <2 x float>], ptr %buf, i32 0, i32 {n}",
+                  f"store <2 x float> {value}, ptr %slot{n}, align 8"]
+    lines.append(f"call void @{exact_run[0]}(ptr %buf, i1 %relabel)")
+    lines += [f"%x{n} = load <2 x float>, ptr %slot{n}, align 8" for n in range(len(shape))]
     lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "se")
     lines += ["br label %done", "done:", f"%r = phi {struct} [ %sm, %mma ], [ %se, %exact ]", f"ret {struct} %r"]
     body = "\n  ".join(lines)
     return (f"define internal {struct} @{name}({', '.join(parameters)}) alwaysinline convergent nounwind "
             f"{{\nentry:\n  {body}\n}}")
+
+
+def _exact_run(a_count: int, b_count: int, shape) -> Tuple[str, str]:
+    """(name, definition) of the exact products of a run of `shape` (_run_definition): its
+    C, A and B values read from the array at %buf as each product needs them (few live
+    across its calls), each D written over its C."""
+    name = f"{PLACEHOLDER}.run.{a_count}.{b_count}." + ".".join(f"{i}_{j}" for i, j in shape)
+    count = len(shape) + a_count + b_count
+    lines = []
+    for n, (i, j) in enumerate(shape):
+        slots = {"c": n, "a": len(shape) + i, "b": len(shape) + a_count + j}
+        for operand, slot in slots.items():
+            lines += [f"%{operand}p{n} = getelementptr [{count} x <2 x float>], ptr %buf, i32 0, i32 {slot}",
+                      f"%{operand}{n} = load <2 x float>, ptr %{operand}p{n}, align 8"]
+        lines += [f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{n}, <2 x float> %b{n}, <2 x float> %c{n}, "
+                  "i1 %relabel)", f"store <2 x float> %x{n}, ptr %cp{n}, align 8"]
+    body = "\n  ".join(lines + ["ret void"])
+    return name, (f"define internal void @{name}(ptr %buf, i1 %relabel) noinline convergent nounwind {{\n"
+                  f"  {body}\n}}")
 
 
 def _struct(struct: str, values: List[str], name: str) -> List[str]:
@@ -195,7 +282,11 @@ def tensor_core_products(text: str) -> str:
         return text
     defined = {name: rest.split(", !")[0].strip() for name, rest in _DEFINED.findall(text)}
     definitions: List[str] = []
-    text = "\n".join(_batched(text.split("\n"), defined, definitions))
+    checks: Dict[str, str] = {}
+    text = "\n".join(_checked(_batched(text.split("\n"), defined, definitions, checks), checks))
+    if checks:
+        declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
+        definitions += [d for d in DECLARATIONS if re.search(r"@([-\w$.]+)\(", d).group(1) not in declared]
     used = set()
 
     def route(match) -> str:

@@ -221,8 +221,8 @@ _RUN = """define void @k(ptr addrspace(3) %tile, i32 %x, ptr addrspace(1) %out) 
   %base = getelementptr inbounds i8, ptr addrspace(3) %tile, i64 %i
   %a1p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {a}
   %a2p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {a2}
-  %b1p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 64
-  %b2p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 66
+  %b1p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {b}
+  %b2p = getelementptr inbounds i8, ptr addrspace(3) %base, i64 {b2}
   %a1 = load half, ptr addrspace(3) %a1p, align 2
   %a2 = load half, ptr addrspace(3) %a2p, align 2
   %b1 = load half, ptr addrspace(3) %b1p, align 2
@@ -243,20 +243,28 @@ declare <2 x float> @tm.cuda.product8x8(<2 x float>, <2 x float>, <2 x float>, i
 """
 
 
-@pytest.mark.parametrize("a, between, ldmatrix", [
-    (0, "", ["x1", "x1.trans"]),     # both fragments from 16-byte rows of one tile
-    (8, "", ["x1.trans"]),           # A 8 bytes into a row: A packed by the caller, B still read by ldmatrix
-    (0, "\n  store half %a1, ptr addrspace(3) %b1p, align 2", []),  # written in between: the loads stay
+@pytest.mark.parametrize("a, b, between, ldmatrix", [
+    (0, 64, "", ["x1", "x1.trans"]),  # both fragments from 16-byte rows of one tile
+    (8, 64, "", ["x1.trans"]),        # A 8 bytes into a row: A packed by the caller, B still read by ldmatrix
+    (0, 72, "", ["x1"]),              # and the other way round
+    (0, 64, "\n  store half %a1, ptr addrspace(3) %b1p, align 2", []),  # written in between: the loads stay
 ])
-def test_fragments_take_ldmatrix_only_where_their_form_is_plain(a, between, ldmatrix):
+def test_fragments_take_ldmatrix_only_where_their_form_is_plain(a, b, between, ldmatrix):
     """A run's fragments are read by ldmatrix only where both halves come from one tile
     register plus a constant multiple of 16 bytes and nothing writes memory between the
     loads and the product; the rows themselves are checked at run time."""
     from torch_metallib.backends.cuda.tensor_core_products import tensor_core_products
-    text = tensor_core_products(_RUN.format(a=a, a2=a + 2, between=between))
+    text = tensor_core_products(_RUN.format(a=a, a2=a + 2, b=b, b2=b + 2, between=between))
     assert re.findall(r"call (?:i32|\{[^}]*\}) @llvm\.nvvm\.ldmatrix\.sync\.aligned\.m8n8\.(x\d(?:\.trans)?)\.b16", text) == ldmatrix
     assert text.count("call i1 @llvm.nvvm.vote.all.sync(") == (1 if ldmatrix else 0)  # one check: one tile register
-    llvm.parse_assembly(text).verify()
+    # Each call matches its function (LLVM's verifier accepts a call of another type, then
+    # neither inlines it nor calls it correctly): optimized, no product function is left.
+    module = llvm.parse_assembly(f'target triple = "{ptx_module.TRIPLE}"\n' + text)
+    module.verify()
+    machine = ptx_module._machine("sm_80")
+    builder = llvm.create_pass_builder(machine, llvm.create_pipeline_tuning_options(speed_level=3))
+    builder.getModulePassManager().run(module, builder)
+    assert "@tm.cuda.products" not in str(module)
 
 
 def test_shared_alignment_claims_only_what_the_address_proves():

@@ -177,11 +177,12 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
     mma = _MMA[kind]
     parameters, go, matrices, reloads = [], ["%whole", "%relabel"], [], []
     for operand, count, by_ldmatrix in (("a", a_count, read[0]), ("b", b_count, read[1])):
-        if not by_ldmatrix:
+        if not by_ldmatrix:  # in _run_call's order
             parameters += [f"i32 %p{operand}{i}" for i in range(count)]
             parameters += [f"<2 x float> %{operand}{i}" for i in range(count)]
+        parameters += [f"{t} %{n}{g}" for g, group in enumerate(groups) if group[0] == operand
+                       for t, n in (("i32", "row"), ("i1", "ok"), ("ptr addrspace(3)", "base"))]
     for g, (operand, indices, offsets) in enumerate(groups):
-        parameters += [f"i32 %row{g}", f"i1 %ok{g}", f"ptr addrspace(3) %base{g}"]
         go.append(f"%ok{g}")
         matrices += ldmatrix_lines(f"%row{g}", offsets, operand == "b", f"lm{g}")
         for q, i in enumerate(indices):

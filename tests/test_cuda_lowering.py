@@ -196,8 +196,8 @@ def test_half_gemm_fragments_are_read_by_ldmatrix(mlx_lib, ptxas, tmp_path, dtyp
     imply are checked once, where each tile's address is computed (a vote per tile). Each
     thread's 16 bytes of a tile are copied from global memory with one 16-byte load and
     store where the source is aligned at run time (the 2-byte copy stays for the other
-    launches). The exact products, called, keep the kernel at 72 registers (96 with one
-    call per product)."""
+    launches). The exact products, one call per run, keep the kernel at 80 registers (96
+    with one call per product, 64 without the exact path)."""
     ptx = kernel_ptx(mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"], _ALIGNED, "t", "sm_90")
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.shared.b16") == 2
     assert ptx.count("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16") == 2
@@ -212,7 +212,7 @@ def test_half_gemm_fragments_are_read_by_ldmatrix(mlx_lib, ptxas, tmp_path, dtyp
     result = subprocess.run([ptxas, "-v", "-arch=sm_90", str(source), "-o", str(tmp_path / "kernel.cubin")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[:1000]
-    assert re.search(r"Used (\d+) registers", result.stderr).group(1) == "72", result.stderr
+    assert re.search(r"Used (\d+) registers", result.stderr).group(1) == "80", result.stderr
 
 
 _RUN = """define void @k(ptr addrspace(3) %tile, i32 %x, ptr addrspace(1) %out) {{

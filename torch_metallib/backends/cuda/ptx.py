@@ -214,15 +214,24 @@ def kernel_ptx(function, constants: dict, symbol: str, arch: str = DEFAULT_ARCH,
             text, entry = coarse, entry_name(symbol, COARSENING)
         except _NoRuns:
             ptx = compile_ptx(text, entry, arch)
-    if "__local_depot" in ptx:
+    if "__local_depot" in _entry_body(ptx, entry):
         # A private array left in local memory: again with its run-time indexed accesses as
         # selects (private_registers.py). Only then: where O3 promotes the arrays itself
-        # (most kernels) the selects only cost compile time (steel GEMM's twice).
+        # (most kernels) the selects only cost compile time (steel GEMM's twice). The
+        # kernel's arrays are in its entry (every function of its own is inlined there); the
+        # functions called (tensor_core_products.py's exact products) have local arrays of
+        # their own.
         registers = private_arrays_in_registers(text)
         if registers != text:
             ptx = compile_ptx(registers, entry, arch)
     diagnostics.dump_stage("kernel", ptx, suffix=".ptx")
     return ptx
+
+
+def _entry_body(ptx: str, entry: str) -> str:
+    """The text of `entry`'s definition in `ptx`."""
+    start = ptx.find(f".entry {entry}(")
+    return ptx[start:ptx.find("\n}\n", start)] if start >= 0 else ptx
 
 
 def ptxas_path():

@@ -230,16 +230,12 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
                       f"%r{n} = insertelement <2 x float> %r{n}.0, float %m{m}.{half}.1, i32 1"]
             made[n] = f"%r{n}"
     lines += _struct(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"] + reloads
-    # The exact products: one call, operands and results through memory, so that nothing
-    # the loop keeps in registers lives across it (16 calls raised steel GEMM's registers
-    # from 64 to 96).
-    slots = [f"%c{n}" for n in range(len(shape))] + [f"%a{i}" for i in range(a_count)] + [f"%b{j}" for j in range(b_count)]
-    lines = [f"%buf = alloca [{len(slots)} x <2 x float>], align 8"] + lines
-    for n, value in enumerate(slots):
-        lines += [f"%slot{n} = getelementptr [{len(slots)} x <2 x float>], ptr %buf, i32 0, i32 {n}",
-                  f"store <2 x float> {value}, ptr %slot{n}, align 8"]
-    lines.append(f"call void @{exact_run[0]}(ptr %buf, i1 %relabel)")
-    lines += [f"%x{n} = load <2 x float>, ptr %slot{n}, align 8" for n in range(len(shape))]
+    # The exact products: one call for the run, so that nothing the loop keeps in registers
+    # lives across it (a call per product raised steel GEMM's registers from 64 to 96).
+    operands = ([f"<2 x float> %c{n}" for n in range(len(shape))] + [f"<2 x float> %a{i}" for i in range(a_count)]
+                + [f"<2 x float> %b{j}" for j in range(b_count)])
+    lines.append(f"%xs = call {struct} @{exact_run[0]}({', '.join(operands)}, i1 %relabel)")
+    lines += [f"%x{n} = extractvalue {struct} %xs, {n}" for n in range(len(shape))]
     lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "se")
     lines += ["br label %done", "done:", f"%r = phi {struct} [ %sm, %mma ], [ %se, %exact ]", f"ret {struct} %r"]
     body = "\n  ".join(lines)
@@ -248,22 +244,28 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
 
 
 def _exact_run(a_count: int, b_count: int, shape) -> Tuple[str, str]:
-    """(name, definition) of the exact products of a run of `shape` (_run_definition): its
-    C, A and B values read from the array at %buf as each product needs them (few live
-    across its calls), each D written over its C."""
+    """(name, definition) of the exact products of a run of `shape` (_run_definition): C
+    values, then A's and B's, in; the D values out. The operands go through a local array,
+    read as each product needs them: few values live across its calls (ptxas reads every
+    parameter at once, which raised steel GEMM's registers from 72 to 96)."""
     name = f"{PLACEHOLDER}.run.{a_count}.{b_count}." + ".".join(f"{i}_{j}" for i, j in shape)
-    count = len(shape) + a_count + b_count
-    lines = []
+    struct = "{ " + ", ".join(["<2 x float>"] * len(shape)) + " }"
+    operands = ([f"%c{n}" for n in range(len(shape))] + [f"%a{i}" for i in range(a_count)]
+                + [f"%b{j}" for j in range(b_count)])
+    array = f"[{len(operands)} x <2 x float>]"
+    lines = [f"%buf = alloca {array}, align 8"]
+    for k, value in enumerate(operands):
+        lines += [f"%slot{k} = getelementptr {array}, ptr %buf, i32 0, i32 {k}",
+                  f"store volatile <2 x float> {value}, ptr %slot{k}, align 8"]
     for n, (i, j) in enumerate(shape):
         slots = {"c": n, "a": len(shape) + i, "b": len(shape) + a_count + j}
-        for operand, slot in slots.items():
-            lines += [f"%{operand}p{n} = getelementptr [{count} x <2 x float>], ptr %buf, i32 0, i32 {slot}",
-                      f"%{operand}{n} = load <2 x float>, ptr %{operand}p{n}, align 8"]
-        lines += [f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{n}, <2 x float> %b{n}, <2 x float> %c{n}, "
-                  "i1 %relabel)", f"store <2 x float> %x{n}, ptr %cp{n}, align 8"]
-    body = "\n  ".join(lines + ["ret void"])
-    return name, (f"define internal void @{name}(ptr %buf, i1 %relabel) noinline convergent nounwind {{\n"
-                  f"  {body}\n}}")
+        lines += [f"%{o}{n}.v = load volatile <2 x float>, ptr %slot{k}, align 8" for o, k in slots.items()]
+        lines.append(f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{n}.v, <2 x float> %b{n}.v, "
+                     f"<2 x float> %c{n}.v, i1 %relabel)")
+    lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "s") + [f"ret {struct} %s"]
+    body = "\n  ".join(lines)
+    return name, (f"define internal {struct} @{name}({', '.join('<2 x float> ' + v for v in operands)}, "
+                  f"i1 %relabel) noinline convergent nounwind {{\n  {body}\n}}")
 
 
 def _struct(struct: str, values: List[str], name: str) -> List[str]:

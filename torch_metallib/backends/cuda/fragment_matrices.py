@@ -115,7 +115,7 @@ def ldmatrix_lines(row: str, offsets: List[int], trans: bool, name: str) -> List
     """Lines leaving i32 %`name`.0 .. : the fragments at row address `row` (check_lines) plus
     each offset, lane groups of 8 giving one fragment's rows each."""
     count = len(offsets)
-    lines = ["%{0}.lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()".format(name),
+    lines = [f"%{name}.lane = call i32 @llvm.nvvm.read.ptx.sreg.laneid()",
              f"%{name}.q0 = lshr i32 %{name}.lane, 3", f"%{name}.q = and i32 %{name}.q0, {count - 1}"]
     chosen = str(offsets[-1])
     for q in range(count - 2, -1, -1):

@@ -9,8 +9,10 @@ m16n8k8`` with float accumulation (the products exact, the sums in the tensor co
 order: what the f16/bf16 path promises), every other call the exact path (24 shuffles, 16
 fused multiply-adds in k order, bit for bit the CPU's). The tensor-core path needs the
 lanes relabelled (lane_relabeling.py: A, C and D then already sit where mma.sync wants
-them; B's column pairs take two shuffles) and the whole warp present: it checks both at run
-time, per warp, and takes the exact path otherwise. f32 products never use TF32.
+them; B's column pairs take two shuffles, or come transposed by ldmatrix where the
+fragments are read from a tile as fragment_matrices.py recognises) and the whole warp
+present: it checks both at run time, per warp, and takes the exact path otherwise (one
+call per run of products). f32 products never use TF32.
 """
 
 import re
@@ -141,7 +143,7 @@ def _run_call(run: int, kind: str, calls, defined: Dict[str, str], definitions: 
     b_values = list(dict.fromkeys(c[2] for c in calls))
     lines: List[str] = []
     arguments: List[str] = []
-    groups = []  # (operand, fragment indices, base, offsets) of each ldmatrix
+    groups = []  # (operand, fragment indices, offsets) of each ldmatrix
     for operand, values, found in (("a", a_values, sources[0]), ("b", b_values, sources[1])):
         if found is None:
             for i, value in enumerate(values):
@@ -234,9 +236,7 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
     # lives across it (a call per product raised steel GEMM's registers from 64 to 96).
     operands = ([f"<2 x float> %c{n}" for n in range(len(shape))] + [f"<2 x float> %a{i}" for i in range(a_count)]
                 + [f"<2 x float> %b{j}" for j in range(b_count)])
-    lines.append(f"%xs = call {struct} @{exact_run[0]}({', '.join(operands)}, i1 %relabel)")
-    lines += [f"%x{n} = extractvalue {struct} %xs, {n}" for n in range(len(shape))]
-    lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "se")
+    lines.append(f"%se = call {struct} @{exact_run[0]}({', '.join(operands)}, i1 %relabel)")
     lines += ["br label %done", "done:", f"%r = phi {struct} [ %sm, %mma ], [ %se, %exact ]", f"ret {struct} %r"]
     body = "\n  ".join(lines)
     return (f"define internal {struct} @{name}({', '.join(parameters)}) alwaysinline convergent nounwind "

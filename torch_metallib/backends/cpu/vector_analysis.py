@@ -156,16 +156,19 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str]) -> Tuple[Dict[str, int], Set[str]]:
+                   types: Dict[str, str], arrays: Set[str] = frozenset()) -> Tuple[Dict[str, int], Set[str]]:
     """(value -> how much it likely grows from one lane to the next (bytes for addresses),
     the values computed from data): the thread index grows by one, through sums, products
     and shifts by constants, remainders and masks (exact within a SIMD-group for small
-    values), extensions, reg2mem's values and getelementptr. Only a guess: the accesses it
+    values), extensions, reg2mem's values, a lane's private `arrays` (what a load from one
+    reads grows as what every store to it wrote: a table of row addresses) and
+    getelementptr. Only a guess: the accesses it
     picks check the lanes' addresses at run time. Data (what a kernel loads from its
     buffers, float bits as integers) says nothing of lanes: addresses computed from it
     (table lookups) are not checked."""
     guess: Dict[str, int] = {"%t32": 1}
     slot_guess: Dict[str, Optional[int]] = {}
+    root: Dict[str, str] = {name: name for name in arrays}  # an address into a private array -> the array
     data: Set[str] = set()
 
     def of(operand: str) -> Optional[int]:
@@ -184,7 +187,8 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                 if code == "store":
                     parts = split_operands(text[6:])
                     pointer = typed(parts[1])[1]
-                    if pointer in slots:
+                    pointer = root.get(pointer, pointer)
+                    if pointer in slots or pointer in arrays:
                         stored = of(parts[0])
                         slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
                     continue
@@ -198,8 +202,10 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = 0  # uniform operands, a uniform result
                 elif code == "load":
                     pointer = typed(split_operands(text[5:])[1])[1]
-                    found = slot_guess.get(pointer) if pointer in slots else of(pointer)
-                    found = found if pointer in slots else (0 if found == 0 else None)
+                    pointer = root.get(pointer, pointer)
+                    kept = pointer in slots or pointer in arrays
+                    found = slot_guess.get(pointer) if kept else of(pointer)
+                    found = found if kept else (0 if found == 0 else None)
                 elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
                     parts = split_operands(" ".join(words[1:]))
                     a, b = of(parts[0]), of(parts[1])
@@ -216,6 +222,9 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
                 elif code == "getelementptr":
                     parts = split_operands(" ".join(words[1:]))
+                    if typed(parts[1])[1] in root:
+                        root[result] = root[typed(parts[1])[1]]
+                        continue  # the lanes' copies of an array: no stride of interest
                     source, total = parts[0], of(parts[1])
                     values = [typed(p)[1] for p in parts[2:]]
                     for depth, index in enumerate(parts[2:]):

@@ -213,7 +213,8 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
-        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
+        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types,
+                                                 allocas - set(self.slots))
 
         out = self.out
         out.append("tm.rentry:")

@@ -66,6 +66,7 @@ _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "
 _DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
 _CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
           "inttoptr", "bitcast", "addrspacecast"}
+_GEP_BASE = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:\w+ )*?[^,]+, ptr(?: addrspace\(\d+\))? (%{NAME}),")
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
@@ -418,10 +419,29 @@ class _Region:
                     direct.discard(pointer)
             direct -= set(used)
         self.slots = {n: allocas[n] for n in direct}
+        self._sizes_of_bases(every)
         for name, type_name in allocas.items():
             leaf = leaf_type(type_name)
             if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
+
+    def _sizes_of_bases(self, every: List[str]) -> None:
+        """A getelementptr's base is noted with the sizes accessed through its result, so
+        its lanes' addresses are checked once where it is defined and an address a uniform
+        offset from it takes that check (_offset_checks), in a loop too."""
+        bases = {}
+        for line in every:
+            gep = " = getelementptr " in line and _GEP_BASE.match(line)
+            if gep:
+                bases[gep.group(1)] = gep.group(2)
+        changed = True
+        while changed:
+            changed = False
+            for result, base in bases.items():
+                missing = self.sizes.get(result, set()) - self.sizes.get(base, set())
+                if missing:
+                    self.sizes.setdefault(base, set()).update(missing)
+                    changed = True
 
     def _widen_allocation(self, name: str, rest: str) -> None:
         type_name = split_operands(rest)[0]
@@ -610,6 +630,8 @@ class _Region:
             self.private.add(name)
         if base in self.strides and not any(self.is_varying(p) for p in parts[2:]):
             self.strides[name] = self.strides[base]  # a uniform offset from each lane's address
+        if base in self.varying and not any(self.is_varying(p) for p in parts[2:]):
+            self._offset_checks(name, source, pointer_type, base, parts[2:])
         # An element of a uniform array indexed by the thread (the context's, the points):
         # the lanes' addresses are consecutive where the element is as large as the access.
         last = typed(parts[-1])
@@ -626,6 +648,22 @@ class _Region:
                 for size in spaced:
                     self.checked[(name, size)] = (name, first, "true", stride // size)
         self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
+
+    def _offset_checks(self, name: str, source: str, pointer_type: str, base: str, indices: List[str]) -> None:
+        """Pointer `name`, `base` moved by the same offset in every lane, is as far apart
+        between lanes as `base`: its accesses of a size checked for `base` take that check
+        (no second one), from lane 0's address moved alike."""
+        for size in self.sizes.get(name, ()):
+            checked = self.checked.get((base, size))
+            if checked is None or (name, size) in self.checked:
+                continue
+            frozen, first, ok, spacing = checked
+            moved, lanes = self.fresh("p0"), self.fresh("pf")
+            offsets = ", ".join(indices)
+            self.out += [f"  {moved} = getelementptr {source}, {pointer_type} {first}, {offsets}",
+                         f"  {lanes} = getelementptr {source}, <{WIDTH} x {pointer_type}> {frozen}, "
+                         f"{offsets}"]
+            self.checked[(name, size)] = (lanes, moved, ok, spacing)
 
     def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
         """An address into an interleaved allocation: the element's index times WIDTH past
@@ -655,8 +693,17 @@ class _Region:
                 self.out.append(f"  {added} = add i64 {total}, {term}")
             total = added
         offset = f"<{WIDTH} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
-        self.elements[name] = self.elements[base]
-        self._define(name, "ptr", f"getelementptr {self.elements[base]}, <{WIDTH} x ptr> {base}, {offset}")
+        leaf = self.elements[name] = self.elements[base]
+        size = scalar_bytes(leaf)
+        # One element of every lane's copy (a uniform offset from lanes' consecutive
+        # addresses): consecutive by the layout, no check at run time.
+        consecutive = not varying and (base in self.interleaved or self.checked.get((base, size), ())[2:] == ("true", 1))
+        if consecutive:
+            first = self.fresh("p0")
+            self.checked[(name, size)] = (name, first, "true", 1)
+        self._define(name, "ptr", f"getelementptr {leaf}, <{WIDTH} x ptr> {base}, {offset}")
+        if consecutive:
+            self.out.append(f"  {first} = extractelement <{WIDTH} x ptr> {name}, i64 0")
 
     def _check_consecutive(self, name: str, pointer_type: str) -> None:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
@@ -696,6 +743,8 @@ class _Region:
         if pointer in self.slots:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
+            if type_name.startswith("ptr"):  # an address reloaded in a loop: checked once (LLVM hoists it)
+                self._check_consecutive(name, type_name)
             return
         if not SCALAR.match(type_name):
             self.copies[name] = (type_name, pointer_type, pointer)

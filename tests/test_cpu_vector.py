@@ -277,3 +277,35 @@ def test_a_failing_rewrite_falls_back_to_lane_loops(monkeypatch, failure):
         kernel(x, out, mean, rstd, size, 1e-5, 1, 1, w, b, threads=rows * group, group_size=group)
     assert kernel.cpu_scheme == "lanes"
     torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (size,), eps=1e-5), rtol=1e-5, atol=1e-5)
+def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
+    """Lanes that each read a few consecutive floats of a row through an address kept in a
+    private array (MLX's row reductions): the address's stride between lanes is guessed
+    through the array, so the loads are wide masked loads (every 4th element), not gathers;
+    the address one element further takes its check, and addresses of an element of an
+    interleaved private array need none: two checks at run time (that address, the output's)."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %rows = alloca [2 x ptr addrspace(1)], align 8",
+              "  %raw = load ptr, ptr %args, align 8", "  %base = addrspacecast ptr %raw to ptr addrspace(1)",
+              "  %rawout = getelementptr i8, ptr %args, i64 8", "  %outp = load ptr, ptr %rawout, align 8",
+              "  %out = addrspacecast ptr %outp to ptr addrspace(1)", "  br label %tm.loop", "tm.loop:",
+              "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %col = shl i32 %t32, 2", "  %col64 = zext i32 %col to i64",
+              "  %row0 = getelementptr inbounds float, ptr addrspace(1) %base, i64 %col64",
+              "  %at0 = getelementptr inbounds [2 x ptr addrspace(1)], ptr %rows, i64 0, i64 0",
+              "  store ptr addrspace(1) %row0, ptr %at0, align 8",
+              "  %row1 = getelementptr inbounds float, ptr addrspace(1) %row0, i64 4096",
+              "  %at1 = getelementptr inbounds [2 x ptr addrspace(1)], ptr %rows, i64 0, i64 1",
+              "  store ptr addrspace(1) %row1, ptr %at1, align 8", "  %r1 = load ptr addrspace(1), ptr %at1, align 8",
+              "  %x0 = load float, ptr addrspace(1) %r1, align 4",
+              "  %p1 = getelementptr inbounds float, ptr addrspace(1) %r1, i64 1",
+              "  %x1 = load float, ptr addrspace(1) %p1, align 4", "  %sum = fadd float %x0, %x1",
+              "  %t64 = zext i32 %t32 to i64", "  %o = getelementptr inbounds float, ptr addrspace(1) %out, i64 %t64",
+              "  store float %sum, ptr addrspace(1) %o, align 4", "  store i32 -1, ptr %tm.pt, align 4",
+              "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 2
+    assert text.count(f"call i1 @llvm.vector.reduce.and.v{WIDTH}i1(") == 2

@@ -214,7 +214,8 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
-        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types,
+        before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
+        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
                                                  allocas - set(self.slots))
 
         out = self.out
@@ -743,7 +744,7 @@ class _Region:
         if pointer in self.slots:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
-            if type_name.startswith("ptr"):  # an address reloaded in a loop: checked once (LLVM hoists it)
+            if type_name.startswith("ptr"):  # an address reloaded in a loop: checked once (LLVM hoists it out)
                 self._check_consecutive(name, type_name)
             return
         if not SCALAR.match(type_name):
@@ -752,37 +753,10 @@ class _Region:
         if not self.is_varying(pointer):
             self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
-        vector = f"<{WIDTH} x {type_name}>"
-        space = mangled(pointer_type)
-        gather = f"llvm.masked.gather.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
-        self.declare(gather, f"declare {vector} @{gather}(<{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>, {vector})")
-        checked = self.checked.get((pointer, scalar_bytes(type_name)))
-        if checked is None:
-            self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
-                            f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
-        else:
-            frozen, first, ok, spacing = checked
-            total = WIDTH * spacing
-            wide = f"<{total} x {type_name}>"
-            load = f"llvm.masked.load.v{total}{mangled(type_name)}.{space}"
-            self.declare(load, f"declare {wide} @{load}({pointer_type}, i32, <{total} x i1>, {wide})")
-            whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
-            mask = self._spaced_mask(spacing)
-            if spacing == 1:
-                self.out.append(f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
-                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
-            else:  # every lane's element of a wide load
-                self.out += [f"  {name}.w = call {wide} @{load}({pointer_type} {first}, i32 {align}, "
-                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
-                             f"  {name}.c = shufflevector {wide} {name}.w, {wide} poison, <{WIDTH} x i32> <"
-                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
-            self.out += [f"  br label %{joined}", f"{apart}:",
-                         f"  {name}.g = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
-                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
-                         f"  br label %{joined}", f"{joined}:",
-                         f"  {name} = phi {vector} [ {name}.c, %{whole} ], [ {name}.g, %{apart} ]"]
+        self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
         self.varying[name] = type_name
+        if type_name.startswith("ptr"):  # an address from a private array
+            self._check_consecutive(name, type_name)
 
     def _store(self, text: str) -> None:
         parts = split_operands(text[len("store "):])
@@ -812,36 +786,68 @@ class _Region:
         if not self.is_varying(text):  # every lane stores the same value at the same place
             self.out.append(f"  {text}")
             return None
-        space = mangled(pointer_type)
-        scatter = f"llvm.masked.scatter.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
-        self.declare(scatter, f"declare void @{scatter}({vector}, <{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>)")
-        data = self.vec(type_name, value)
-        addresses = self.vec(pointer_type, pointer)
+        self._masked_access(type_name, pointer_type, pointer, align, data=self.vec(type_name, value))
+        return None
+
+    def _masked_access(self, type_name: str, pointer_type: str, pointer: str, align: str,
+                       loaded: Optional[str] = None, data: Optional[str] = None) -> None:
+        """The lanes of the mask load `loaded` (its name) or store vector `data` through
+        varying `pointer`: one masked access where its lanes' addresses are consecutive, a
+        wide one (its elements `spacing` apart) where they are evenly spaced (self.checked;
+        where that was checked at run time, else the next), else a masked gather or scatter."""
+        vector, pointers = f"<{WIDTH} x {type_name}>", f"<{WIDTH} x {pointer_type}>"
+        element, space = mangled(type_name), mangled(pointer_type)
+        lanes = f"<{WIDTH} x i1> {self.mask}"
+        if loaded is not None:
+            apart_call = f"llvm.masked.gather.v{WIDTH}{element}.v{WIDTH}{space}"
+            self.declare(apart_call, f"declare {vector} @{apart_call}({pointers}, i32, <{WIDTH} x i1>, {vector})")
+        else:
+            apart_call = f"llvm.masked.scatter.v{WIDTH}{element}.v{WIDTH}{space}"
+            self.declare(apart_call, f"declare void @{apart_call}({vector}, {pointers}, i32, <{WIDTH} x i1>)")
+
+        def apart(addresses: str, result: str) -> str:
+            if loaded is not None:
+                return (f"  {result} = call {vector} @{apart_call}({pointers} {addresses}, i32 {align}, {lanes}, "
+                        f"{vector} zeroinitializer)")
+            return f"  call void @{apart_call}({vector} {data}, {pointers} {addresses}, i32 {align}, {lanes})"
         checked = self.checked.get((pointer, scalar_bytes(type_name)))
-        if checked is None:
-            self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
-                            f"i32 {align}, <{WIDTH} x i1> {self.mask})")
-            return None
+        if checked is None:  # (a store's address may be uniform: every lane's value there, in lane order)
+            self.out.append(apart(self.vec(pointer_type, pointer), loaded))
+            return
         frozen, first, ok, spacing = checked
         total = WIDTH * spacing
-        wide = f"<{total} x {type_name}>"
-        store = f"llvm.masked.store.v{total}{mangled(type_name)}.{space}"
-        self.declare(store, f"declare void @{store}({wide}, {pointer_type}, i32, <{total} x i1>)")
-        whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
-        mask, spread = self._spaced_mask(spacing), data
-        if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
-            spread = self.fresh("sp")
-            self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
-                            + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
-                                        for i in range(total)) + ">")
-        self.out += [f"  call void @{store}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
-                     f"<{total} x i1> {mask})",
-                     f"  br label %{joined}", f"{apart}:",
-                     f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
-                     f"<{WIDTH} x i1> {self.mask})",
-                     f"  br label %{joined}", f"{joined}:"]
-        return None
+        wide, mask = f"<{total} x {type_name}>", self._spaced_mask(spacing)
+        whole = f"llvm.masked.{'load' if loaded is not None else 'store'}.v{total}{element}.{space}"
+        known = ok == "true"  # no run-time check: the wide access only
+        together = loaded if known else f"{loaded}.c"
+        labels = [] if known else [self.label("whole"), self.label("apart"), self.label("joined")]
+        if labels:
+            self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
+        if loaded is not None:
+            self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+            if spacing == 1:
+                self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
+                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
+            else:  # every lane's element of a wide load
+                self.out += [f"  {loaded}.w = call {wide} @{whole}({pointer_type} {first}, i32 {align}, "
+                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
+                             f"  {together} = shufflevector {wide} {loaded}.w, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
+        else:
+            self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
+            spread = data
+            if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
+                spread = self.fresh("sp")
+                self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
+                                + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
+                                            for i in range(total)) + ">")
+            self.out.append(f"  call void @{whole}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
+                            f"<{total} x i1> {mask})")
+        if labels:
+            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:", apart(frozen, f"{loaded}.g"),
+                         f"  br label %{labels[2]}", f"{labels[2]}:"]
+            if loaded is not None:
+                self.out.append(f"  {loaded} = phi {vector} [ {loaded}.c, %{labels[0]} ], [ {loaded}.g, %{labels[1]} ]")
 
     def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
         """An aggregate loaded only to be stored: copied element by element; between a

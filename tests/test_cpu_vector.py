@@ -309,3 +309,24 @@ def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
     assert vectorized == ["tm.region.0"] and not refused
     assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 2
     assert text.count(f"call i1 @llvm.vector.reduce.and.v{WIDTH}i1(") == 2
+
+
+def test_a_deposit_copies_lanes_values_as_vector_accesses():
+    """A lane's deposit into its exchange slot (a memcpy of 4 bytes, regions.py) is one
+    integer load and store of every lane under the mask (a gather and a scatter: the slots
+    are 64 bytes apart), not a call and a branch per lane."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %buf = alloca [64 x i8], align 16",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %f = uitofp i32 %t32 to float", "  store float %f, ptr %buf, align 4", "  %lane = and i32 %t32, 31",
+              "  %slot = getelementptr inbounds [32 x [64 x i8]], ptr %ctx, i32 0, i32 %lane",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %slot, ptr align 4 %buf, i64 4, i1 false)",
+              "  store i32 1, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert "call void @llvm.memcpy" not in text
+    assert f"call <{WIDTH} x i32> @llvm.masked.gather.v{WIDTH}i32.v{WIDTH}p0(" in text
+    assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text

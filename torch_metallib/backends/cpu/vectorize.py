@@ -970,9 +970,24 @@ class _Region:
             return self._elementwise(name, function, return_type, arguments)
         if base in PER_LANE and SCALAR.match(return_type):
             return self._per_lane(name, function, return_type, arguments, masked=False)
+        if memory and self._small_copy(function, arguments):
+            return None
         if memory:
             return self._per_lane(None, function, "void", arguments, masked=True)
         raise NotVector(f"a call of @{function}")
+
+    def _small_copy(self, function: str, arguments) -> bool:
+        """A copy of 1, 2, 4 or 8 bytes (a deposit's value into its slot) as one integer
+        load and store (whether it was emitted): vector accesses, not a call per lane."""
+        if not function.startswith(("llvm.memcpy.", "llvm.memmove.")) or len(arguments) != 4:
+            return False
+        (target_type, target), (source_type, source), (_, length), volatile = arguments
+        if length not in ("1", "2", "4", "8") or volatile != ("i1", "false"):
+            return False
+        integer, value = f"i{8 * int(length)}", self.fresh("cp")
+        self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
+        self._instruction(f"store {integer} {value}, {target_type} {target}, align 1")
+        return True
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
         vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{WIDTH}{m.group(1)}", function)

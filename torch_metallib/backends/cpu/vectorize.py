@@ -458,6 +458,7 @@ class _Region:
                          f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
             self.varying[name] = "ptr"
             self.elements[name] = leaf
+            self.checked[(name, scalar_bytes(leaf))] = (name, f"{name}.w", "true", 1)  # its first element
             return
         if not re.fullmatch(r"(\[\d+ x )*[^\s\[\]{}<>]+\]*", type_name):
             raise NotVector(f"an allocation of {type_name}")
@@ -753,7 +754,11 @@ class _Region:
         if not self.is_varying(pointer):
             self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
-        self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
+        own = self._own_element(pointer, type_name)
+        if own:  # every lane's copy of one element of its private array: no mask needed to read it
+            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {own}")
+        else:
+            self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
         self.varying[name] = type_name
         if type_name.startswith("ptr"):  # an address from a private array
             self._check_consecutive(name, type_name)
@@ -786,7 +791,20 @@ class _Region:
         if not self.is_varying(text):  # every lane stores the same value at the same place
             self.out.append(f"  {text}")
             return None
-        self._masked_access(type_name, pointer_type, pointer, align, data=self.vec(type_name, value))
+        own = self._own_element(pointer, type_name)
+        if own:
+            self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
+        else:
+            self._masked_access(type_name, pointer_type, pointer, align, data=self.vec(type_name, value))
+        return None
+
+    def _own_element(self, pointer: str, type_name: str) -> Optional[str]:
+        """Where `pointer` addresses one element of every lane's copy of an interleaved
+        private array (consecutive by the layout): the vector's address, accessed as a whole
+        (masked-off lanes' copies are theirs alone), so LLVM keeps it in registers; else None."""
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
+        if pointer in self.elements and checked and checked[2:] == ("true", 1):
+            return checked[1]
         return None
 
     def _masked_access(self, type_name: str, pointer_type: str, pointer: str, align: str,

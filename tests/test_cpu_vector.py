@@ -282,7 +282,8 @@ def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
     private array (MLX's row reductions): the address's stride between lanes is guessed
     through the array, so the loads are wide masked loads (every 4th element), not gathers;
     the address one element further takes its check, and addresses of an element of an
-    interleaved private array need none: two checks at run time (that address, the output's)."""
+    interleaved private array need none: two checks at run time (that address, the output's).
+    The array's element is read and written for every lane as one vector."""
     region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
               "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %rows = alloca [2 x ptr addrspace(1)], align 8",
               "  %raw = load ptr, ptr %args, align 8", "  %base = addrspacecast ptr %raw to ptr addrspace(1)",
@@ -309,6 +310,8 @@ def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
     assert vectorized == ["tm.region.0"] and not refused
     assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 2
     assert text.count(f"call i1 @llvm.vector.reduce.and.v{WIDTH}i1(") == 2
+    # The array's element of every lane is one plain vector (LLVM keeps it in registers).
+    assert f"  %r1 = load <{WIDTH} x ptr addrspace(1)>, ptr " in text
 
 
 def test_a_deposit_copies_lanes_values_as_vector_accesses():
@@ -330,3 +333,64 @@ def test_a_deposit_copies_lanes_values_as_vector_accesses():
     assert "call void @llvm.memcpy" not in text
     assert f"call <{WIDTH} x i32> @llvm.masked.gather.v{WIDTH}i32.v{WIDTH}p0(" in text
     assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
+
+
+def _agreeing_loop_region():
+    """A region in reg2mem's form: lanes below 5 run a loop of 4 (its counter in %j.slot),
+    the others skip it (a divergent `if` around a loop every lane in it runs alike)."""
+    return ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+            "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %j.slot = alloca i32, align 4",
+            "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+            "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+            "  %few = icmp ult i32 %t32, 5", "  br i1 %few, label %pre, label %done", "pre:",
+            "  store i32 0, ptr %j.slot, align 4", "  br label %head", "head:", "  %j = load i32, ptr %j.slot, align 4",
+            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", "  %more = icmp ult i32 %jn, 4",
+            "  br i1 %more, label %head, label %done", "done:", "  store i32 -1, ptr %tm.pt, align 4",
+            "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+            "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+            "tm.exit:", "  ret void", "}"]
+
+
+def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together():
+    """In a divergent part's convergent copy (its lanes agreed at every branch since they
+    entered it) a value stored only there, only from values alike, and read only after the
+    part wrote it is one scalar: the loop's branch is a branch, no agreement checked."""
+    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region()))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert "  %j.slot.u = alloca i32" in text
+    assert "  %u.j = load i32, ptr %j.slot.u" in text
+    assert "  br i1 %u.more, label %head.u, label %done" in text
+
+
+def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):
+    """Lanes above 40 run a loop of 4 over their elements, the others skip it; inside, an
+    `if` on the element's sign, where lanes agree except at two elements: there they go
+    apart with the loop's counter and sum so far (kept as scalars while they agreed); then
+    a SIMD-group sum of every lane's result."""
+    body = ["%big = icmp ugt i32 %gid, 40", "br i1 %big, label %start, label %skip",
+            "start:", "br label %head",
+            "head:", "%i = phi i32 [ 0, %start ], [ %i1, %next ]", "%acc = phi float [ 0.0, %start ], [ %acc1, %next ]",
+            "%k = mul i32 %gid, 4", "%j = add i32 %k, %i", "%j64 = zext i32 %j to i64",
+            "%xp = getelementptr float, ptr addrspace(1) %x, i64 %j64", "%v = load float, ptr addrspace(1) %xp",
+            "%pos = fcmp ogt float %v, 0.0", "br i1 %pos, label %plus, label %minus",
+            "plus:", "%a = fadd float %acc, %v", "br label %next",
+            "minus:", "%b = fmul float %v, 2.0", "%c = fsub float %acc, %b", "br label %next",
+            "next:", "%acc1 = phi float [ %a, %plus ], [ %c, %minus ]", "%i1 = add i32 %i, 1",
+            "%more = icmp ult i32 %i1, 4", "br i1 %more, label %head, label %done",
+            "skip:", "br label %merge", "done:", "br label %merge",
+            "merge:", "%r = phi float [ -1.0, %skip ], [ %acc1, %done ]",
+            "%s = call float @air.simd_sum.f32(float %r) #2", "%t = fadd float %s, %r",
+            "%op = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %t, ptr addrspace(1) %op",
+            "br label %out", "out:"]
+    threads = 96
+    x = torch.rand(4 * threads, generator=torch.Generator().manual_seed(4)) + 0.25
+    x[4 * 70 + 2], x[4 * 50 + 1] = -1.5, -0.75  # lanes that go their own way mid-loop
+    y = torch.empty(threads)
+    make = _kernel("agreeing", body, [("x", "float", "air.read"), ("y", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y], x, y, threads=threads, group_size=96)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    v = x.view(threads, 4).double()
+    r = torch.where(torch.arange(threads) > 40, torch.where(v > 0, v, -2 * v).sum(1), torch.tensor(-1.0).double())
+    expected = torch.cat([r[s:s + 32].sum().expand(32) for s in range(0, threads, 32)]) + r
+    torch.testing.assert_close(results[1][0], expected.float(), rtol=1e-5, atol=1e-5)

@@ -9,7 +9,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
-__all__ = ["divergence", "guess_strides", "loop_ends"]
+__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends"]
 
 
 
@@ -60,6 +60,61 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
         _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
         varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
     return varying_slots, parts
+
+
+def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+                   slots: Dict[str, str], varying_slots: Set[str], private: Set[str],
+                   parts: Dict[str, Part]) -> Dict[int, Set[str]]:
+    """id(part) -> the varying reg2mem values that lanes running a divergent part together
+    (its convergent copies, where they agreed at every branch since entering it) hold
+    alike: stored only in the part, only values alike given the others (a loop counter),
+    read nowhere before the part writes them (on entering it, after it). Scalars there."""
+    live = _live_slots(order, graph, lines_of, slots)
+    _, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+    found: Dict[int, Set[str]] = {}
+    for part in {id(p): p for p in parts.values()}.values():
+        inside = part.blocks
+        edges = {s for name in order if name not in inside for s in graph[name] if s in inside}
+        edges |= {s for name in inside for s in graph[name] if s not in inside}
+        candidates = {slot for slot in varying_slots if stored[slot][1] and stored[slot][1] <= inside
+                      and not any(slot in live[edge] for edge in edges)}
+        while candidates:  # alike where every value stored is, given the candidates alike
+            _, alike = _varying_branches(order, lines_of, slots, varying_slots - candidates, private)
+            kept = {slot for slot in candidates if not alike[slot][0]}
+            if kept == candidates:
+                break
+            candidates = kept
+        found[id(part)] = candidates
+    return found
+
+
+def _live_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+                slots: Dict[str, str]) -> Dict[str, Set[str]]:
+    """Block -> the reg2mem values read on some path from its start before being written
+    (reg2mem's allocations are only loaded and stored)."""
+    reads: Dict[str, Set[str]] = {}
+    writes: Dict[str, Set[str]] = {}
+    for name in order:
+        read, written = set(), set()
+        for line in lines_of[name]:
+            text = line.split(" = ", 1)[1].strip() if ir_model.defined_name(line) else line.strip()
+            if text.startswith(("store ", "load ")):
+                parts = split_operands(strip_metadata(text.split(" ", 1)[1]))
+                pointer = typed(parts[1])[1] if len(parts) > 1 else ""
+                if pointer in slots and text.startswith("store "):
+                    written.add(pointer)
+                elif pointer in slots and pointer not in written:
+                    read.add(pointer)
+        reads[name], writes[name] = read, written
+    live = {name: set(reads[name]) for name in order}
+    changed = True
+    while changed:
+        changed = False
+        for name in reversed(order):
+            new = reads[name] | (set().union(*(live[s] for s in graph[name])) - writes[name])
+            if new != live[name]:
+                live[name], changed = new, True
+    return live
 
 
 def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, Part]]:

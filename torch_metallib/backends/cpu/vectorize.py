@@ -48,7 +48,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
-from .vector_analysis import divergence, guess_strides, loop_ends
+from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
@@ -131,6 +131,10 @@ class _Region:
         self.mask = ""
         self.converged = True  # the block being widened runs for every lane still running
         self.scalar_slots: Set[str] = set()  # reg2mem's allocations every lane holds alike: scalar
+        # id(divergent part) -> its reg2mem values scalar in its convergent copies (agreeing_slots),
+        # kept in ``<slot>.u``; those of the block being widened.
+        self.agreement: Dict[int, Set[str]] = {}
+        self.agreeing: Set[str] = set()
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -214,6 +218,8 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
+        agreeing = self.agreement = agreeing_slots(order, graph, lines_of, self.slots, varying_slots,
+                                                   allocas - set(self.slots), parts)
         before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
                                                  allocas - set(self.slots))
@@ -226,6 +232,8 @@ class _Region:
                 out.append(line)
             elif alloca:
                 self._widen_allocation(alloca.group(1), alloca.group(2))
+                if any(alloca.group(1) in found for found in agreeing.values()):
+                    out.append(f"  {alloca.group(1)}.u = alloca {self.slots[alloca.group(1)]}")
             else:
                 self.uniform.add(ir_model.defined_name(line))
                 out.append(line)
@@ -266,6 +274,7 @@ class _Region:
         values renamed ``.u``, the part's blocks entered at their copies)."""
         k = number[name]
         out = self.out
+        self.agreeing = self.agreement.get(id(parts[name]), set()) if copy else set()
         if copy:
             lines = self._renamed(lines, ".u")
         tag = f"{k}u" if copy else str(k)
@@ -303,6 +312,7 @@ class _Region:
             if conditional:  # two ways: every running lane's condition true, or none
                 self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
                 out.append(f"{apart}:")
+                self._leave_agreement()
                 chosen = self._targets(line, number)
                 running = self.fresh("to")
                 out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
@@ -325,8 +335,18 @@ class _Region:
             out += [f"  br i1 {agree}, label %{together}, label %{apart}", f"{together}:",
                     f"  switch i32 {lead}, label %{apart} [ "
                     + " ".join(f"i32 {EXIT if t == 'tm.latch' else number[t]}, label %{edge(t)}" for t in targets)
-                    + " ]", f"{apart}:", f"  store {vector} {running}, ptr %tm.vpc",
+                    + " ]", f"{apart}:"]
+            self._leave_agreement()
+            out += [f"  store {vector} {running}, ptr %tm.vpc",
                     f"  br label %tm.part.{inside[0].first}"]
+
+    def _leave_agreement(self) -> None:
+        """Where lanes of a convergent copy go apart: the values they held alike as scalars
+        become every lane's in the vector slots the divergent blocks read."""
+        for slot in sorted(self.agreeing):
+            value, type_name = self.fresh("agreed"), self.slots[slot]
+            self.out.append(f"  {value} = load {type_name}, ptr {slot}.u")
+            self.out.append(f"  store <{WIDTH} x {type_name}> {self.vec(type_name, value)}, ptr {slot}")
 
     def _agree_on(self, condition: str, taken: str, not_taken: str, apart: str) -> None:
         """Branches to `taken` where `condition` holds for every lane of the mask, to
@@ -361,7 +381,7 @@ class _Region:
         out = self.out
         positions = sorted(number[n] for n in part.blocks)
         out += [f"tm.part.{part.first}:", f"  br label %tm.g.{positions[0]}"]
-        self.converged = False
+        self.converged, self.agreeing = False, set()
         for i, k in enumerate(positions):
             name = order[k]
             following = f"tm.g.{positions[i + 1]}" if i + 1 < len(positions) else f"tm.join.{part.first}"
@@ -742,6 +762,10 @@ class _Region:
             self.uniform.add(name)
             self.out.append(f"  {name} = {text}")
             return
+        if pointer in self.agreeing:
+            self.uniform.add(name)
+            self.out.append(f"  {name} = load {type_name}, ptr {pointer}.u")
+            return
         if pointer in self.slots:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
@@ -771,6 +795,11 @@ class _Region:
         if value in self.copies:
             return self._copy(value, type_name, pointer_type, pointer)
         vector = f"<{WIDTH} x {type_name}>"
+        if pointer in self.agreeing:
+            if self.is_varying(value):
+                raise NotVector(f"a varying value stored to {pointer} where lanes agree")  # agreeing_slots prevents it
+            self.out.append(f"  store {type_name} {value}, ptr {pointer}.u")
+            return None
         if pointer in self.scalar_slots:
             if self.is_varying(value):
                 raise NotVector(f"a varying value stored to uniform {pointer}")  # divergence prevents it

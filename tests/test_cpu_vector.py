@@ -394,3 +394,43 @@ def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):
     r = torch.where(torch.arange(threads) > 40, torch.where(v > 0, v, -2 * v).sum(1), torch.tensor(-1.0).double())
     expected = torch.cat([r[s:s + 32].sum().expand(32) for s in range(0, threads, 32)]) + r
     torch.testing.assert_close(results[1][0], expected.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [(6, 8), (24, 2), (40, 3)])
+def test_thread_positions_from_the_index_in_a_two_dimensional_group(monkeypatch, group):
+    """A lane's position along x is its thread index modulo the group's width: for a width
+    below WIDTH a division per lane, else the first lane's quotient and remainder and the
+    lanes after it passing the width at most once. Every thread adds its SIMD-group's sum
+    of positions to its own and stores it at its position (threads of one x store in
+    order: the last row's value stays)."""
+    body = ["%g = uitofp i32 %gid to float", "%s = call float @air.simd_sum.f32(float %g) #2",
+            "%t = fmul float %s, 1000.0", "%v = fadd float %t, %g",
+            "%op = getelementptr float, ptr addrspace(1) %out, i64 %gid64", "store float %v, ptr addrspace(1) %op"]
+    width, rows = group
+    out = torch.empty(width)
+    make = _kernel("positions", body, [("out", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [out], out, threads=(width, rows, 1), group_size=(width, rows, 1))
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    x = torch.arange(width * rows) % width
+    sums = torch.cat([x[s:s + 32].sum().expand(len(x[s:s + 32])) for s in range(0, width * rows, 32)])
+    last = (width * (rows - 1)) + torch.arange(width)
+    assert torch.equal(results[1][0], (sums[last] * 1000 + x[last]).float())
+
+
+def test_the_thread_index_divided_by_a_uniform_width_is_divided_once():
+    """The lanes' positions from their thread index: one scalar division (the first lane's)
+    where the width is at least WIDTH, a vector division (per lane) only below it."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %w = load i32, ptr %dims, align 4",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %x = urem i32 %t32, %w", "  %y = udiv i32 %t32, %w", "  %xy = add i32 %x, %y",
+              "  store i32 %xy, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:",
+              "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+              "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    for code in ("urem", "udiv"):
+        assert text.count(f" = {code} i32 %tm.v0, ") == 2  # the first lane's quotient and remainder, for each
+        assert text.count(f" = {code} <{WIDTH} x i32> %t32, ") == 1  # below WIDTH only

@@ -607,6 +607,8 @@ class _Region:
         if code in ("fneg", "freeze"):
             self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}")
             return None
+        if code in ("udiv", "urem") and first == "%t32" and not self.is_varying(parts[1]):
+            return self._thread_divided(name, code, parts[1])
         second = self.vec(type_name, parts[1])
         if code in _DIVISIONS:  # lanes masked off divide by one
             safe = self.fresh("div")
@@ -615,6 +617,36 @@ class _Region:
             second = safe
         self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
         return None
+
+    def _thread_divided(self, name: str, code: str, divisor: str) -> None:
+        """The lanes' thread indices (the first lane's plus 0, 1, ...) divided by a uniform
+        `divisor` (a thread's position from its index): the first lane's quotient and
+        remainder once, the lanes after it passing the divisor at most once where it is
+        at least WIDTH, else a division per lane. (A divisor of 0, which the kernel may not
+        divide by, gives some value without trapping.)"""
+        d, q0, r0, wide, room = (self.fresh(tag) for tag in ("dd", "dq", "dr", "dw", "dm"))
+        fast, slow, joined = self.label("fewwraps"), self.label("perlane"), self.label("divided")
+        vector, lanes = f"<{WIDTH} x i32>", self.lanes_constant("i32").split(" ", 3)[3]
+        zero = self.fresh("dz")
+        self.out += [f"  {zero} = icmp eq i32 {divisor}, 0", f"  {d} = select i1 {zero}, i32 1, i32 {divisor}",
+                     f"  {q0} = udiv i32 %tm.v0, {d}", f"  {r0} = urem i32 %tm.v0, {d}",
+                     f"  {wide} = icmp uge i32 {d}, {WIDTH}", f"  br i1 {wide}, label %{fast}, label %{slow}",
+                     f"{fast}:", f"  {room} = sub i32 {d}, {r0}"]
+        wraps, rooms = self.fresh("dx"), self.vec("i32", room)  # lane i passes the divisor where i >= d - r0
+        self.out.append(f"  {wraps} = icmp uge {vector} {lanes}, {rooms}")
+        if code == "urem":
+            after, before, first = self.fresh("da"), self.fresh("db"), self.vec("i32", r0)
+            self.out += [f"  {after} = sub {vector} {lanes}, {rooms}", f"  {before} = add {vector} {first}, {lanes}",
+                         f"  {name}.f = select <{WIDTH} x i1> {wraps}, {vector} {after}, {vector} {before}"]
+        else:
+            step, first = self.fresh("ds"), self.vec("i32", q0)
+            self.out += [f"  {step} = zext <{WIDTH} x i1> {wraps} to {vector}",
+                         f"  {name}.f = add {vector} {first}, {step}"]
+        self.out += [f"  br label %{joined}", f"{slow}:"]
+        divisors = self.vec("i32", d)
+        self.out += [f"  {name}.s = {code} {vector} %t32, {divisors}", f"  br label %{joined}", f"{joined}:",
+                     f"  {name} = phi {vector} [ {name}.f, %{fast} ], [ {name}.s, %{slow} ]"]
+        self.varying[name] = "i32"
 
     def _uniform(self, name: str, line: str, movable: bool) -> None:
         """A uniform value, computed once before the loop over lanes where its operands are

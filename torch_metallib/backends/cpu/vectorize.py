@@ -135,6 +135,10 @@ class _Region:
         # kept in ``<slot>.u``; those of the block being widened.
         self.agreement: Dict[int, Set[str]] = {}
         self.agreeing: Set[str] = set()
+        # The block's last memory write, where it was a varying store of a number: (address,
+        # bytes, its type, the vector stored), so a copy from there right after (a deposit)
+        # takes the vector.
+        self.last_store: Optional[Tuple[str, int, str, str]] = None
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -279,7 +283,7 @@ class _Region:
             lines = self._renamed(lines, ".u")
         tag = f"{k}u" if copy else str(k)
         out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
-        self.mask, self.converged = f"%tm.m.{tag}", True
+        self.mask, self.converged, self.last_store = f"%tm.m.{tag}", True, None
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         line = strip_metadata(lines[-1].strip())
@@ -495,7 +499,7 @@ class _Region:
         after = f"tm.c.{k}.0"
         out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
                 f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
-        self.mask = f"%tm.m.{k}"
+        self.mask, self.last_store = f"%tm.m.{k}", None
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
@@ -820,6 +824,7 @@ class _Region:
             self._check_consecutive(name, type_name)
 
     def _store(self, text: str) -> None:
+        self.last_store = None
         parts = split_operands(text[len("store "):])
         type_name, value = typed(parts[0])
         pointer_type, pointer = typed(parts[1])
@@ -856,7 +861,10 @@ class _Region:
         if own:
             self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
         else:
-            self._masked_access(type_name, pointer_type, pointer, align, data=self.vec(type_name, value))
+            data = self.vec(type_name, value)
+            self._masked_access(type_name, pointer_type, pointer, align, data=data)
+            if not type_name.startswith("ptr"):
+                self.last_store = (pointer, scalar_bytes(type_name), type_name, data)
         return None
 
     def _own_element(self, pointer: str, type_name: str) -> Optional[str]:
@@ -1031,6 +1039,7 @@ class _Region:
 
     # --- calls -------------------------------------------------------------------------
     def _call(self, name: Optional[str], line: str, text: str) -> None:
+        stored, self.last_store = self.last_store, None
         function = ir_model.callee(line)
         if function is None:
             raise NotVector("a call through a pointer")
@@ -1049,22 +1058,27 @@ class _Region:
             return self._elementwise(name, function, return_type, arguments)
         if base in PER_LANE and SCALAR.match(return_type):
             return self._per_lane(name, function, return_type, arguments, masked=False)
-        if memory and self._small_copy(function, arguments):
+        if memory and self._small_copy(function, arguments, stored):
             return None
         if memory:
             return self._per_lane(None, function, "void", arguments, masked=True)
         raise NotVector(f"a call of @{function}")
 
-    def _small_copy(self, function: str, arguments) -> bool:
+    def _small_copy(self, function: str, arguments, stored: Optional[Tuple[str, int, str, str]]) -> bool:
         """A copy of 1, 2, 4 or 8 bytes (a deposit's value into its slot) as one integer
-        load and store (whether it was emitted): vector accesses, not a call per lane."""
+        load and store (whether it was emitted): vector accesses, not a call per lane; from
+        the vector the block stored at the source just before, where it did (no load)."""
         if not function.startswith(("llvm.memcpy.", "llvm.memmove.")) or len(arguments) != 4:
             return False
         (target_type, target), (source_type, source), (_, length), volatile = arguments
         if length not in ("1", "2", "4", "8") or volatile != ("i1", "false"):
             return False
         integer, value = f"i{8 * int(length)}", self.fresh("cp")
-        self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
+        if stored and stored[:2] == (source, int(length)):
+            self.out.append(f"  {value} = bitcast <{WIDTH} x {stored[2]}> {stored[3]} to <{WIDTH} x {integer}>")
+            self.varying[value] = integer
+        else:
+            self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
         self._instruction(f"store {integer} {value}, {target_type} {target}, align 1")
         return True
 

@@ -22,19 +22,27 @@ through memory), so each block can be widened on its own:
   while a lane is still in it; then the lanes at the join run on together. So divergent
   `if`s, loops whose trip count differs per lane and early returns need no other
   analysis. (Where the parts do not each have one join, everything after the region's
-  start is one part.)
+  start is one part.) In the convergent copies, a reg2mem value stored only in the part,
+  only from values alike, and not read before the part writes it (a loop's counter) is a
+  scalar (agreeing_slots), made every lane's where the lanes go apart.
 * Memory: a varying reg2mem value is a vector in memory (stores in divergent blocks select
   under the mask; in convergent ones the lanes masked off have finished, so LLVM keeps it
   in registers); a thread's private arrays of one scalar type are interleaved element by
-  element, its other allocations are WIDTH copies. An access through a varying address is
-  one masked vector access where the lanes' addresses are consecutive (known for the
-  context's and the points' per-thread arrays, else checked at run time where the
-  address is computed), else a masked gather or scatter: a masked-off lane touches no
-  memory, and a scatter writes lanes in order, as the lane loop does. A masked-off lane
-  divides by one.
+  element (one element of every lane's copy is read and written as a whole vector), its
+  other allocations are WIDTH copies. An access through a varying address is one masked
+  vector access where the lanes' addresses are consecutive, or a wide one where they are 2
+  or 4 elements apart (known for the context's and the points' per-thread arrays and an
+  interleaved array's elements, else checked at run time where the address is computed or
+  loaded, once for the addresses a uniform offset from it), else a masked gather or
+  scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
+  the lane loop does. A masked-off lane divides by one; the thread index divided by a
+  uniform width is the first lane's division and a carry for the others where the width
+  is at least WIDTH.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
-  element); other pure math intrinsics are called per lane; memory intrinsics run per
-  lane under the mask.
+  element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
+  deposit into its exchange slot) is an integer load and store of the lanes (of the vector
+  the block just stored there, where it did); other memory intrinsics run per lane under
+  the mask.
 
 Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
 raises NotVector: that region stays a lane loop (decided at compile time, logged at debug

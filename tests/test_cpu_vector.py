@@ -277,3 +277,161 @@ def test_a_failing_rewrite_falls_back_to_lane_loops(monkeypatch, failure):
         kernel(x, out, mean, rstd, size, 1e-5, 1, 1, w, b, threads=rows * group, group_size=group)
     assert kernel.cpu_scheme == "lanes"
     torch.testing.assert_close(out, torch.nn.functional.layer_norm(x, (size,), eps=1e-5), rtol=1e-5, atol=1e-5)
+def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
+    """Lanes that each read a few consecutive floats of a row through an address kept in a
+    private array (MLX's row reductions): the address's stride between lanes is guessed
+    through the array, so the loads are wide masked loads (every 4th element), not gathers;
+    the address one element further takes its check, and addresses of an element of an
+    interleaved private array need none: two checks at run time (that address, the output's).
+    The array's element is read and written for every lane as one vector."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %rows = alloca [2 x ptr addrspace(1)], align 8",
+              "  %raw = load ptr, ptr %args, align 8", "  %base = addrspacecast ptr %raw to ptr addrspace(1)",
+              "  %rawout = getelementptr i8, ptr %args, i64 8", "  %outp = load ptr, ptr %rawout, align 8",
+              "  %out = addrspacecast ptr %outp to ptr addrspace(1)", "  br label %tm.loop", "tm.loop:",
+              "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %col = shl i32 %t32, 2", "  %col64 = zext i32 %col to i64",
+              "  %row0 = getelementptr inbounds float, ptr addrspace(1) %base, i64 %col64",
+              "  %at0 = getelementptr inbounds [2 x ptr addrspace(1)], ptr %rows, i64 0, i64 0",
+              "  store ptr addrspace(1) %row0, ptr %at0, align 8",
+              "  %row1 = getelementptr inbounds float, ptr addrspace(1) %row0, i64 4096",
+              "  %at1 = getelementptr inbounds [2 x ptr addrspace(1)], ptr %rows, i64 0, i64 1",
+              "  store ptr addrspace(1) %row1, ptr %at1, align 8", "  %r1 = load ptr addrspace(1), ptr %at1, align 8",
+              "  %x0 = load float, ptr addrspace(1) %r1, align 4",
+              "  %p1 = getelementptr inbounds float, ptr addrspace(1) %r1, i64 1",
+              "  %x1 = load float, ptr addrspace(1) %p1, align 4", "  %sum = fadd float %x0, %x1",
+              "  %t64 = zext i32 %t32 to i64", "  %o = getelementptr inbounds float, ptr addrspace(1) %out, i64 %t64",
+              "  store float %sum, ptr addrspace(1) %o, align 4", "  store i32 -1, ptr %tm.pt, align 4",
+              "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 2
+    assert text.count(f"call i1 @llvm.vector.reduce.and.v{WIDTH}i1(") == 2
+    # The array's element of every lane is one plain vector (LLVM keeps it in registers).
+    assert f"  %r1 = load <{WIDTH} x ptr addrspace(1)>, ptr " in text
+
+
+def test_a_deposit_copies_lanes_values_as_vector_accesses():
+    """A lane's deposit into its exchange slot (a memcpy of 4 bytes, regions.py) is one
+    integer store of every lane under the mask (a scatter: the slots are 64 bytes apart),
+    not a call and a branch per lane, of the vector the block stored just before."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %buf = alloca [64 x i8], align 16",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %f = uitofp i32 %t32 to float", "  store float %f, ptr %buf, align 4", "  %lane = and i32 %t32, 31",
+              "  %slot = getelementptr inbounds [32 x [64 x i8]], ptr %ctx, i32 0, i32 %lane",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %slot, ptr align 4 %buf, i64 4, i1 false)",
+              "  store i32 1, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert "call void @llvm.memcpy" not in text
+    assert f" = bitcast <{WIDTH} x float> %f to <{WIDTH} x i32>" in text  # what was just stored, not read back
+    assert f"@llvm.masked.gather.v{WIDTH}i32" not in text
+    assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
+
+
+def _agreeing_loop_region():
+    """A region in reg2mem's form: lanes below 5 run a loop of 4 (its counter in %j.slot),
+    the others skip it (a divergent `if` around a loop every lane in it runs alike)."""
+    return ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+            "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %j.slot = alloca i32, align 4",
+            "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+            "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+            "  %few = icmp ult i32 %t32, 5", "  br i1 %few, label %pre, label %done", "pre:",
+            "  store i32 0, ptr %j.slot, align 4", "  br label %head", "head:", "  %j = load i32, ptr %j.slot, align 4",
+            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", "  %more = icmp ult i32 %jn, 4",
+            "  br i1 %more, label %head, label %done", "done:", "  store i32 -1, ptr %tm.pt, align 4",
+            "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+            "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+            "tm.exit:", "  ret void", "}"]
+
+
+def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together():
+    """In a divergent part's convergent copy (its lanes agreed at every branch since they
+    entered it) a value stored only there, only from values alike, and read only after the
+    part wrote it is one scalar: the loop's branch is a branch, no agreement checked."""
+    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region()))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert "  %j.slot.u = alloca i32" in text
+    assert "  %u.j = load i32, ptr %j.slot.u" in text
+    assert "  br i1 %u.more, label %head.u, label %done" in text
+
+
+def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):
+    """Lanes above 40 run a loop of 4 over their elements, the others skip it; inside, an
+    `if` on the element's sign, where lanes agree except at two elements: there they go
+    apart with the loop's counter and sum so far (kept as scalars while they agreed); then
+    a SIMD-group sum of every lane's result."""
+    body = ["%big = icmp ugt i32 %gid, 40", "br i1 %big, label %start, label %skip",
+            "start:", "br label %head",
+            "head:", "%i = phi i32 [ 0, %start ], [ %i1, %next ]", "%acc = phi float [ 0.0, %start ], [ %acc1, %next ]",
+            "%k = mul i32 %gid, 4", "%j = add i32 %k, %i", "%j64 = zext i32 %j to i64",
+            "%xp = getelementptr float, ptr addrspace(1) %x, i64 %j64", "%v = load float, ptr addrspace(1) %xp",
+            "%pos = fcmp ogt float %v, 0.0", "br i1 %pos, label %plus, label %minus",
+            "plus:", "%a = fadd float %acc, %v", "br label %next",
+            "minus:", "%b = fmul float %v, 2.0", "%c = fsub float %acc, %b", "br label %next",
+            "next:", "%acc1 = phi float [ %a, %plus ], [ %c, %minus ]", "%i1 = add i32 %i, 1",
+            "%more = icmp ult i32 %i1, 4", "br i1 %more, label %head, label %done",
+            "skip:", "br label %merge", "done:", "br label %merge",
+            "merge:", "%r = phi float [ -1.0, %skip ], [ %acc1, %done ]",
+            "%s = call float @air.simd_sum.f32(float %r) #2", "%t = fadd float %s, %r",
+            "%op = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %t, ptr addrspace(1) %op",
+            "br label %out", "out:"]
+    threads = 96
+    x = torch.rand(4 * threads, generator=torch.Generator().manual_seed(4)) + 0.25
+    x[4 * 70 + 2], x[4 * 50 + 1] = -1.5, -0.75  # lanes that go their own way mid-loop
+    y = torch.empty(threads)
+    make = _kernel("agreeing", body, [("x", "float", "air.read"), ("y", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y], x, y, threads=threads, group_size=96)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    v = x.view(threads, 4).double()
+    r = torch.where(torch.arange(threads) > 40, torch.where(v > 0, v, -2 * v).sum(1), torch.tensor(-1.0).double())
+    expected = torch.cat([r[s:s + 32].sum().expand(32) for s in range(0, threads, 32)]) + r
+    torch.testing.assert_close(results[1][0], expected.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group", [(6, 8), (24, 2), (40, 3)])
+def test_thread_positions_from_the_index_in_a_two_dimensional_group(monkeypatch, group):
+    """A lane's position along x is its thread index modulo the group's width: for a width
+    below WIDTH a division per lane, else the first lane's quotient and remainder and the
+    lanes after it passing the width at most once. Every thread adds its SIMD-group's sum
+    of positions to its own and stores it at its position (threads of one x store in
+    order: the last row's value stays)."""
+    body = ["%g = uitofp i32 %gid to float", "%s = call float @air.simd_sum.f32(float %g) #2",
+            "%t = fmul float %s, 1000.0", "%v = fadd float %t, %g",
+            "%op = getelementptr float, ptr addrspace(1) %out, i64 %gid64", "store float %v, ptr addrspace(1) %op"]
+    width, rows = group
+    out = torch.empty(width)
+    make = _kernel("positions", body, [("out", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [out], out, threads=(width, rows, 1), group_size=(width, rows, 1))
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    x = torch.arange(width * rows) % width
+    sums = torch.cat([x[s:s + 32].sum().expand(len(x[s:s + 32])) for s in range(0, width * rows, 32)])
+    last = (width * (rows - 1)) + torch.arange(width)
+    assert torch.equal(results[1][0], (sums[last] * 1000 + x[last]).float())
+
+
+def test_the_thread_index_divided_by_a_uniform_width_is_divided_once():
+    """The lanes' positions from their thread index: one scalar division (the first lane's)
+    where the width is at least WIDTH, a vector division (per lane) only below it."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %w = load i32, ptr %dims, align 4",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %x = urem i32 %t32, %w", "  %y = udiv i32 %t32, %w", "  %xy = add i32 %x, %y",
+              "  store i32 %xy, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:",
+              "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+              "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    for code in ("urem", "udiv"):
+        assert text.count(f" = {code} i32 %tm.v0, ") == 2  # the first lane's quotient and remainder, for each
+        assert text.count(f" = {code} <{WIDTH} x i32> %t32, ") == 1  # below WIDTH only

@@ -9,7 +9,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
-__all__ = ["divergence", "guess_strides", "loop_ends"]
+__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends"]
 
 
 
@@ -60,6 +60,61 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
         _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
         varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
     return varying_slots, parts
+
+
+def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+                   slots: Dict[str, str], varying_slots: Set[str], private: Set[str],
+                   parts: Dict[str, Part]) -> Dict[int, Set[str]]:
+    """id(part) -> the varying reg2mem values that lanes running a divergent part together
+    (its convergent copies, where they agreed at every branch since entering it) hold
+    alike: stored only in the part, only values alike given the others (a loop counter),
+    read nowhere before the part writes them (on entering it, after it). Scalars there."""
+    live = _live_slots(order, graph, lines_of, slots)
+    _, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+    found: Dict[int, Set[str]] = {}
+    for part in {id(p): p for p in parts.values()}.values():
+        inside = part.blocks
+        edges = {s for name in order if name not in inside for s in graph[name] if s in inside}
+        edges |= {s for name in inside for s in graph[name] if s not in inside}
+        candidates = {slot for slot in varying_slots if stored[slot][1] and stored[slot][1] <= inside
+                      and not any(slot in live[edge] for edge in edges)}
+        while candidates:  # alike where every value stored is, given the candidates alike
+            _, alike = _varying_branches(order, lines_of, slots, varying_slots - candidates, private)
+            kept = {slot for slot in candidates if not alike[slot][0]}
+            if kept == candidates:
+                break
+            candidates = kept
+        found[id(part)] = candidates
+    return found
+
+
+def _live_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+                slots: Dict[str, str]) -> Dict[str, Set[str]]:
+    """Block -> the reg2mem values read on some path from its start before being written
+    (reg2mem's allocations are only loaded and stored)."""
+    reads: Dict[str, Set[str]] = {}
+    writes: Dict[str, Set[str]] = {}
+    for name in order:
+        read, written = set(), set()
+        for line in lines_of[name]:
+            text = line.split(" = ", 1)[1].strip() if ir_model.defined_name(line) else line.strip()
+            if text.startswith(("store ", "load ")):
+                parts = split_operands(strip_metadata(text.split(" ", 1)[1]))
+                pointer = typed(parts[1])[1] if len(parts) > 1 else ""
+                if pointer in slots and text.startswith("store "):
+                    written.add(pointer)
+                elif pointer in slots and pointer not in written:
+                    read.add(pointer)
+        reads[name], writes[name] = read, written
+    live = {name: set(reads[name]) for name in order}
+    changed = True
+    while changed:
+        changed = False
+        for name in reversed(order):
+            new = reads[name] | (set().union(*(live[s] for s in graph[name])) - writes[name])
+            if new != live[name]:
+                live[name], changed = new, True
+    return live
 
 
 def _parts(order: List[str], graph: Dict[str, List[str]], regions: List[Set[str]]) -> Optional[Dict[str, Part]]:
@@ -156,16 +211,19 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str]) -> Tuple[Dict[str, int], Set[str]]:
+                   types: Dict[str, str], arrays: Set[str] = frozenset()) -> Tuple[Dict[str, int], Set[str]]:
     """(value -> how much it likely grows from one lane to the next (bytes for addresses),
     the values computed from data): the thread index grows by one, through sums, products
     and shifts by constants, remainders and masks (exact within a SIMD-group for small
-    values), extensions, reg2mem's values and getelementptr. Only a guess: the accesses it
+    values), extensions, reg2mem's values, a lane's private `arrays` (what a load from one
+    reads grows as what every store to it wrote: a table of row addresses) and
+    getelementptr. Only a guess: the accesses it
     picks check the lanes' addresses at run time. Data (what a kernel loads from its
     buffers, float bits as integers) says nothing of lanes: addresses computed from it
     (table lookups) are not checked."""
     guess: Dict[str, int] = {"%t32": 1}
     slot_guess: Dict[str, Optional[int]] = {}
+    root: Dict[str, str] = {name: name for name in arrays}  # an address into a private array -> the array
     data: Set[str] = set()
 
     def of(operand: str) -> Optional[int]:
@@ -184,7 +242,8 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                 if code == "store":
                     parts = split_operands(text[6:])
                     pointer = typed(parts[1])[1]
-                    if pointer in slots:
+                    pointer = root.get(pointer, pointer)
+                    if pointer in slots or pointer in arrays:
                         stored = of(parts[0])
                         slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
                     continue
@@ -198,8 +257,10 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = 0  # uniform operands, a uniform result
                 elif code == "load":
                     pointer = typed(split_operands(text[5:])[1])[1]
-                    found = slot_guess.get(pointer) if pointer in slots else of(pointer)
-                    found = found if pointer in slots else (0 if found == 0 else None)
+                    pointer = root.get(pointer, pointer)
+                    kept = pointer in slots or pointer in arrays
+                    found = slot_guess.get(pointer) if kept else of(pointer)
+                    found = found if kept else (0 if found == 0 else None)
                 elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
                     parts = split_operands(" ".join(words[1:]))
                     a, b = of(parts[0]), of(parts[1])
@@ -216,6 +277,9 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
                 elif code == "getelementptr":
                     parts = split_operands(" ".join(words[1:]))
+                    if typed(parts[1])[1] in root:
+                        root[result] = root[typed(parts[1])[1]]
+                        continue  # the lanes' copies of an array: no stride of interest
                     source, total = parts[0], of(parts[1])
                     values = [typed(p)[1] for p in parts[2:]]
                     for depth, index in enumerate(parts[2:]):

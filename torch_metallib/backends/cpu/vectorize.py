@@ -22,19 +22,27 @@ through memory), so each block can be widened on its own:
   while a lane is still in it; then the lanes at the join run on together. So divergent
   `if`s, loops whose trip count differs per lane and early returns need no other
   analysis. (Where the parts do not each have one join, everything after the region's
-  start is one part.)
+  start is one part.) In the convergent copies, a reg2mem value stored only in the part,
+  only from values alike, and not read before the part writes it (a loop's counter) is a
+  scalar (agreeing_slots), made every lane's where the lanes go apart.
 * Memory: a varying reg2mem value is a vector in memory (stores in divergent blocks select
   under the mask; in convergent ones the lanes masked off have finished, so LLVM keeps it
   in registers); a thread's private arrays of one scalar type are interleaved element by
-  element, its other allocations are WIDTH copies. An access through a varying address is
-  one masked vector access where the lanes' addresses are consecutive (known for the
-  context's and the points' per-thread arrays, else checked at run time where the
-  address is computed), else a masked gather or scatter: a masked-off lane touches no
-  memory, and a scatter writes lanes in order, as the lane loop does. A masked-off lane
-  divides by one.
+  element (one element of every lane's copy is read and written as a whole vector), its
+  other allocations are WIDTH copies. An access through a varying address is one masked
+  vector access where the lanes' addresses are consecutive, or a wide one where they are 2
+  or 4 elements apart (known for the context's and the points' per-thread arrays and an
+  interleaved array's elements, else checked at run time where the address is computed or
+  loaded, once for the addresses a uniform offset from it), else a masked gather or
+  scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
+  the lane loop does. A masked-off lane divides by one; the thread index divided by a
+  uniform width is the first lane's division and a carry for the others where the width
+  is at least WIDTH.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
-  element); other pure math intrinsics are called per lane; memory intrinsics run per
-  lane under the mask.
+  element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
+  deposit into its exchange slot) is an integer load and store of the lanes (of the vector
+  the block just stored there, where it did); other memory intrinsics run per lane under
+  the mask.
 
 Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
 raises NotVector: that region stays a lane loop (decided at compile time, logged at debug
@@ -48,7 +56,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
-from .vector_analysis import divergence, guess_strides, loop_ends
+from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
@@ -66,6 +74,7 @@ _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "
 _DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
 _CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uitofp", "sitofp", "ptrtoint",
           "inttoptr", "bitcast", "addrspacecast"}
+_GEP_BASE = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:\w+ )*?[^,]+, ptr(?: addrspace\(\d+\))? (%{NAME}),")
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
@@ -130,6 +139,14 @@ class _Region:
         self.mask = ""
         self.converged = True  # the block being widened runs for every lane still running
         self.scalar_slots: Set[str] = set()  # reg2mem's allocations every lane holds alike: scalar
+        # id(divergent part) -> its reg2mem values scalar in its convergent copies (agreeing_slots),
+        # kept in ``<slot>.u``; those of the block being widened.
+        self.agreement: Dict[int, Set[str]] = {}
+        self.agreeing: Set[str] = set()
+        # The block's last memory write, where it was a varying store of a number: (address,
+        # bytes, its type, the vector stored), so a copy from there right after (a deposit)
+        # takes the vector.
+        self.last_store: Optional[Tuple[str, int, str, str]] = None
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -213,7 +230,11 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
-        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform, self.types)
+        agreeing = self.agreement = agreeing_slots(order, graph, lines_of, self.slots, varying_slots,
+                                                   allocas - set(self.slots), parts)
+        before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
+        self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
+                                                 allocas - set(self.slots))
 
         out = self.out
         out.append("tm.rentry:")
@@ -223,6 +244,8 @@ class _Region:
                 out.append(line)
             elif alloca:
                 self._widen_allocation(alloca.group(1), alloca.group(2))
+                if any(alloca.group(1) in found for found in agreeing.values()):
+                    out.append(f"  {alloca.group(1)}.u = alloca {self.slots[alloca.group(1)]}")
             else:
                 self.uniform.add(ir_model.defined_name(line))
                 out.append(line)
@@ -263,11 +286,12 @@ class _Region:
         values renamed ``.u``, the part's blocks entered at their copies)."""
         k = number[name]
         out = self.out
+        self.agreeing = self.agreement.get(id(parts[name]), set()) if copy else set()
         if copy:
             lines = self._renamed(lines, ".u")
         tag = f"{k}u" if copy else str(k)
         out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
-        self.mask, self.converged = f"%tm.m.{tag}", True
+        self.mask, self.converged, self.last_store = f"%tm.m.{tag}", True, None
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         line = strip_metadata(lines[-1].strip())
@@ -300,6 +324,7 @@ class _Region:
             if conditional:  # two ways: every running lane's condition true, or none
                 self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
                 out.append(f"{apart}:")
+                self._leave_agreement()
                 chosen = self._targets(line, number)
                 running = self.fresh("to")
                 out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
@@ -322,8 +347,18 @@ class _Region:
             out += [f"  br i1 {agree}, label %{together}, label %{apart}", f"{together}:",
                     f"  switch i32 {lead}, label %{apart} [ "
                     + " ".join(f"i32 {EXIT if t == 'tm.latch' else number[t]}, label %{edge(t)}" for t in targets)
-                    + " ]", f"{apart}:", f"  store {vector} {running}, ptr %tm.vpc",
+                    + " ]", f"{apart}:"]
+            self._leave_agreement()
+            out += [f"  store {vector} {running}, ptr %tm.vpc",
                     f"  br label %tm.part.{inside[0].first}"]
+
+    def _leave_agreement(self) -> None:
+        """Where lanes of a convergent copy go apart: the values they held alike as scalars
+        become every lane's in the vector slots the divergent blocks read."""
+        for slot in sorted(self.agreeing):
+            value, type_name = self.fresh("agreed"), self.slots[slot]
+            self.out.append(f"  {value} = load {type_name}, ptr {slot}.u")
+            self.out.append(f"  store <{WIDTH} x {type_name}> {self.vec(type_name, value)}, ptr {slot}")
 
     def _agree_on(self, condition: str, taken: str, not_taken: str, apart: str) -> None:
         """Branches to `taken` where `condition` holds for every lane of the mask, to
@@ -358,7 +393,7 @@ class _Region:
         out = self.out
         positions = sorted(number[n] for n in part.blocks)
         out += [f"tm.part.{part.first}:", f"  br label %tm.g.{positions[0]}"]
-        self.converged = False
+        self.converged, self.agreeing = False, set()
         for i, k in enumerate(positions):
             name = order[k]
             following = f"tm.g.{positions[i + 1]}" if i + 1 < len(positions) else f"tm.join.{part.first}"
@@ -417,10 +452,29 @@ class _Region:
                     direct.discard(pointer)
             direct -= set(used)
         self.slots = {n: allocas[n] for n in direct}
+        self._sizes_of_bases(every)
         for name, type_name in allocas.items():
             leaf = leaf_type(type_name)
             if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
+
+    def _sizes_of_bases(self, every: List[str]) -> None:
+        """A getelementptr's base is noted with the sizes accessed through its result, so
+        its lanes' addresses are checked once where it is defined and an address a uniform
+        offset from it takes that check (_offset_checks), in a loop too."""
+        bases = {}
+        for line in every:
+            gep = " = getelementptr " in line and _GEP_BASE.match(line)
+            if gep:
+                bases[gep.group(1)] = gep.group(2)
+        changed = True
+        while changed:
+            changed = False
+            for result, base in bases.items():
+                missing = self.sizes.get(result, set()) - self.sizes.get(base, set())
+                if missing:
+                    self.sizes.setdefault(base, set()).update(missing)
+                    changed = True
 
     def _widen_allocation(self, name: str, rest: str) -> None:
         type_name = split_operands(rest)[0]
@@ -436,6 +490,7 @@ class _Region:
                          f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
             self.varying[name] = "ptr"
             self.elements[name] = leaf
+            self.checked[(name, scalar_bytes(leaf))] = (name, f"{name}.w", "true", 1)  # its first element
             return
         if not re.fullmatch(r"(\[\d+ x )*[^\s\[\]{}<>]+\]*", type_name):
             raise NotVector(f"an allocation of {type_name}")
@@ -452,7 +507,7 @@ class _Region:
         after = f"tm.c.{k}.0"
         out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
                 f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
-        self.mask = f"%tm.m.{k}"
+        self.mask, self.last_store = f"%tm.m.{k}", None
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
@@ -564,6 +619,8 @@ class _Region:
         if code in ("fneg", "freeze"):
             self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}")
             return None
+        if code in ("udiv", "urem") and first == "%t32" and not self.is_varying(parts[1]):
+            return self._thread_divided(name, code, parts[1])
         second = self.vec(type_name, parts[1])
         if code in _DIVISIONS:  # lanes masked off divide by one
             safe = self.fresh("div")
@@ -572,6 +629,36 @@ class _Region:
             second = safe
         self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
         return None
+
+    def _thread_divided(self, name: str, code: str, divisor: str) -> None:
+        """The lanes' thread indices (the first lane's plus 0, 1, ...) divided by a uniform
+        `divisor` (a thread's position from its index): the first lane's quotient and
+        remainder once, the lanes after it passing the divisor at most once where it is
+        at least WIDTH, else a division per lane. (A divisor of 0, which the kernel may not
+        divide by, gives some value without trapping.)"""
+        d, q0, r0, wide, room = (self.fresh(tag) for tag in ("dd", "dq", "dr", "dw", "dm"))
+        fast, slow, joined = self.label("fewwraps"), self.label("perlane"), self.label("divided")
+        vector, lanes = f"<{WIDTH} x i32>", self.lanes_constant("i32").split(" ", 3)[3]
+        zero = self.fresh("dz")
+        self.out += [f"  {zero} = icmp eq i32 {divisor}, 0", f"  {d} = select i1 {zero}, i32 1, i32 {divisor}",
+                     f"  {q0} = udiv i32 %tm.v0, {d}", f"  {r0} = urem i32 %tm.v0, {d}",
+                     f"  {wide} = icmp uge i32 {d}, {WIDTH}", f"  br i1 {wide}, label %{fast}, label %{slow}",
+                     f"{fast}:", f"  {room} = sub i32 {d}, {r0}"]
+        wraps, rooms = self.fresh("dx"), self.vec("i32", room)  # lane i passes the divisor where i >= d - r0
+        self.out.append(f"  {wraps} = icmp uge {vector} {lanes}, {rooms}")
+        if code == "urem":
+            after, before, first = self.fresh("da"), self.fresh("db"), self.vec("i32", r0)
+            self.out += [f"  {after} = sub {vector} {lanes}, {rooms}", f"  {before} = add {vector} {first}, {lanes}",
+                         f"  {name}.f = select <{WIDTH} x i1> {wraps}, {vector} {after}, {vector} {before}"]
+        else:
+            step, first = self.fresh("ds"), self.vec("i32", q0)
+            self.out += [f"  {step} = zext <{WIDTH} x i1> {wraps} to {vector}",
+                         f"  {name}.f = add {vector} {first}, {step}"]
+        self.out += [f"  br label %{joined}", f"{slow}:"]
+        divisors = self.vec("i32", d)
+        self.out += [f"  {name}.s = {code} {vector} %t32, {divisors}", f"  br label %{joined}", f"{joined}:",
+                     f"  {name} = phi {vector} [ {name}.f, %{fast} ], [ {name}.s, %{slow} ]"]
+        self.varying[name] = "i32"
 
     def _uniform(self, name: str, line: str, movable: bool) -> None:
         """A uniform value, computed once before the loop over lanes where its operands are
@@ -609,6 +696,8 @@ class _Region:
             self.private.add(name)
         if base in self.strides and not any(self.is_varying(p) for p in parts[2:]):
             self.strides[name] = self.strides[base]  # a uniform offset from each lane's address
+        if base in self.varying and not any(self.is_varying(p) for p in parts[2:]):
+            self._offset_checks(name, source, pointer_type, base, parts[2:])
         # An element of a uniform array indexed by the thread (the context's, the points):
         # the lanes' addresses are consecutive where the element is as large as the access.
         last = typed(parts[-1])
@@ -625,6 +714,22 @@ class _Region:
                 for size in spaced:
                     self.checked[(name, size)] = (name, first, "true", stride // size)
         self._define(name, pointer_type, f"{head} {source}, {', '.join(operands)}")
+
+    def _offset_checks(self, name: str, source: str, pointer_type: str, base: str, indices: List[str]) -> None:
+        """Pointer `name`, `base` moved by the same offset in every lane, is as far apart
+        between lanes as `base`: its accesses of a size checked for `base` take that check
+        (no second one), from lane 0's address moved alike."""
+        for size in self.sizes.get(name, ()):
+            checked = self.checked.get((base, size))
+            if checked is None or (name, size) in self.checked:
+                continue
+            frozen, first, ok, spacing = checked
+            moved, lanes = self.fresh("p0"), self.fresh("pf")
+            offsets = ", ".join(indices)
+            self.out += [f"  {moved} = getelementptr {source}, {pointer_type} {first}, {offsets}",
+                         f"  {lanes} = getelementptr {source}, <{WIDTH} x {pointer_type}> {frozen}, "
+                         f"{offsets}"]
+            self.checked[(name, size)] = (lanes, moved, ok, spacing)
 
     def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
         """An address into an interleaved allocation: the element's index times WIDTH past
@@ -654,8 +759,17 @@ class _Region:
                 self.out.append(f"  {added} = add i64 {total}, {term}")
             total = added
         offset = f"<{WIDTH} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
-        self.elements[name] = self.elements[base]
-        self._define(name, "ptr", f"getelementptr {self.elements[base]}, <{WIDTH} x ptr> {base}, {offset}")
+        leaf = self.elements[name] = self.elements[base]
+        size = scalar_bytes(leaf)
+        # One element of every lane's copy (a uniform offset from lanes' consecutive
+        # addresses): consecutive by the layout, no check at run time.
+        consecutive = not varying and (base in self.interleaved or self.checked.get((base, size), ())[2:] == ("true", 1))
+        if consecutive:
+            first = self.fresh("p0")
+            self.checked[(name, size)] = (name, first, "true", 1)
+        self._define(name, "ptr", f"getelementptr {leaf}, <{WIDTH} x ptr> {base}, {offset}")
+        if consecutive:
+            self.out.append(f"  {first} = extractelement <{WIDTH} x ptr> {name}, i64 0")
 
     def _check_consecutive(self, name: str, pointer_type: str) -> None:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
@@ -692,9 +806,15 @@ class _Region:
             self.uniform.add(name)
             self.out.append(f"  {name} = {text}")
             return
+        if pointer in self.agreeing:
+            self.uniform.add(name)
+            self.out.append(f"  {name} = load {type_name}, ptr {pointer}.u")
+            return
         if pointer in self.slots:
             self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
+            if type_name.startswith("ptr"):  # an address reloaded in a loop: checked once (LLVM hoists it out)
+                self._check_consecutive(name, type_name)
             return
         if not SCALAR.match(type_name):
             self.copies[name] = (type_name, pointer_type, pointer)
@@ -702,39 +822,17 @@ class _Region:
         if not self.is_varying(pointer):
             self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
-        vector = f"<{WIDTH} x {type_name}>"
-        space = mangled(pointer_type)
-        gather = f"llvm.masked.gather.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
-        self.declare(gather, f"declare {vector} @{gather}(<{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>, {vector})")
-        checked = self.checked.get((pointer, scalar_bytes(type_name)))
-        if checked is None:
-            self.out.append(f"  {name} = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {pointer}, i32 {align}, "
-                            f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)")
+        own = self._own_element(pointer, type_name)
+        if own:  # every lane's copy of one element of its private array: no mask needed to read it
+            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {own}")
         else:
-            frozen, first, ok, spacing = checked
-            total = WIDTH * spacing
-            wide = f"<{total} x {type_name}>"
-            load = f"llvm.masked.load.v{total}{mangled(type_name)}.{space}"
-            self.declare(load, f"declare {wide} @{load}({pointer_type}, i32, <{total} x i1>, {wide})")
-            whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-            self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
-            mask = self._spaced_mask(spacing)
-            if spacing == 1:
-                self.out.append(f"  {name}.c = call {vector} @{load}({pointer_type} {first}, i32 {align}, "
-                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
-            else:  # every lane's element of a wide load
-                self.out += [f"  {name}.w = call {wide} @{load}({pointer_type} {first}, i32 {align}, "
-                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
-                             f"  {name}.c = shufflevector {wide} {name}.w, {wide} poison, <{WIDTH} x i32> <"
-                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
-            self.out += [f"  br label %{joined}", f"{apart}:",
-                         f"  {name}.g = call {vector} @{gather}(<{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
-                         f"<{WIDTH} x i1> {self.mask}, {vector} zeroinitializer)",
-                         f"  br label %{joined}", f"{joined}:",
-                         f"  {name} = phi {vector} [ {name}.c, %{whole} ], [ {name}.g, %{apart} ]"]
+            self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
         self.varying[name] = type_name
+        if type_name.startswith("ptr"):  # an address from a private array
+            self._check_consecutive(name, type_name)
 
     def _store(self, text: str) -> None:
+        self.last_store = None
         parts = split_operands(text[len("store "):])
         type_name, value = typed(parts[0])
         pointer_type, pointer = typed(parts[1])
@@ -742,6 +840,11 @@ class _Region:
         if value in self.copies:
             return self._copy(value, type_name, pointer_type, pointer)
         vector = f"<{WIDTH} x {type_name}>"
+        if pointer in self.agreeing:
+            if self.is_varying(value):
+                raise NotVector(f"a varying value stored to {pointer} where lanes agree")  # agreeing_slots prevents it
+            self.out.append(f"  store {type_name} {value}, ptr {pointer}.u")
+            return None
         if pointer in self.scalar_slots:
             if self.is_varying(value):
                 raise NotVector(f"a varying value stored to uniform {pointer}")  # divergence prevents it
@@ -762,36 +865,84 @@ class _Region:
         if not self.is_varying(text):  # every lane stores the same value at the same place
             self.out.append(f"  {text}")
             return None
-        space = mangled(pointer_type)
-        scatter = f"llvm.masked.scatter.v{WIDTH}{mangled(type_name)}.v{WIDTH}{space}"
-        self.declare(scatter, f"declare void @{scatter}({vector}, <{WIDTH} x {pointer_type}>, i32, <{WIDTH} x i1>)")
-        data = self.vec(type_name, value)
-        addresses = self.vec(pointer_type, pointer)
+        own = self._own_element(pointer, type_name)
+        if own:
+            self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
+        else:
+            data = self.vec(type_name, value)
+            self._masked_access(type_name, pointer_type, pointer, align, data=data)
+            if not type_name.startswith("ptr"):
+                self.last_store = (pointer, scalar_bytes(type_name), type_name, data)
+        return None
+
+    def _own_element(self, pointer: str, type_name: str) -> Optional[str]:
+        """Where `pointer` addresses one element of every lane's copy of an interleaved
+        private array (consecutive by the layout): the vector's address, accessed as a whole
+        (masked-off lanes' copies are theirs alone), so LLVM keeps it in registers; else None."""
         checked = self.checked.get((pointer, scalar_bytes(type_name)))
-        if checked is None:
-            self.out.append(f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {addresses}, "
-                            f"i32 {align}, <{WIDTH} x i1> {self.mask})")
-            return None
+        if pointer in self.elements and checked and checked[2:] == ("true", 1):
+            return checked[1]
+        return None
+
+    def _masked_access(self, type_name: str, pointer_type: str, pointer: str, align: str,
+                       loaded: Optional[str] = None, data: Optional[str] = None) -> None:
+        """The lanes of the mask load `loaded` (its name) or store vector `data` through
+        varying `pointer`: one masked access where its lanes' addresses are consecutive, a
+        wide one (its elements `spacing` apart) where they are evenly spaced (self.checked;
+        where that was checked at run time, else the next), else a masked gather or scatter."""
+        vector, pointers = f"<{WIDTH} x {type_name}>", f"<{WIDTH} x {pointer_type}>"
+        element, space = mangled(type_name), mangled(pointer_type)
+        lanes = f"<{WIDTH} x i1> {self.mask}"
+        if loaded is not None:
+            apart_call = f"llvm.masked.gather.v{WIDTH}{element}.v{WIDTH}{space}"
+            self.declare(apart_call, f"declare {vector} @{apart_call}({pointers}, i32, <{WIDTH} x i1>, {vector})")
+        else:
+            apart_call = f"llvm.masked.scatter.v{WIDTH}{element}.v{WIDTH}{space}"
+            self.declare(apart_call, f"declare void @{apart_call}({vector}, {pointers}, i32, <{WIDTH} x i1>)")
+
+        def apart(addresses: str, result: str) -> str:
+            if loaded is not None:
+                return (f"  {result} = call {vector} @{apart_call}({pointers} {addresses}, i32 {align}, {lanes}, "
+                        f"{vector} zeroinitializer)")
+            return f"  call void @{apart_call}({vector} {data}, {pointers} {addresses}, i32 {align}, {lanes})"
+        checked = self.checked.get((pointer, scalar_bytes(type_name)))
+        if checked is None:  # (a store's address may be uniform: every lane's value there, in lane order)
+            self.out.append(apart(self.vec(pointer_type, pointer), loaded))
+            return
         frozen, first, ok, spacing = checked
         total = WIDTH * spacing
-        wide = f"<{total} x {type_name}>"
-        store = f"llvm.masked.store.v{total}{mangled(type_name)}.{space}"
-        self.declare(store, f"declare void @{store}({wide}, {pointer_type}, i32, <{total} x i1>)")
-        whole, apart, joined = self.label("whole"), self.label("apart"), self.label("joined")
-        self.out += [f"  br i1 {ok}, label %{whole}, label %{apart}", f"{whole}:"]
-        mask, spread = self._spaced_mask(spacing), data
-        if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
-            spread = self.fresh("sp")
-            self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
-                            + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
-                                        for i in range(total)) + ">")
-        self.out += [f"  call void @{store}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
-                     f"<{total} x i1> {mask})",
-                     f"  br label %{joined}", f"{apart}:",
-                     f"  call void @{scatter}({vector} {data}, <{WIDTH} x {pointer_type}> {frozen}, i32 {align}, "
-                     f"<{WIDTH} x i1> {self.mask})",
-                     f"  br label %{joined}", f"{joined}:"]
-        return None
+        wide, mask = f"<{total} x {type_name}>", self._spaced_mask(spacing)
+        whole = f"llvm.masked.{'load' if loaded is not None else 'store'}.v{total}{element}.{space}"
+        known = ok == "true"  # no run-time check: the wide access only
+        together = loaded if known else f"{loaded}.c"
+        labels = [] if known else [self.label("whole"), self.label("apart"), self.label("joined")]
+        if labels:
+            self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
+        if loaded is not None:
+            self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+            if spacing == 1:
+                self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
+                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
+            else:  # every lane's element of a wide load
+                self.out += [f"  {loaded}.w = call {wide} @{whole}({pointer_type} {first}, i32 {align}, "
+                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
+                             f"  {together} = shufflevector {wide} {loaded}.w, {wide} poison, <{WIDTH} x i32> <"
+                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
+        else:
+            self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
+            spread = data
+            if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
+                spread = self.fresh("sp")
+                self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
+                                + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
+                                            for i in range(total)) + ">")
+            self.out.append(f"  call void @{whole}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
+                            f"<{total} x i1> {mask})")
+        if labels:
+            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:", apart(frozen, f"{loaded}.g"),
+                         f"  br label %{labels[2]}", f"{labels[2]}:"]
+            if loaded is not None:
+                self.out.append(f"  {loaded} = phi {vector} [ {loaded}.c, %{labels[0]} ], [ {loaded}.g, %{labels[1]} ]")
 
     def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
         """An aggregate loaded only to be stored: copied element by element; between a
@@ -896,6 +1047,7 @@ class _Region:
 
     # --- calls -------------------------------------------------------------------------
     def _call(self, name: Optional[str], line: str, text: str) -> None:
+        stored, self.last_store = self.last_store, None
         function = ir_model.callee(line)
         if function is None:
             raise NotVector("a call through a pointer")
@@ -914,9 +1066,29 @@ class _Region:
             return self._elementwise(name, function, return_type, arguments)
         if base in PER_LANE and SCALAR.match(return_type):
             return self._per_lane(name, function, return_type, arguments, masked=False)
+        if memory and self._small_copy(function, arguments, stored):
+            return None
         if memory:
             return self._per_lane(None, function, "void", arguments, masked=True)
         raise NotVector(f"a call of @{function}")
+
+    def _small_copy(self, function: str, arguments, stored: Optional[Tuple[str, int, str, str]]) -> bool:
+        """A copy of 1, 2, 4 or 8 bytes (a deposit's value into its slot) as one integer
+        load and store (whether it was emitted): vector accesses, not a call per lane; from
+        the vector the block stored at the source just before, where it did (no load)."""
+        if not function.startswith(("llvm.memcpy.", "llvm.memmove.")) or len(arguments) != 4:
+            return False
+        (target_type, target), (source_type, source), (_, length), volatile = arguments
+        if length not in ("1", "2", "4", "8") or volatile != ("i1", "false"):
+            return False
+        integer, value = f"i{8 * int(length)}", self.fresh("cp")
+        if stored and stored[:2] == (source, int(length)):
+            self.out.append(f"  {value} = bitcast <{WIDTH} x {stored[2]}> {stored[3]} to <{WIDTH} x {integer}>")
+            self.varying[value] = integer
+        else:
+            self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
+        self._instruction(f"store {integer} {value}, {target_type} {target}, align 1")
+        return True
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
         vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{WIDTH}{m.group(1)}", function)

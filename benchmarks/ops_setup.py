@@ -14,12 +14,12 @@ run, its processes alternating with this one's.
 """
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from _timing import fresh_process, medians, report
 
 CHILD = r"""
 import json, time
@@ -36,14 +36,6 @@ wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
 print(json.dumps({"import": imported - started, "wall": wall, "cpu": cpu, "reflected": len(reflected),
                   "operators": len(operators)}))
 """
-
-
-def child(code: str, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600,
-                            cwd=code)
-    if result.returncode != 0:
-        raise SystemExit(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -63,27 +55,22 @@ def main() -> int:
         envs = {name: {**base, "PYTHONPATH": os.pathsep.join(filter(None, [code, base.get("PYTHONPATH")]))}
                 for name, code in codes.items()}
         for name, code in codes.items():
-            child(code, {**envs[name], "TORCH_METALLIB_CACHE_DIR": os.path.join(folder, name, "warm")})  # fills it
+            warm = os.path.join(folder, name, "warm")
+            fresh_process(code, CHILD, {**envs[name], "TORCH_METALLIB_CACHE_DIR": warm})  # fills it
         for i in range(args.repeat):  # checkouts and modes in turn: load drifts over the run
             for name, code in codes.items():
                 modes = {"empty cache": os.path.join(folder, name, f"empty{i}"),
                          "warm cache": os.path.join(folder, name, "warm")}
                 for mode, cache in modes.items():
-                    runs.setdefault((mode, name), []).append(child(code, {**envs[name],
-                                                                          "TORCH_METALLIB_CACHE_DIR": cache}))
-    figures = {}
-    for (mode, name), found in sorted(runs.items()):
-        figures[(mode, name)] = {key: statistics.median(r[key] for r in found) * (1 if key == "reflected" else 1e3)
-                                 for key in ("import", "wall", "cpu", "reflected")}
-        figures[(mode, name)]["operators"] = found[0]["operators"]
-    print(f"\nmlx.load() in fresh processes, median of {args.repeat}")
-    print(f"{'mode':12} {'code':9} {'import ms':>9} {'load ms':>8} {'load CPU ms':>11} {'reflected':>9} {'operators':>9}")
-    for (mode, name), f in figures.items():
-        print(f"{mode:12} {name:9} {f['import']:9.1f} {f['wall']:8.1f} {f['cpu']:11.1f} {f['reflected']:9.0f} "
-              f"{f['operators']:9d}")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({" | ".join(key): f for key, f in figures.items()}, file, indent=1)
+                    runs.setdefault((mode, name), []).append(
+                        fresh_process(code, CHILD, {**envs[name], "TORCH_METALLIB_CACHE_DIR": cache}))
+    figures = {key: {**medians(found, ("import", "wall", "cpu")), "reflected": statistics.median(
+        r["reflected"] for r in found), "operators": found[0]["operators"]} for key, found in sorted(runs.items())}
+    report(f"mlx.load() in fresh processes, median of {args.repeat}",
+           [("mode", "12"), ("code", "9"), ("import ms", "9.1f"), ("load ms", "8.1f"), ("load CPU ms", "11.1f"),
+            ("reflected", "9.0f"), ("operators", "9d")],
+           figures, lambda names, f: (*names, f["import"], f["wall"], f["cpu"], f["reflected"], f["operators"]),
+           args.json)
     return 0
 
 

@@ -12,7 +12,7 @@ import json
 import os
 import threading
 
-from ..cache.archives import archives_for
+from ..cache.archives import record_payloads
 from ..cache.disk_cache import cache_directory, read_entry, write_entry
 from ..cache.fingerprint import code_fingerprint
 from ..container.function_constant import FunctionConstant
@@ -70,18 +70,9 @@ def summary_payload(function) -> bytes:
     return _payload(KernelSummary(function.buffers, function.function_constants))
 
 
-def _archived_summary(function):
-    for archive in archives_for(function):
-        found = archive.lookup(SUMMARY_TARGET, function.hash, "", function.type)
-        if found is not None and found[0].target.toolchain == summary_toolchain():
-            summary = _decoded(found[1])
-            if summary is not None:
-                return summary
-    return None
-
-
 def _cached_summary(function) -> KernelSummary:
-    summary = _archived_summary(function)
+    decoded = map(_decoded, record_payloads(function, SUMMARY_TARGET, summary_toolchain()))
+    summary = next(filter(None, decoded), None)
     if summary is not None:
         return summary
     path, key = summary_entry(function)

@@ -14,9 +14,10 @@ reflection, ``air/`` and ``backends/`` share it.
 import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function", "unquoted", "unescape",
-           "parameters", "split_operands", "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors",
-           "retarget_phis", "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
+__all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
+           "unquoted", "unescape", "parameters", "split_operands", "branches", "reachable", "edit_functions",
+           "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode", "result_type",
+           "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it

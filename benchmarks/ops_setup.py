@@ -1,25 +1,31 @@
 """Set-up time of MLX's operators (``torch_metallib.mlx.load()``: loading mlx.metallib and
 defining every ``torch.ops.tm_mlx`` operator) in fresh processes, with an empty disk cache
-and a warm one.
+and a warm one, and with --archive also with the disk cache off and an archive
+(``precompile``) of the kernels the operators use.
 
-Usage: python benchmarks/ops_setup.py [--repeat N] [--baseline CHECKOUT] [--json OUT]
+Usage: python benchmarks/ops_setup.py [--repeat N] [--archive] [--baseline CHECKOUT] [--json OUT]
 
 Each process imports ``torch_metallib.mlx`` (timed apart), then times ``mlx.load()`` with
 perf_counter (wall) and thread_time (the calling thread's CPU time, which other load on
 the machine disturbs least), and counts the kernels it reflects (parses the bitcode of).
 "empty cache" gives each process a new cache folder; "warm cache" one that an earlier
-process filled. Figures are medians over --repeat processes per mode. --baseline names
+process filled; "archive only" TORCH_METALLIB_CACHE=0 and an archive that each checkout's
+own ``precompile`` built (about a minute each: a hundred kernels compile, the others need
+function constants). Figures are medians over --repeat processes per mode. --baseline names
 another checkout of this repository (e.g. a ``git worktree`` of main), measured in the same
 run, its processes alternating with this one's.
 """
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from _timing import fresh_process, medians, report
+
+from torch_metallib.cache.corpus import mlx_metallib_path
 
 CHILD = r"""
 import json, time
@@ -38,12 +44,21 @@ print(json.dumps({"import": imported - started, "wall": wall, "cpu": cpu, "refle
 """
 
 
-def child(code: str, env: dict) -> dict:
-    result = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=600,
-                            cwd=code)
-    if result.returncode != 0:
-        raise SystemExit(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
+KERNELS = r"""
+from torch_metallib import mlx
+print(" ".join(sorted({f.name for op in mlx.load().values() for f in op.kernels.values()})))
+"""
+
+
+def archive(code: str, env: dict, folder: str) -> str:
+    """An archive of the kernels MLX's operators use, built by checkout `code`'s precompile."""
+    kernels = subprocess.run([sys.executable, "-c", KERNELS], capture_output=True, text=True, env=env, check=True,
+                             cwd=code).stdout.split()
+    path = os.path.join(folder, "mlx.tmar")
+    subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", mlx_metallib_path(), "-o", path,
+                    *(arg for kernel in kernels for arg in ("--kernel", kernel))],
+                   env={**env, "TORCH_METALLIB_CACHE": "0"}, cwd=code, check=True, stdout=subprocess.DEVNULL)
+    return path
 
 
 def main() -> int:
@@ -51,6 +66,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7, help="fresh processes per checkout and mode (default 7)")
     parser.add_argument("--baseline", metavar="CHECKOUT",
                         help="another checkout of this repository to measure in the same run")
+    parser.add_argument("--archive", action="store_true",
+                        help="also measure an archive-only start (builds an archive per checkout first)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
     codes = {"this": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
@@ -62,28 +79,27 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         envs = {name: {**base, "PYTHONPATH": os.pathsep.join(filter(None, [code, base.get("PYTHONPATH")]))}
                 for name, code in codes.items()}
+        archives = {}
         for name, code in codes.items():
-            child(code, {**envs[name], "TORCH_METALLIB_CACHE_DIR": os.path.join(folder, name, "warm")})  # fills it
+            warm = os.path.join(folder, name, "warm")
+            fresh_process(code, CHILD, {**envs[name], "TORCH_METALLIB_CACHE_DIR": warm})  # fills it
+            if args.archive:
+                archives[name] = archive(code, envs[name], os.path.join(folder, name))
         for i in range(args.repeat):  # checkouts and modes in turn: load drifts over the run
             for name, code in codes.items():
-                modes = {"empty cache": os.path.join(folder, name, f"empty{i}"),
-                         "warm cache": os.path.join(folder, name, "warm")}
-                for mode, cache in modes.items():
-                    runs.setdefault((mode, name), []).append(child(code, {**envs[name],
-                                                                          "TORCH_METALLIB_CACHE_DIR": cache}))
-    figures = {}
-    for (mode, name), found in sorted(runs.items()):
-        figures[(mode, name)] = {key: statistics.median(r[key] for r in found) * (1 if key == "reflected" else 1e3)
-                                 for key in ("import", "wall", "cpu", "reflected")}
-        figures[(mode, name)]["operators"] = found[0]["operators"]
-    print(f"\nmlx.load() in fresh processes, median of {args.repeat}")
-    print(f"{'mode':12} {'code':9} {'import ms':>9} {'load ms':>8} {'load CPU ms':>11} {'reflected':>9} {'operators':>9}")
-    for (mode, name), f in figures.items():
-        print(f"{mode:12} {name:9} {f['import']:9.1f} {f['wall']:8.1f} {f['cpu']:11.1f} {f['reflected']:9.0f} "
-              f"{f['operators']:9d}")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({" | ".join(key): f for key, f in figures.items()}, file, indent=1)
+                modes = {"empty cache": {"TORCH_METALLIB_CACHE_DIR": os.path.join(folder, name, f"empty{i}")},
+                         "warm cache": {"TORCH_METALLIB_CACHE_DIR": os.path.join(folder, name, "warm")}}
+                if args.archive:
+                    modes["archive only"] = {"TORCH_METALLIB_CACHE": "0", "TORCH_METALLIB_ARCHIVES": archives[name]}
+                for mode, environment in modes.items():
+                    runs.setdefault((mode, name), []).append(fresh_process(code, CHILD, {**envs[name], **environment}))
+    figures = {key: {**medians(found, ("import", "wall", "cpu")), "reflected": statistics.median(
+        r["reflected"] for r in found), "operators": found[0]["operators"]} for key, found in sorted(runs.items())}
+    report(f"mlx.load() in fresh processes, median of {args.repeat}",
+           [("mode", "12"), ("code", "9"), ("import ms", "9.1f"), ("load ms", "8.1f"), ("load CPU ms", "11.1f"),
+            ("reflected", "9.0f"), ("operators", "9d")],
+           figures, lambda names, f: (*names, f["import"], f["wall"], f["cpu"], f["reflected"], f["operators"]),
+           args.json)
     return 0
 
 

@@ -16,12 +16,12 @@ processes alternating with this one's. Target: with an archive, a first call is 
 """
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
+
+from _timing import fresh_process, medians, report
 
 from torch_metallib.cache.corpus import mlx_metallib_path
 
@@ -52,16 +52,6 @@ for which, call in calls.items():  # in order: the first kernel also pays the pr
     figures[which] = {"first": times[0], "hundredth": times[-1], "first CPU": cpu[0], "hundredth CPU": cpu[-1]}
 print(json.dumps(figures))
 """
-
-
-def child(threads: int, env: dict, code: str) -> dict:
-    """One fresh process's figures, importing the package of checkout `code` (run there:
-    ``python -c`` puts the working folder first on sys.path)."""
-    result = subprocess.run([sys.executable, "-c", CHILD, str(threads)], capture_output=True, text=True, env=env,
-                            timeout=600, cwd=code)
-    if result.returncode != 0:
-        raise SystemExit(result.stderr[-3000:])
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def _modes(code: str, folder: str, base: dict) -> dict:
@@ -98,26 +88,22 @@ def main() -> int:
         for name, code in codes.items():
             os.makedirs(os.path.join(folder, name))
             modes[name] = _modes(code, os.path.join(folder, name), base)
-            child(args.threads, modes[name]["warm disk cache"], code)  # fills the disk cache
+            fresh_process(code, CHILD, modes[name]["warm disk cache"], str(args.threads))  # fills the disk cache
         runs = {}
         for _ in range(args.repeat):  # one process per checkout and mode in turn: load drifts over the run
             for name in codes:
                 for mode, env in modes[name].items():
-                    runs.setdefault((name, mode), []).append(child(args.threads, env, codes[name]))
+                    runs.setdefault((name, mode), []).append(fresh_process(codes[name], CHILD, env, str(args.threads)))
     figures = {}
     for label, _, which in KERNELS:
         for mode in modes["this"]:
             for name in codes:
-                figures[(label, mode, name)] = {key: statistics.median(r[which][key] for r in runs[(name, mode)]) * 1e3
-                                                for key in ("first", "hundredth", "first CPU", "hundredth CPU")}
-    print(f"\n{'kernel':34} {'mode':16} {'code':9} {'first ms':>9} {'100th ms':>9} {'first-100th':>11} "
-          f"{'CPU: first-100th':>16}")
-    for (label, mode, name), f in figures.items():
-        print(f"{label:34} {mode:16} {name:9} {f['first']:9.2f} {f['hundredth']:9.3f} "
-              f"{f['first'] - f['hundredth']:11.2f} {f['first CPU'] - f['hundredth CPU']:16.2f}")
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump({" | ".join(key): f for key, f in figures.items()}, file, indent=1)
+                figures[(label, mode, name)] = medians([r[which] for r in runs[(name, mode)]],
+                                                       ("first", "hundredth", "first CPU", "hundredth CPU"))
+    report(None, [("kernel", "34"), ("mode", "16"), ("code", "9"), ("first ms", "9.2f"), ("100th ms", "9.3f"),
+                  ("first-100th", "11.2f"), ("CPU: first-100th", "16.2f")],
+           figures, lambda names, f: (*names, f["first"], f["hundredth"], f["first"] - f["hundredth"],
+                                      f["first CPU"] - f["hundredth CPU"]), args.json)
     return 0
 
 

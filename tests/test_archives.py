@@ -272,17 +272,45 @@ def test_archived_ptx_runs_on_the_gpu(mlx_path, tmp_path, monkeypatch, caplog):
 
 
 def test_archives_carry_call_records_so_first_calls_skip_reflection(built, mlx_lib, monkeypatch):
+    """And operator summaries, so that ops.define skips it too (tests/test_ops_kernel_summary.py
+    defines every MLX operator from an archive)."""
     from torch_metallib.dispatch import call_record
+    from torch_metallib.ops import _kernel_summary
 
     _, mlx_archive, _, _ = built
     archive = read_archive(mlx_archive)
-    records = {e.function for e in archive.entries.values() if e.target.name == call_record.RECORD_TARGET}
-    assert records == {ELEMENTWISE, COOPERATIVE}
+    for target in (call_record.RECORD_TARGET, _kernel_summary.SUMMARY_TARGET):
+        assert {e.function for e in archive.entries.values() if e.target.name == target} == {ELEMENTWISE, COOPERATIVE}
     monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
     monkeypatch.setenv("TORCH_METALLIB_ARCHIVES", str(mlx_archive))
+    monkeypatch.setattr(_kernel_summary, "_summaries", {})
     fresh = tm.load(mlx_lib.subset([COOPERATIVE]))[COOPERATIVE]
     assert call_record.cached_call_record(fresh) == call_record.call_record(mlx_lib[COOPERATIVE])
-    assert fresh._reflection is None  # the record came from the archive, not from the bitcode
+    summary = _kernel_summary.kernel_summary(fresh)
+    assert fresh._reflection is None  # the record and the summary came from the archive, not from the bitcode
+    assert (summary.buffers, summary.function_constants) == (mlx_lib[COOPERATIVE].buffers,
+                                                             mlx_lib[COOPERATIVE].function_constants)
+
+
+def test_archives_without_summaries_still_serve_their_call_records(built, mlx_lib, monkeypatch, tmp_path):
+    """An archive written before summaries were stored (no ``ops`` target) loads as before:
+    its call records are used and the summary comes from reflection."""
+    from torch_metallib.dispatch import call_record
+    from torch_metallib.ops import _kernel_summary
+
+    _, mlx_archive, _, _ = built
+    archive = read_archive(mlx_archive)
+    kept = [(e, archive.lookup(*key)[1]) for key, e in archive.entries.items()
+            if e.target.name != _kernel_summary.SUMMARY_TARGET]
+    older = tmp_path / "older.tmar"
+    older.write_bytes(write_archive([t for t in archive.targets if t.name != _kernel_summary.SUMMARY_TARGET], kept))
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setattr(_kernel_summary, "_summaries", {})
+    fresh = tm.load(mlx_lib.subset([COOPERATIVE]), archives=[older])[COOPERATIVE]
+    assert call_record.cached_call_record(fresh) == call_record.call_record(mlx_lib[COOPERATIVE])
+    assert fresh._reflection is None
+    assert _kernel_summary.kernel_summary(fresh).buffers == mlx_lib[COOPERATIVE].buffers
+    assert fresh._reflection is not None
 
 
 LINK_ONLY = r"""
@@ -318,7 +346,8 @@ def test_constants_per_kernel_and_kernels_that_cannot_be_built(built, tmp_path):
                       "--constants", f"@{constants}", "-j", "1", "-o", tmp_path / "a.tmar")
     assert "skipped vector_add_float with constants {\"no_such_constant\": 1}: vector_add_float: constants: no " \
            "function constant 'no_such_constant'" in said, said
-    assert "2 entries (1 kernels; cpu:x86-64-v3) and 1 call records" in said, said
+    # Records and summaries of both kernels: they do not depend on the constants.
+    assert "2 entries (1 kernels; cpu:x86-64-v3) and 2 call records and as many operator summaries" in said, said
     forms = sorted(key[2] for key in read_archive(tmp_path / "a.tmar").entries if key[0] == "cpu:x86-64-v3")
     assert forms == ["((0, 0), (1, 1.0))", "((0, 1), (1, 2.0))"], forms  # as calls canonicalize them
     result = subprocess.run([sys.executable, "-m", "torch_metallib", "precompile", str(fixtures), "--kernel",

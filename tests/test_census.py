@@ -1,6 +1,6 @@
 """The intrinsic census: every air.* intrinsic variant the compute kernels of mlx.metallib,
-the public corpus subset and PyTorch's own two libraries declare is implemented by the CPU
-backend, and the census reports what a library really declares."""
+the public corpus subset and PyTorch's own two libraries can call is implemented by the CPU
+backend, and the census reports what a library's kernels really call."""
 
 import json
 import pathlib
@@ -13,6 +13,7 @@ import torch
 
 import torch_metallib as tm
 from torch_metallib.cli.census import census
+from _mojo import mojo_modules
 from _public_corpus import subset_files
 from tests import _air_modules as air
 
@@ -64,6 +65,22 @@ def test_census_of_one_kernel_lists_its_declarations(fixture_metallib, tmp_path)
     assert set(by_name) == declared
     assert by_name["air.wg.barrier"]["parameters"] == ["i32", "i32"] and by_name["air.wg.barrier"]["cpu"]
     assert "implemented by the CPU backend, 0 missing" in run.stdout
+
+
+def test_census_counts_what_kernels_call_not_what_they_declare(tmp_path):
+    """Mojo's compiler declares builtins such as air.thread_position_in_threadgroup.x in every
+    module, called or not: the census counts, per kernel, the intrinsics reflection lists
+    (those the kernel can reach), not every declaration."""
+    path = tmp_path / "mojo.metallib"
+    path.write_bytes(tm.pack_modules(mojo_modules()))
+    library = tm.load(path)
+    called = {}
+    for name in library.function_names:
+        for intrinsic in library[name].reflection.intrinsics:
+            called[intrinsic] = called.get(intrinsic, 0) + 1
+    result = census([str(path)])
+    assert {v.name: v.kernels for v in result["variants"]} == called
+    assert "air.wg.barrier" in called and "air.thread_position_in_threadgroup.x" not in called
 
 
 def test_census_refuses_a_missing_file(tmp_path):

@@ -2,7 +2,8 @@
 ``ptxas`` accepting the PTX for sm_80 and sm_90.
 
 * One kernel of every family of Apple-built mlx.metallib and of the public corpus subset
-  (cli/cuda_coverage.py groups them) lowers and assembles for both architectures.
+  (cli/cuda_coverage.py groups them; the subset's once per distinct bitcode) lowers and
+  assembles for both architectures.
 * Each class of intrinsic is lowered from small hand-written AIR into the PTX instructions
   that implement it (shuffles, votes, barriers, atomics, libdevice math, shared memory).
 * The launch split (edge threadgroups on their own) covers every threadgroup once with the
@@ -78,8 +79,15 @@ def test_every_mlx_family_lowers_and_assembles(mlx_path, ptxas):
 
 @pytest.mark.slow
 def test_public_corpus_families_lower_and_assemble(ptxas):
-    kernels = [(str(path), members[0]) for path in subset_files()
-               for members in families(compute_kernels(tm.load(str(path)))).values()]
+    # One kernel per family and file; a family's kernel that another release of the same
+    # project ships byte for byte (same HASH: a tenth of them) would lower the same, once more.
+    kernels, seen = [], set()
+    for path in subset_files():
+        library = tm.load(str(path))
+        for members in families(compute_kernels(library)).values():
+            if library[members[0]].hash not in seen:
+                seen.add(library[members[0]].hash)
+                kernels.append((str(path), members[0]))
     checked = check_kernels(kernels, ARCHS, jobs=cores())
     outcomes = [(path.rsplit("/", 1)[-1], o) for (path, _), o in zip(kernels, checked)]
     counts = collections.Counter(o.outcome for _, o in outcomes)

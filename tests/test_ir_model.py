@@ -190,3 +190,36 @@ entry:
     instrumented, _ = instrument_accesses(text, "k")
     assert instrumented.count("call ptr addrspace(1) @tm.check.1(") == 2
     assert '%"a b" = load float, ptr addrspace(1) %tm.chk1, align 4' in instrumented
+
+
+def _with_quoted_kernel(name: str) -> str:
+    """vector_add_float's fixture with its kernel renamed `name` (printed quoted) and its
+    addition moved into a helper, also quoted, that calls an intrinsic declaration."""
+    text = (pathlib.Path(__file__).parent / "fixtures" / "vector_add_float.ll").read_text()
+    text = text.replace("@vector_add_float(", f'@"{name}"(').replace("ptr @vector_add_float,", f'ptr @"{name}",')
+    text = text.replace("  %10 = fadd float %7, %9", '  %10 = call float @"add two.floats"(float %7, float %9)')
+    return text + """
+define internal float @"add two.floats"(float %a, float %b) {
+  %s = call float @air.fast_fmax.f32(float %a, float %b)
+  ret float %s
+}
+
+declare float @air.fast_fmax.f32(float, float)
+"""
+
+
+def test_functions_with_quoted_names_are_found_by_name():
+    """A function whose name LLVM prints quoted (``@"vector add.float"``) is found by its
+    name, bare or as printed, and what it reaches through a quoted helper is reached (the
+    lookup compared the printed name, quotes and all, and found nothing)."""
+    text = _with_quoted_kernel("vector add.float")
+    llvm.parse_assembly(text).verify()
+    lines = text.split("\n")
+    for name in ("vector add.float", '"vector add.float"'):
+        found = ir_model.function(lines, name)
+        assert found is not None and found.header.startswith('define weak_odr void @"vector add.float"(')
+        assert len(found.parameters()) == 4
+    assert ir_model.function(lines, "add two.floats").body[0].endswith("@air.fast_fmax.f32(float %a, float %b)")
+    assert ir_model.reachable(lines, ["vector add.float"]) == {"vector add.float", "add two.floats",
+                                                               "air.fast_fmax.f32"}
+    assert ir_model.unquoted('"say \\22hi\\22"') == 'say "hi"'  # LLVM escapes a quote in a name

@@ -1,6 +1,7 @@
 """What ops.define checks a kernel against (ops/_kernel_summary.py), on Apple-built
-mlx.metallib: with a warm disk cache the MLX operators are defined without parsing any
-kernel's bitcode, and the cached summary is exactly what reflection gives."""
+mlx.metallib: with a warm disk cache, or with the disk cache off and an archive that
+``precompile`` wrote, the MLX operators are defined without parsing any kernel's bitcode,
+and the cached summary is exactly what reflection gives."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import pytest
 import torch_metallib as tm
 import torch_metallib.library.function as function_module
 from torch_metallib.cache.disk_cache import write_entry
+from torch_metallib.cli import precompile
 from torch_metallib.ops import _kernel_summary
 from torch_metallib.ops._kernel_summary import kernel_summary, summary_entry
 
@@ -28,9 +30,10 @@ print(json.dumps({"reflected": len(reflected), "schemas": sorted(op.schema for o
 """
 
 
-def _define_in_child(mlx_path, cache) -> dict:
+def _define_in_child(mlx_path, cache, **environment) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_METALLIB_ARCHIVES", "TORCH_METALLIB_CACHE")}
     env["TORCH_METALLIB_CACHE_DIR"] = str(cache)
+    env.update(environment)
     child = subprocess.run([sys.executable, "-c", _DEFINE_CHILD, mlx_path], capture_output=True, text=True, env=env,
                            timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
@@ -45,6 +48,23 @@ def test_warm_cache_defines_mlx_operators_without_reflection(mlx_path, tmp_path)
     assert cold["reflected"] > 100  # MLX's operators use about two hundred kernels
     assert warm["reflected"] == 0
     assert warm["schemas"] == cold["schemas"] and len(cold["schemas"]) > 70
+
+
+def test_archive_defines_mlx_operators_without_reflection(mlx_path, defined, tmp_path, monkeypatch):
+    """With the disk cache off, an archive ``precompile`` wrote for the kernels MLX's
+    operators use carries their summaries beside their call records: a fresh process
+    defines the same operators parsing no bitcode (without the summaries it reflected all
+    of them). The kernels' objects are beside the point here: one is compiled, not 202."""
+    kernels = sorted({f.name for op in defined.values() for f in op.kernels.values()})
+    archive = tmp_path / "mlx.tmar"
+    build = precompile._build
+    monkeypatch.setattr(precompile, "_build", lambda task: build(task) if task[1] == "rmsfloat32" else ([], None))
+    precompile.precompile(mlx_path, kernels, None, ["cpu"], str(archive), jobs=1, say=lambda text: None)
+    without = _define_in_child(mlx_path, tmp_path, TORCH_METALLIB_CACHE="0")
+    archived = _define_in_child(mlx_path, tmp_path, TORCH_METALLIB_CACHE="0", TORCH_METALLIB_ARCHIVES=str(archive))
+    assert without["reflected"] == len(kernels) > 100
+    assert archived["reflected"] == 0
+    assert archived["schemas"] == without["schemas"]
 
 
 @pytest.fixture

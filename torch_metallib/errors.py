@@ -11,18 +11,23 @@ class TorchMetallibError(Exception):
     """Base class of every error torch_metallib raises on purpose."""
 
 
-class MetallibFormatError(TorchMetallibError, ValueError):
+class _BytesFormatError(TorchMetallibError, ValueError):
+    """Bytes of a file format that fail validation at a field: what the .metallib and the
+    archive errors share (private: catch the public types)."""
+
+    def __init__(self, message: str, offset: int = None, field: str = None):
+        super().__init__(message)
+        self.offset = offset
+        self.field = field
+
+
+class MetallibFormatError(_BytesFormatError):
     """Malformed .metallib bytes.
 
     Attributes:
         offset: absolute byte offset in the file where the bad field starts.
         field: the field that failed validation, e.g. ``"function 3 'foo' NAME"``.
     """
-
-    def __init__(self, message: str, offset: int = None, field: str = None):
-        super().__init__(message)
-        self.offset = offset
-        self.field = field
 
 
 class ReflectionError(TorchMetallibError, ValueError):
@@ -93,7 +98,7 @@ class OpDefinitionError(TorchMetallibError, ValueError):
     not fit together; nothing was registered."""
 
 
-class ArchiveFormatError(TorchMetallibError, ValueError):
+class ArchiveFormatError(_BytesFormatError):
     """Bytes given as an ahead-of-time archive (``tm.load(..., archives=)``, ``python -m
     torch_metallib precompile``) that are not a well-formed archive: another file, a
     truncated or damaged one. Nothing of it was used.
@@ -102,8 +107,3 @@ class ArchiveFormatError(TorchMetallibError, ValueError):
         offset: absolute byte offset in the archive where the bad field starts.
         field: the field that failed validation, e.g. ``"entry 3 payload SHA-256"``.
     """
-
-    def __init__(self, message: str, offset: int = None, field: str = None):
-        super().__init__(message)
-        self.offset = offset
-        self.field = field

@@ -12,7 +12,7 @@ from ..diagnostics import get_logger
 from ..errors import ArchiveFormatError
 from .archive import Archive, read_archive
 
-__all__ = ["open_archives", "archives_for", "warn_once"]
+__all__ = ["open_archives", "archives_for", "record_payloads", "warn_once"]
 
 _lock = threading.RLock()  # reentrant: opening the environment's archives may warn
 _environment: Tuple[tuple, Tuple[Archive, ...]] = ((), ())  # (the variable's paths, their archives)
@@ -32,6 +32,16 @@ def open_archives(sources) -> Tuple[Archive, ...]:
 def archives_for(function) -> Tuple[Archive, ...]:
     """The archives `function`'s library was loaded with, then the environment's."""
     return getattr(function.library, "_archives", ()) + _from_environment()
+
+
+def record_payloads(function, target: str, toolchain: str):
+    """The payloads of `function`'s records under `target` (entries without constants, the
+    function's type as their form: call records, operator summaries) made by `toolchain`, in
+    the order its archives are looked in."""
+    for archive in archives_for(function):
+        found = archive.lookup(target, function.hash, "", function.type)
+        if found is not None and found[0].target.toolchain == toolchain:
+            yield found[1]
 
 
 def _from_environment() -> Tuple[Archive, ...]:

@@ -1,8 +1,13 @@
 """`python -m torch_metallib census`: every ``air.*`` intrinsic the kernels of one or more
-libraries declare (and every function Metal's driver supplies, section
+libraries can call (and every function Metal's driver supplies, section
 ``air.externally_defined``: Metal 4's tensor operations), each type variant apart (scalar or vector width, element type, address
 space), with how many kernels and libraries use it and whether the CPU backend implements
-it. ``--fail-on-missing`` makes an unimplemented variant exit 1 (CI runs it this way)."""
+it. ``--fail-on-missing`` makes an unimplemented variant exit 1 (CI runs it this way).
+
+A kernel counts for a variant when its body, or a function it reaches, calls it
+(``ir_model.reachable``): the rule reflection lists intrinsics by and a backend refuses a
+kernel by. A declaration nothing reaches (compilers leave some in every module) is not
+counted: no backend is asked to define it."""
 
 import json
 import pathlib
@@ -49,7 +54,7 @@ def add_parser(subparsers) -> None:
         "census", help="list the air.* intrinsics a library's kernels use and what implements them",
         description="List every air.* intrinsic variant (and driver-supplied function) the "
                     "compute kernels of the given libraries (files or folders of .metallib) "
-                    "declare, and whether the CPU backend implements it.")
+                    "can call, and whether the CPU backend implements it.")
     parser.add_argument("paths", nargs="+", help=".metallib files or folders holding them")
     parser.add_argument("--json", metavar="FILE", help="also write the census as JSON to FILE")
     parser.add_argument("--fail-on-missing", action="store_true",
@@ -79,6 +84,7 @@ def census(paths: List[str], progress=None) -> dict:
     from ..backends.cpu.lowering import cpu_implements
     from ..library.library import load
     from ..reflection.bitcode import parse_bitcode
+    from ..reflection.ir_model import reachable
 
     variants: Dict[tuple, Variant] = {}
     skipped, errors, kernels = defaultdict(int), [], 0
@@ -105,8 +111,9 @@ def census(paths: List[str], progress=None) -> dict:
                     continue
                 kernels += 1
                 try:
+                    called = _called(module, name, reachable)
                     for declared in module.functions:
-                        if not declared.is_declaration:
+                        if not declared.is_declaration or declared.name not in called:
                             continue
                         line = next(line for line in str(declared).splitlines() if line.startswith("declare"))
                         if not (declared.name.startswith("air.") or EXTERNALLY_DEFINED in line):
@@ -127,6 +134,14 @@ def census(paths: List[str], progress=None) -> dict:
     ordered = sorted(variants.values(), key=lambda v: (v.name, v.ret, v.params))
     return {"variants": ordered, "libraries": len(files) - len(errors), "kernels": kernels,
             "skipped": dict(skipped), "errors": errors}
+
+
+def _called(module, kernel: str, reachable) -> set:
+    """What `kernel` reaches in `module`, read from its definitions and global variables
+    alone (what ``reachable`` follows): printing the whole module, metadata included, took
+    most of the census's time."""
+    lines = [line for found in module.functions if not found.is_declaration for line in str(found).split("\n")]
+    return reachable(lines + [str(variable) for variable in module.global_variables], [kernel])
 
 
 def print_table(result: dict, out=sys.stdout) -> None:

@@ -145,8 +145,7 @@ def _tasks(library, path: str, kernels, combinations, targets, checked, ptxas) -
         if not combos:
             skipped.append(f"{name}: needs function constants ({', '.join(required) or 'none required'}); none of "
                            f"--constants' combinations fits it")
-        if canonical:
-            tasks.append(("record", name))
+        tasks.append(("record", name))  # constants or not: records and summaries do not depend on them
         for constants in dict.fromkeys(canonical):
             for target in targets:
                 tasks.append((path, name, constants, target, checked, state.cooperative, state.serial, ptxas))
@@ -221,12 +220,19 @@ def _build_or_say(task):
 # --- the archive -----------------------------------------------------------------------
 
 def _records(library, names: List[str]) -> list:
-    """Call-record entries of `names` (what a call reads from reflection), so that first
-    calls need not parse the bitcode either."""
+    """Call-record and operator-summary entries of `names` (what a call and ``ops.define``
+    read from reflection), so that neither a first call nor defining an operator parses
+    the bitcode."""
     from ..dispatch.call_record import RECORD_TARGET, call_record
+    from ..ops._kernel_summary import SUMMARY_TARGET, summary_payload
 
-    return [(RECORD_TARGET, name, library[name].hash, "", library[name].type, "",
-             json.dumps(call_record(library[name])).encode()) for name in names]
+    made = {RECORD_TARGET: lambda function: json.dumps(call_record(function)).encode(),
+            SUMMARY_TARGET: summary_payload}
+    return [(target, name, library[name].hash, "", library[name].type, "", make(library[name]))
+            for name in names for target, make in made.items()]
+
+
+_RECORD_TARGETS = ("calls", "ops")  # call_record.RECORD_TARGET, _kernel_summary.SUMMARY_TARGET
 
 
 def _cubin_record(target: str) -> str:
@@ -245,6 +251,10 @@ def _target_record(name: str, ptxas: Optional[str]):
         from ..dispatch.call_record import record_toolchain
 
         return Target(name, record_toolchain(), ())
+    if name == "ops":
+        from ..ops._kernel_summary import summary_toolchain
+
+        return Target(name, summary_toolchain(), ())
     kind, _, level = name.partition(":")
     if kind == "cuda":
         from ..backends.cuda.archived import cuda_toolchain
@@ -295,10 +305,11 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
         if jobs > 1:
             pool.shutdown()
     keys = targets + [_cubin_record(t) for t in targets if ptxas and t.startswith("cuda:")]
-    records = {key: _target_record(key, ptxas) for key in keys + (["calls"] if results else [])}
+    records = {key: _target_record(key, ptxas) for key in keys + (list(_RECORD_TARGETS) if results else [])}
     entries = [(Entry(records[target], name, hash_, constants_text, form, symbol, 0, 0), payload)
                for target, name, hash_, constants_text, form, symbol, payload in sorted(results, key=lambda r: r[:5])]
-    if not entries:
+    compiled = [e for e, _ in entries if e.target.name not in _RECORD_TARGETS]
+    if not compiled:
         raise TorchMetallibError(f"precompile: {library_path}: nothing was compiled; expected at least one kernel "
                                  f"with the function constants it needs. Check --kernel and --constants")
     data = write_archive(list(records.values()), entries)
@@ -306,12 +317,12 @@ def precompile(library_path: str, kernels: List[str], constants: Optional[str], 
     with open(temporary, "wb") as file:
         file.write(data)
     os.replace(temporary, output)
-    compiled = [e for e, _ in entries if e.target.name != "calls"]
     cubins = [e for e in compiled if e.form.startswith("cubin")]
     assembled = f"; {len(cubins)} of them cubins, by ptxas {cubins[0].target.toolchain.rsplit(' ptxas ', 1)[1]}" \
         if cubins else ""
     say(f"wrote {output}: {len(compiled)} entries ({len({e.function for e in compiled})} kernels; "
-        f"{', '.join(targets)}{assembled}) and {len(entries) - len(compiled)} call records, {len(data):,} bytes, in "
+        f"{', '.join(targets)}{assembled}) and {(len(entries) - len(compiled)) // 2} call records and as many "
+        f"operator summaries, {len(data):,} bytes, in "
         f"{time.perf_counter() - started:.1f} s with {jobs} "
         f"process{'es' if jobs > 1 else ''}")
     return len(failures)

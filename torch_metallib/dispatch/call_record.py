@@ -8,7 +8,7 @@ ahead-of-time archives carry them too (target ``calls``), so their first calls s
 import json
 import os
 
-from ..cache.archives import archives_for
+from ..cache.archives import record_payloads
 from ..cache.disk_cache import cache_directory, read_entry, write_entry
 from ..cache.fingerprint import code_fingerprint
 
@@ -114,13 +114,8 @@ def record_toolchain() -> str:
 
 
 def _archived_record(function):
-    for archive in archives_for(function):
-        found = archive.lookup(RECORD_TARGET, function.hash, "", function.type)
-        if found is not None and found[0].target.toolchain == record_toolchain():
-            record = _decoded_record(found[1])
-            if record is not None:
-                return record
-    return None
+    decoded = map(_decoded_record, record_payloads(function, RECORD_TARGET, record_toolchain()))
+    return next(filter(None, decoded), None)
 
 
 def record_key(function) -> str:

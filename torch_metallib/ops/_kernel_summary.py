@@ -2,21 +2,26 @@
 included) and its function constants, exactly as reflection gives them.
 
 Reflecting a kernel parses its bitcode (milliseconds each; MLX's operators use about two
-hundred kernels), so the summary is kept on disk beside the call records, keyed by the
-function's HASH and the package's code, and in memory per process: a warm start defines
-operators without parsing any bitcode, and a kernel several operators share is read once.
+hundred kernels), so the summary is kept beside the call records, keyed by the function's
+HASH and the package's code: in the archives ``precompile`` writes, on disk, and in memory
+per process. A warm start, or one with an archive of the kernels, defines operators without
+parsing any bitcode, and a kernel several operators share is read once.
 """
 
 import json
 import os
 import threading
 
+from ..cache.archives import record_payloads
 from ..cache.disk_cache import cache_directory, read_entry, write_entry
 from ..cache.fingerprint import code_fingerprint
 from ..container.function_constant import FunctionConstant
 from ..reflection.air_arguments import Argument, StructField
 
-__all__ = ["KernelSummary", "kernel_summary", "summary_entry"]
+__all__ = ["KernelSummary", "kernel_summary", "summary_entry", "summary_payload", "SUMMARY_TARGET",
+           "summary_toolchain"]
+
+SUMMARY_TARGET = "ops"  # an archive's summaries: form = the function's type, no constants
 
 
 class KernelSummary:
@@ -34,8 +39,8 @@ _lock = threading.Lock()
 
 
 def kernel_summary(function) -> KernelSummary:
-    """`function`'s summary: from memory, else the disk cache, else its reflection (then
-    stored)."""
+    """`function`'s summary: from memory, else an archive, else the disk cache, else its
+    reflection (then stored in the disk cache)."""
     key = (function.type, function.hash)
     summary = _summaries.get(key)
     if summary is None:
@@ -55,7 +60,21 @@ def summary_entry(function) -> tuple:
             f"ops summary {fingerprint} {function.type} {function.hash}")
 
 
+def summary_toolchain() -> str:
+    """What an archive's summaries must share with this process: the code that makes them."""
+    return f"ops summary {code_fingerprint()}"
+
+
+def summary_payload(function) -> bytes:
+    """`function`'s summary as the disk cache and archives store it, from its reflection."""
+    return _payload(KernelSummary(function.buffers, function.function_constants))
+
+
 def _cached_summary(function) -> KernelSummary:
+    decoded = map(_decoded, record_payloads(function, SUMMARY_TARGET, summary_toolchain()))
+    summary = next(filter(None, decoded), None)
+    if summary is not None:
+        return summary
     path, key = summary_entry(function)
     payload = read_entry(path, key) if path else None
     if payload is not None:
@@ -64,13 +83,14 @@ def _cached_summary(function) -> KernelSummary:
             return summary
     summary = KernelSummary(function.buffers, function.function_constants)
     if path:
-        write_entry(path, key, json.dumps(_encoded(summary)).encode())
+        write_entry(path, key, _payload(summary))
     return summary
 
 
-def _encoded(summary: KernelSummary) -> dict:
-    return {"buffers": [_argument_data(a) for a in summary.buffers],
-            "constants": [[c.name, c.type, c.index, c.required] for c in summary.function_constants]}
+def _payload(summary: KernelSummary) -> bytes:
+    return json.dumps({"buffers": [_argument_data(a) for a in summary.buffers],
+                       "constants": [[c.name, c.type, c.index, c.required] for c in summary.function_constants]
+                       }).encode()
 
 
 def _argument_data(argument: Argument) -> dict:

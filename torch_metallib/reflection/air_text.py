@@ -9,7 +9,7 @@ LLVM prints for these lines is understood; anything else in a node is kept as `R
 import re
 from typing import Dict, List, Optional, Tuple
 
-from .ir_model import NAME, parameters, reachable
+from .ir_model import NAME, parameters, reachable, unescape, unquoted
 
 __all__ = ["Ref", "GlobalRef", "Raw", "MalformedNode", "ModuleText"]
 
@@ -54,24 +54,11 @@ _ELEMENT = re.compile(
     )(?:,\ |$)""",
     re.X,
 )
-_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2})")
 _GLOBAL_LINE = re.compile(rf"^@({NAME}) = ([^\n]*)$", re.M)
 _FUNCTION_HEADER = re.compile(rf"(?:define|declare) [^\n]*?@({NAME})\(")
 _ALIGN = re.compile(r", align (\d+)")
 # The type a parameter starts with (attributes and the name follow it).
 _PARAM_TYPE = re.compile(r"ptr(?: addrspace\(\d+\))?|<\d+ x [^>]+>|\[[^\]]*\]|\{[^}]*\}|%\"[^\"]*\"|%[-\w$.]+|\w+")
-
-
-def unescape(text: str) -> str:
-    """Undoes LLVM's ``\\XX`` escapes (quotes, backslashes, non-ASCII bytes as UTF-8)."""
-    if "\\" not in text:
-        return text
-    raw = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).encode("latin-1")
-    return raw.decode("utf-8", "backslashreplace")
-
-
-def _unquote(name: str) -> str:
-    return unescape(name[1:-1]) if name.startswith('"') else name
 
 
 def _value(match) -> object:
@@ -84,7 +71,7 @@ def _value(match) -> object:
     if kind == "int":
         return True if text == "true" else False if text == "false" else int(text)
     if kind == "global":
-        return GlobalRef(_unquote(text))
+        return GlobalRef(unquoted(text))
     if kind == "null":
         return None
     return Raw(text)
@@ -180,13 +167,13 @@ class ModuleText:
         end = self._first_function()
         if containing not in self.text[:end]:
             return {}
-        return {_unquote(name): rest for name, rest in _GLOBAL_LINE.findall(self.text, 0, end)
+        return {unquoted(name): rest for name, rest in _GLOBAL_LINE.findall(self.text, 0, end)
                 if containing in rest}
 
     def declarations(self, prefix: str = "") -> Tuple[str, ...]:
         """Names (starting with `prefix`) of the functions the module declares: the ones it
         calls but does not define."""
-        names = (_unquote(match.group(1)) for match in self._lines_starting("declare ", f" @{prefix}"))
+        names = (unquoted(match.group(1)) for match in self._lines_starting("declare ", f" @{prefix}"))
         return tuple(name for name in names if name.startswith(prefix))
 
     def called_declarations(self, function: str, prefix: str) -> Tuple[str, ...]:
@@ -204,7 +191,7 @@ class ModuleText:
     def parameter_types(self, function: str) -> Optional[List[str]]:
         """LLVM types of the parameters of the defined `function`, None if it is not defined."""
         for match in self._lines_starting("define "):
-            if _unquote(match.group(1)) == function:
+            if unquoted(match.group(1)) == function:
                 line_end = self.text.find("\n", match.end())
                 header = self.text[match.start():len(self.text) if line_end < 0 else line_end]
                 types = (_PARAM_TYPE.match(parameter.strip()) for parameter in parameters(header))

@@ -15,8 +15,9 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
-           "parameters", "split_operands", "branches", "reachable", "edit_functions", "edit_function_bodies", "blocks", "successors",
-           "retarget_phis", "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
+           "unquoted", "unescape", "parameters", "split_operands", "branches", "reachable", "edit_functions",
+           "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode", "result_type",
+           "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it
@@ -104,9 +105,28 @@ def functions(lines: List[str]) -> Iterator[Function]:
         i += 1
 
 
+_ESCAPE = re.compile(r"\\([0-9A-Fa-f]{2})")
+
+
+def unescape(text: str) -> str:
+    """Undoes LLVM's ``\\XX`` escapes (quotes, backslashes, non-ASCII bytes as UTF-8)."""
+    if "\\" not in text:
+        return text
+    raw = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), text).encode("latin-1")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def unquoted(name: str) -> str:
+    """A global's name as LLVM knows it from `name` as printed: without the quotes LLVM puts
+    around a name that is not a bare identifier (``@"a b"``), its escapes undone."""
+    return unescape(name[1:-1]) if name.startswith('"') else name
+
+
 def function(lines: List[str], name: str) -> Optional[Function]:
-    """The definition of @`name` among a module's `lines`; None where it has none."""
-    return next((f for f in functions(lines) if f.name == name), None)
+    """The definition of @`name` (bare or as printed, quoted) among a module's `lines`; None
+    where it has none."""
+    name = unquoted(name)
+    return next((f for f in functions(lines) if unquoted(f.name) == name), None)
 
 
 _GLOBAL_REFERENCE = re.compile(rf"@({NAME})")
@@ -117,10 +137,10 @@ def reachable(lines: List[str], roots) -> set:
     reached definition's body names (a call or a function pointer), and those the module's
     global variables name (their initializers). Metadata is not followed (``!air.kernel``
     names every kernel of the module)."""
-    bodies = {found.name: found.body for found in functions(lines)}
+    bodies = {unquoted(found.name): found.body for found in functions(lines)}
 
     def names(text: str) -> set:
-        return {name.strip('"') for name in _GLOBAL_REFERENCE.findall(text)}
+        return set(map(unquoted, _GLOBAL_REFERENCE.findall(text)))
     todo = set(roots)
     for line in lines:
         if line.startswith("@"):

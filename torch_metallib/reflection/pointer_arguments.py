@@ -43,7 +43,7 @@ def mark_pointer_arguments(text: str, function: str, arguments: Sequence[Argumen
     if not candidates:
         return tuple(arguments)
     lines = text.split("\n")
-    found = ir_model.function(lines, function) or ir_model.function(lines, f'"{function}"')
+    found = ir_model.function(lines, function)
     if found is None:
         return tuple(arguments)
     names = [part.split()[-1] if part.strip() else "" for part in ir_model.parameters(found.header)]

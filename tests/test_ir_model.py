@@ -223,3 +223,30 @@ def test_functions_with_quoted_names_are_found_by_name():
     assert ir_model.reachable(lines, ["vector add.float"]) == {"vector add.float", "add two.floats",
                                                                "air.fast_fmax.f32"}
     assert ir_model.unquoted('"say \\22hi\\22"') == 'say "hi"'  # LLVM escapes a quote in a name
+
+
+@pytest.mark.parametrize("name, inside_quotes", [("vector add.float", "vector add.float"),
+                                                  ('say "max"', "say \\22max\\22"),
+                                                  ("max\u00b7two", "max\\C2\\B7two")])
+def test_kernels_with_quoted_names_run_on_the_cpu_and_lower_for_cuda(name, inside_quotes):
+    """A kernel whose name is not a bare LLVM identifier runs on the CPU backend and lowers
+    for CUDA: the entries the backends wrap around it call it by its name as LLVM prints it
+    (they wrote ``call void @vector add.float(`` and LLVM refused the module)."""
+    import torch
+
+    import torch_metallib as tm
+    from torch_metallib.backends.cuda.ptx import kernel_ptx, ptxas_path, run_ptxas
+
+    llvm.initialize_native_target()
+    library = tm.load(tm.pack_modules([llvm.parse_assembly(_with_quoted_kernel(inside_quotes))]))
+    assert library.function_names == (name,)
+    kernel = library[name]
+    a, b = torch.randn(100, generator=torch.Generator().manual_seed(3)), torch.randn(100)
+    out = torch.empty(100)
+    kernel(a, b, out, threads=100)
+    assert torch.equal(out, torch.maximum(a, b))
+    ptx = kernel_ptx(kernel, {}, "quoted")
+    assert ".entry __tm_cuda_quoted(" in ptx
+    if ptxas_path() is not None:
+        result = run_ptxas(ptx, "sm_80")
+        assert result.returncode == 0, result.stderr[:1000]

@@ -122,6 +122,20 @@ def unquoted(name: str) -> str:
     return unescape(name[1:-1]) if name.startswith('"') else name
 
 
+_BARE_NAME = re.compile(r"[-a-zA-Z$._][-a-zA-Z$._0-9]*\Z")
+
+
+def printed(name: str) -> str:
+    """Global `name` as LLVM prints it after ``@``: bare where it is an identifier, otherwise
+    quoted, with quotes, backslashes and bytes outside printable ASCII escaped (the inverse
+    of :func:`unquoted`)."""
+    if _BARE_NAME.match(name):
+        return name
+    escaped = "".join(c if " " <= c <= "~" and c not in '"\\' else "".join(f"\\{b:02X}" for b in c.encode())
+                      for c in name)
+    return f'"{escaped}"'
+
+
 def function(lines: List[str], name: str) -> Optional[Function]:
     """The definition of @`name` (bare or as printed, quoted) among a module's `lines`; None
     where it has none."""

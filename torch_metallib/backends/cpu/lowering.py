@@ -46,6 +46,7 @@ from ...air.private_tensors import define_private_tensor
 from ...air.simdgroup_matrix import define_matrix, define_product_batch
 from ...air.target import Target
 from ...air.tensor_ops import check_tensor_op_calls, define_tensor_op
+from ...reflection.ir_model import printed
 from .coroutine import thread_entry
 from .reconvergence import number_exchange_sites
 from .target import COROUTINES, LaneLoops
@@ -174,7 +175,7 @@ xloop:
   %px = add i32 %ox, %tx
   %linear = add i32 %rowbase, %tx
   {_lines(LANE_LINES + body)}
-  call void @{kernel}({", ".join(operands)})
+  call void @{printed(kernel)}({", ".join(operands)})
   %tx.next = add i32 %tx, 1
   %x.more = icmp ult i32 %tx.next, %ax
   br i1 %x.more, label %xloop, label %yloop.end
@@ -206,7 +207,7 @@ def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False, la
         "%linear = add i32 %t32, 0",
         "%tx = urem i32 %t32, %ax", "%tq = udiv i32 %t32, %ax", "%ty = urem i32 %tq, %ay", "%tz = udiv i32 %t32, %axy",
         "%px = add i32 %ox, %tx", "%py = add i32 %oy, %ty", "%pz = add i32 %oz, %tz",
-    ] + LANE_LINES + body + [f"call void @{kernel}({', '.join(operands)})"]
+    ] + LANE_LINES + body + [f"call void @{printed(kernel)}({', '.join(operands)})"]
     if lanes:  # cut into lane loops by regions.py
         return (f"\ndefine void @__tm_lanes_{symbol}(ptr %args, ptr %dims, i32 %g32, i32 %t32) {{\nentry:\n  "
                 + "\n  ".join(lines) + "\n  ret void\n}\n")
@@ -247,7 +248,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target,
                              constructors)
     text = round_bfloat_exactly(number_exchange_sites(text))
-    init_calls = "\n".join(statics + [f"  call void @{name}()" for name in constructors])
+    init_calls = "\n".join(statics + [f"  call void @{printed(name)}()" for name in constructors])
     declared = set(re.findall(r"^declare [^\n]*?@([-\w$.]+)\(", text, re.M))
     umin = "" if "llvm.umin.i32" in declared else "declare i32 @llvm.umin.i32(i32, i32)\n"
     entry = (_thread_entry(symbol, kernel, arguments, checked, lanes) if cooperative

@@ -38,6 +38,7 @@ from ...air.intrinsics import VIA_DOUBLE, define_intrinsic, parse_declaration
 from ...air.module import define_intrinsics, internalize, retarget
 from ...air.private_arrays import clamp_private_array_indices
 from ...air.simdgroup_matrix import define_matrix
+from ...reflection.ir_model import printed
 from .converged_masks import CONVERGED_SUFFIX, MASK_PARAMETER, converge_top_level_collectives
 from .coarsening import COARSENING, coarsenable, coarsened_entry, no_alias_buffers
 from .lane_relabeling import RELABELED, relabel_safe, relabeled_definition, relabeled_thread_lines
@@ -190,8 +191,8 @@ def _thread(kernel: str, arguments, constructors: List[str], position_given: boo
             parameters.append(_parameter(a))
             operands.append(_operand(a, lines))
     parameters += [f"i32 %{name}" for name in LAUNCH_PARAMETERS]
-    lines += [f"call void @{name}()" for name in constructors]
-    lines.append(f"call void @{kernel}({', '.join(operands)})")
+    lines += [f"call void @{printed(name)}()" for name in constructors]
+    lines.append(f"call void @{printed(kernel)}({', '.join(operands)})")
     return parameters, lines
 
 

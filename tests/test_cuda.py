@@ -369,9 +369,10 @@ def test_steel_gemm_half_exact_fallback_is_the_cpus(mlx_path, monkeypatch):
 @pytest.mark.parametrize("tile", [(32, 32, 16, 2, 2), (64, 64, 16, 2, 2)], ids=lambda t: "bm{}".format(t[0]))
 @pytest.mark.parametrize("shape", [(128, 192, 96), (70, 90, 50)], ids=lambda s: "x".join(map(str, s)))
 def test_steel_gemm_float_is_the_cpus(mlx_lib, tile, shape):
-    """On the GPU alone (run on each device here, not mirrored): float32 steel GEMM, each lane reading its products' rows of A and columns of B from
-    the tiles (aligned shapes) or taking the exact products (ragged edges): bit for bit the
-    CPU backend's (no TF32, the same fused multiply-adds in the same order)."""
+    """On the GPU alone (each device run here, not mirrored): float32 steel GEMM, each lane
+    reading its products' rows of A and columns of B from the tiles (aligned shapes) or
+    taking the exact products (ragged edges), bit for bit the CPU backend's (no TF32, the
+    same fused multiply-adds in the same order)."""
     m, n, k = shape
     bm, bn, bk, wm, wn = tile
     fn = mlx_lib[matmul._steel_name("nn", "float32", tile)]

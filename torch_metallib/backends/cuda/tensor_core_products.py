@@ -159,8 +159,9 @@ def _tile_run_call(run: int, calls, tiles, definitions: List[str], checks: Dict)
 
 
 def _checked(lines: List[str], checks: Dict[str, str]) -> List[str]:
-    """`lines` with each base's run-time check (fragment_matrices.check_lines) after the
-    definition of the base, in the function that uses it."""
+    """`lines` with each base's run-time check (fragment_matrices.check_lines; for a (base,
+    role) key, tile_reads.check_lines) after the definition of the base, in the function
+    that uses it."""
     for key, name in checks.items():
         base = key if isinstance(key, str) else key[0]
         made = check_lines(base, name) if isinstance(key, str) else tile_check_lines(*key, name)

@@ -366,6 +366,33 @@ def test_steel_gemm_half_exact_fallback_is_the_cpus(mlx_path, monkeypatch):
     torch.testing.assert_close(results[1], (a.float() @ b.float()).half(), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("tile", [(32, 32, 16, 2, 2), (64, 64, 16, 2, 2)], ids=lambda t: "bm{}".format(t[0]))
+@pytest.mark.parametrize("shape", [(128, 192, 96), (70, 90, 50)], ids=lambda s: "x".join(map(str, s)))
+def test_steel_gemm_float_is_the_cpus(mlx_lib, tile, shape):
+    """On the GPU alone (each device run here, not mirrored): float32 steel GEMM, each lane
+    reading its products' rows of A and columns of B from the tiles (aligned shapes) or
+    taking the exact products (ragged edges), bit for bit the CPU backend's (no TF32, the
+    same fused multiply-adds in the same order)."""
+    m, n, k = shape
+    bm, bn, bk, wm, wn = tile
+    fn = mlx_lib[matmul._steel_name("nn", "float32", tile)]
+    tiles_n, tiles_m = -(-n // bn), -(-m // bm)
+    params = matmul._pack_struct(fn, "params", M=m, N=n, K=k, lda=k, ldb=n, ldd=n, tiles_n=tiles_n, tiles_m=tiles_m,
+                                 batch_stride_a=m * k, batch_stride_b=k * n, batch_stride_d=m * n, swizzle_log=0,
+                                 gemm_k_iterations_aligned=k // bk, batch_ndim=1)
+    constants = matmul._constants_needed(fn, dict(has_batch=False, use_out_source=False, do_axpby=False,
+                                                  align_M=m % bm == 0, align_N=n % bn == 0, align_K=k % bk == 0))
+    g = torch.Generator().manual_seed(sum(shape))
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    results = []
+    for device in ("cpu", "cuda"):
+        d = torch.empty(m, n, device=device)
+        fn(A=a.to(device), B=b.to(device), D=d, params=params, threads=(tiles_n * 32, tiles_m * wn, wm),
+           group_size=(32, wn, wm), constants=constants)
+        results.append(d.cpu())
+    assert torch.equal(results[0], results[1])
+
+
 @pytest.mark.parametrize("operands, accumulator", strided.PRODUCT_TYPES)
 @pytest.mark.parametrize("lanes", [32, 16])
 def test_simdgroup_matrix_product_types(operands, accumulator, lanes, on_cuda):

@@ -170,30 +170,60 @@ def test_simdgroup_matrix_products_are_shuffles_and_fmas(mlx_lib, ptxas):
 _ALIGNED = {10: False, 100: False, 110: False, 200: True, 201: True, 202: True}  # steel GEMM, aligned
 
 
-@pytest.mark.parametrize("dtype, mma", [("float16", "f16"), ("bfloat16", "bf16"), ("float32", None)])
+@pytest.mark.parametrize("dtype, mma", [("float16", "f16"), ("bfloat16", "bf16")])
 def test_half_gemm_products_run_on_tensor_cores(mlx_lib, ptxas, dtype, mma):
     """steel GEMM's float fragments loaded from half (bfloat) tiles: each 8x8 product is one
     mma.sync m16n8k8 with float sums (the exact product, one called function, stays for
-    launches that are not whole warps, called once per run of products); float32 products
-    never reach tensor cores (no TF32) and stay inlined."""
+    launches that are not whole warps, called once per run of products)."""
     kernel = mlx_lib[f"steel_gemm_fused_nn_{dtype}_{dtype}_bm64_bn64_bk16_wm2_wn2"]
     for arch in ARCHS:
         ptx = kernel_ptx(kernel, _ALIGNED, "t", arch)
         products = re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.(\w+)\.\w+\.f32", ptx)
         # 4 x 4 fragments per SIMD-group, two 8-deep steps per 16-deep tile (unrolled): 32
         # products, two sharing B per m16n8k8.
-        assert products == ([mma] * 16 if mma else []), products[:4]
-        exact = 1 if mma else 32  # the exact products: 24 shuffles and 16 FMAs each
-        # Tensor cores: two shuffles per fragment check (A's tile and B's), none per step.
-        assert ptx.count("shfl.sync.idx.b32") == 24 * exact + (4 if mma else 0)
-        assert ptx.count("fma.rn.f32") == 16 * exact and "tf32" not in ptx
+        assert products == [mma] * 16, products[:4]
+        # Two shuffles per fragment check (A's tile and B's), none per step; the exact
+        # product (24 shuffles and 16 FMAs) once.
+        assert ptx.count("shfl.sync.idx.b32") == 24 + 4
+        assert ptx.count("fma.rn.f32") == 16 and "tf32" not in ptx
         # The exact products of each of the two runs: one call, calling the product 16 times.
-        assert len(re.findall(r"call\.uni[^\n]*product8x8", ptx)) == (2 + 16 if mma else 0)
+        assert len(re.findall(r"call\.uni[^\n]*product8x8", ptx)) == 2 + 16
         assert run_ptxas(ptx, arch).returncode == 0, run_ptxas(ptx, arch).stderr[:1000]
 
 
 def _blocks(ptx: str):
     return re.split(r"^\$L__BB\w+:", ptx, flags=re.M)
+
+
+@pytest.mark.parametrize("tile, fragments, registers", [((32, 32, 16, 2, 2), 2, 64), ((64, 64, 16, 2, 2), 4, 129)],
+                         ids=["bm32", "bm64"])
+def test_float_gemm_operands_are_read_from_tiles(mlx_lib, ptxas, tmp_path, tile, fragments, registers):
+    """float32 steel GEMM (exact, never TF32): per 8-deep step each lane reads the rows of A
+    its products need with two 16-byte loads per A fragment and the column pairs of B with
+    eight 8-byte loads per B fragment, straight from the tiles, with no shuffle: the
+    addresses are exchanged once per tile (1 shuffle for A's, 8 for B's) where the tile's
+    address is computed. The exact products (24 shuffles each), one called function per run,
+    stay for warps that are not whole or tiles of another form. Per SIMD-group `fragments`
+    A and as many B fragments, fragments^2 products per step (was 24 shuffles each, 72
+    registers for bm32)."""
+    bm, bn, bk, wm, wn = tile
+    kernel = mlx_lib[f"steel_gemm_fused_nn_float32_float32_bm{bm}_bn{bn}_bk{bk}_wm{wm}_wn{wn}"]
+    ptx = kernel_ptx(kernel, _ALIGNED, "t", "sm_90")
+    assert "mma.sync" not in ptx and "tf32" not in ptx
+    steps = [block for block in _blocks(ptx) if "ld.shared.v4.f32" in block or "ld.shared.v4.b32" in block]
+    assert len(steps) == 2  # two 8-deep steps per 16-deep tile, unrolled
+    for block in steps:
+        assert block.count("fma.rn.f32") == 16 * fragments ** 2 and "shfl" not in block
+        assert block.count("ld.shared.v4.b32") == 2 * fragments and block.count("ld.shared.v2.b32") == 8 * fragments
+    assert ptx.count("shfl.sync.idx.b32") == 1 + 8 + 24 and ptx.count("vote.sync.all.pred") == 2
+    assert ptx.count("fma.rn.f32") == 2 * 16 * fragments ** 2 + 16
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    result = subprocess.run([ptxas, "-v", "-arch=sm_90", str(source), "-o", str(tmp_path / "kernel.cubin")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[:1000]
+    assert re.search(r"Used (\d+) registers", result.stderr).group(1) == str(registers), result.stderr
+    assert run_ptxas(kernel_ptx(kernel, _ALIGNED, "t", "sm_80"), "sm_80").returncode == 0
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -15,13 +15,13 @@ whole, takes the exact product (tensor_core_products.py).
 import re
 from typing import Dict, List, Optional, Tuple
 
-__all__ = ["fragment_source", "movable", "check_lines", "chunks", "ldmatrix_lines", "reload_lines", "DECLARATIONS"]
+__all__ = ["address", "fragment_source", "movable", "check_lines", "chunks", "ldmatrix_lines", "reload_lines", "DECLARATIONS"]
 
-_GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(i8|i16|half|bfloat), ptr addrspace\(3\) (%[-\w.$]+), "
+_GEP = re.compile(r"getelementptr (?:inbounds )?(?:nuw )?(i8|i16|half|bfloat|float), ptr addrspace\(3\) (%[-\w.$]+), "
                   r"i64 (-?\d+)$")
 _LOAD = re.compile(r"load (half|bfloat), ptr addrspace\(3\) (%[-\w.$]+), align \d+$")
 _VECTOR_LOAD = re.compile(r"load <2 x (half|bfloat)>, ptr addrspace\(3\) (%[-\w.$]+), align \d+$")
-_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2}
+_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "float": 4}
 # What may stand between a fragment's loads and its product: nothing that writes memory.
 _INERT = re.compile(r"^  %[-\w.$]+ = (?:load |fpext |insertelement |extractelement |getelementptr |bitcast |"
                     r"(?:tail )?call <2 x float> @tm\.cuda\.product8x8\()")
@@ -37,7 +37,7 @@ DECLARATIONS = ["declare i1 @llvm.nvvm.vote.all.sync(i32, i1)"] + [
     for n in (1, 2, 4) for trans in ("", ".trans")]
 
 
-def _address(pointer: str, defined: Dict[str, str]) -> Tuple[str, int]:
+def address(pointer: str, defined: Dict[str, str]) -> Tuple[str, int]:
     """(base, byte offset): `pointer` as constant steps from a register."""
     offset = 0
     while True:
@@ -56,13 +56,13 @@ def fragment_source(source, kind: str, defined: Dict[str, str]) -> Optional[Tupl
         loaded = _VECTOR_LOAD.match(defined.get(source, ""))
         if not loaded or loaded.group(1) != kind:
             return None
-        base, offset = _address(loaded.group(2), defined)
+        base, offset = address(loaded.group(2), defined)
         values = [source]
     else:
         loads = [_LOAD.match(defined.get(value, "")) for value in source]
         if not all(loads) or {m.group(1) for m in loads} != {kind}:
             return None
-        (base, offset), (second, after) = (_address(m.group(2), defined) for m in loads)
+        (base, offset), (second, after) = (address(m.group(2), defined) for m in loads)
         if second != base or after != offset + 2:
             return None
         values = list(source)

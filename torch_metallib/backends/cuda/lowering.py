@@ -233,8 +233,10 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
         {name: parsed for name, parsed in declared.items() if name.startswith("air.")}, _names_lanes)
     text = round_bfloat_exactly(define_intrinsics(text, kernel, cuda_definition, "the CUDA backend", WarpSpelling(),
                                                    constructors))
-    if f"@{PLACEHOLDER}(" in text and not relabel:
-        text = exact_products(text)  # no product can reach tensor cores (tensor_core_products.py)
+    if f"@{PLACEHOLDER}(" in text and not relabel and "addrspace(3)" not in text:
+        # No product can reach tensor cores nor read its operands from a tile
+        # (tensor_core_products.py, tile_reads.py): no second optimization.
+        text = exact_products(text)
     # What the CPU's runtime answers, answered by the GPU.
     text = text.replace("declare i32 @tm_rt_thread_in_group()", _THREAD_IN_GROUP)
     called = set(re.findall(r"call [^\n]*?@(tm_rt_\w+)\(", text))

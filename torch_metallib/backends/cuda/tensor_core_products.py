@@ -12,7 +12,9 @@ lanes relabelled (lane_relabeling.py: A, C and D then already sit where mma.sync
 them; B's column pairs take two shuffles, or come transposed by ldmatrix where the
 fragments are read from a tile as fragment_matrices.py recognises) and the whole warp
 present: it checks both at run time, per warp, and takes the exact path otherwise (one
-call per run of products). f32 products never use TF32.
+call per run of products). f32 products never use TF32; a run of them whose fragments come
+from tiles, in a kernel whose lanes are not relabelled, reads its operands there
+(tile_reads.py).
 """
 
 import re
@@ -20,6 +22,7 @@ from typing import Dict, List, Tuple
 
 from .fragment_matrices import DECLARATIONS, check_lines, chunks, fragment_source, ldmatrix_lines, movable, reload_lines
 from .matrix_products import PLACEHOLDER, exact_product_lines
+from .tile_reads import ROLES, arguments as tile_arguments, check_lines as tile_check_lines, float_fragment, run_definition, struct_lines
 
 __all__ = ["tensor_core_products", "exact_products"]
 
@@ -84,8 +87,9 @@ def _batched(lines: List[str], defined: Dict[str, str], definitions: List[str], 
     """`lines` with each run of consecutive tensor-core products (same kind, same lanes flag,
     none reading another's result) as one call: B's fragment converted once, products that
     share B paired into one m16n8k8 (rows 8-15 the second's), one whole-warp test per run;
-    fragments read by ldmatrix where fragment_matrices.py finds their form (`checks`: each
-    base used -> the name of its run-time check)."""
+    fragments read by ldmatrix where fragment_matrices.py finds their form; runs of float
+    products read from their tiles where tile_reads.py finds theirs (`checks`: each base
+    used, with its role for tile reads, -> the name of its run-time check)."""
     positions = {match.group(1): n for n, match in enumerate(map(_ASSIGNED.match, lines)) if match}
     out: List[str] = []
     k = 0
@@ -102,23 +106,69 @@ def _batched(lines: List[str], defined: Dict[str, str], definitions: List[str], 
         results = {c[0] for c in calls}
         operands = {v for c in calls for v in c[1:5]}
         kind = kinds.pop() if len(kinds) == 1 else ""
-        if kind and len({c[4] for c in calls}) == 1 and not results & operands:
+        flags = {c[4] for c in calls}
+        if kind and len(flags) == 1 and flags != {"false"} and not results & operands:
             sources = [_matrix_sources([c[i] for c in calls], kind, defined, lines, k, positions) for i in (1, 2)]
             out += _run_call(len(definitions), kind, calls, defined, definitions, sources, checks)
+        elif not kind and flags == {"false"} and not results & operands \
+                and (tiles := _tile_sources(calls, defined, lines, k, positions)):
+            out += _tile_run_call(len(definitions), calls, tiles, definitions, checks)
         else:
             out += lines[k:end]
         k = end
     return out
 
 
+def _tile_sources(calls, defined: Dict[str, str], lines: List[str], at: int, positions: Dict[str, int]):
+    """For "a" and "b", the (base, offset) of each distinct fragment of a run of float
+    products where every one can be read from its tile at line `at` (tile_reads.py), else None."""
+    found = {}
+    for role, column in (("a", 1), ("b", 2)):
+        found[role] = []
+        for value in dict.fromkeys(c[column] for c in calls):
+            source = float_fragment(value, defined)
+            if source is None or source[1] % ROLES[role] or not movable(source[2], lines, at, positions):
+                return None
+            found[role].append(source[:2])
+    return found
+
+
+def _tile_run_call(run: int, calls, tiles, definitions: List[str], checks: Dict) -> List[str]:
+    """The lines replacing one run of float products whose fragments each lane reads from
+    their tiles (tiles: _tile_sources); its function into `definitions`."""
+    values = {role: list(dict.fromkeys(c[column] for c in calls)) for role, column in (("a", 1), ("b", 2))}
+    shape = [(values["a"].index(c[1]), values["b"].index(c[2])) for c in calls]
+    groups, fragments, arguments = [], {"a": [], "b": []}, []
+    for role in ("a", "b"):
+        index: Dict[str, int] = {}
+        for base, offset in tiles[role]:
+            if base not in index:
+                index[base] = len(index)
+                groups.append((role, index[base]))
+                arguments += tile_arguments(role, checks.setdefault((base, role), f"tmr{len(checks)}"), base)
+            fragments[role].append((index[base], offset))
+    arguments += [f"<2 x float> {c[3]}" for c in calls]
+    struct = "{ " + ", ".join(["<2 x float>"] * len(calls)) + " }"
+    name = f"tm.cuda.products.float.{run}"
+    exact_run = _exact_run(len(values["a"]), len(values["b"]), shape)
+    if exact_run[1] not in definitions:
+        definitions.append(exact_run[1])
+    definitions.append(run_definition(name, groups, fragments, shape, struct, exact_run[0]))
+    return ([f"%tr{run} = call {struct} @{name}({', '.join(arguments)})"]
+            + [f"{c[0]} = extractvalue {struct} %tr{run}, {n}" for n, c in enumerate(calls)])
+
+
 def _checked(lines: List[str], checks: Dict[str, str]) -> List[str]:
-    """`lines` with each base's run-time check (fragment_matrices.check_lines) after the
-    definition of the base, in the function that uses it."""
-    for base, name in checks.items():
-        use = next(n for n, line in enumerate(lines) if f"%{name}.row" in line)
+    """`lines` with each base's run-time check (fragment_matrices.check_lines; for a (base,
+    role) key, tile_reads.check_lines) after the definition of the base, in the function
+    that uses it."""
+    for key, name in checks.items():
+        base = key if isinstance(key, str) else key[0]
+        made = check_lines(base, name) if isinstance(key, str) else tile_check_lines(*key, name)
+        use = next(n for n, line in enumerate(lines) if f"%{name}.ok" in line)
         start = max(n for n in range(use + 1) if lines[n].startswith("define "))
         at = next(n for n in range(start, len(lines)) if lines[n].startswith(f"  {base} = "))
-        lines[at + 1:at + 1] = ["  " + line for line in check_lines(base, name)]
+        lines[at + 1:at + 1] = ["  " + line for line in made]
     return lines
 
 
@@ -231,7 +281,7 @@ def _run_definition(name: str, kind: str, a_count: int, b_count: int, shape, str
             lines += [f"%r{n}.0 = insertelement <2 x float> poison, float %m{m}.{half}.0, i32 0",
                       f"%r{n} = insertelement <2 x float> %r{n}.0, float %m{m}.{half}.1, i32 1"]
             made[n] = f"%r{n}"
-    lines += _struct(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"] + reloads
+    lines += struct_lines(struct, [made[n] for n in range(len(shape))], "sm") + ["br label %done", "exact:"] + reloads
     # The exact products: one call for the run, so that nothing the loop keeps in registers
     # lives across it (a call per product raised steel GEMM's registers from 64 to 96).
     operands = ([f"<2 x float> %c{n}" for n in range(len(shape))] + [f"<2 x float> %a{i}" for i in range(a_count)]
@@ -262,19 +312,10 @@ def _exact_run(a_count: int, b_count: int, shape) -> Tuple[str, str]:
         lines += [f"%{o}{n}.v = load volatile <2 x float>, ptr %slot{k}, align 8" for o, k in slots.items()]
         lines.append(f"%x{n} = call <2 x float> @{_COLD}(<2 x float> %a{n}.v, <2 x float> %b{n}.v, "
                      f"<2 x float> %c{n}.v, i1 %relabel)")
-    lines += _struct(struct, [f"%x{n}" for n in range(len(shape))], "s") + [f"ret {struct} %s"]
+    lines += struct_lines(struct, [f"%x{n}" for n in range(len(shape))], "s") + [f"ret {struct} %s"]
     body = "\n  ".join(lines)
     return name, (f"define internal {struct} @{name}({', '.join('<2 x float> ' + v for v in operands)}, "
                   f"i1 %relabel) noinline convergent nounwind {{\n  {body}\n}}")
-
-
-def _struct(struct: str, values: List[str], name: str) -> List[str]:
-    lines, previous = [], "poison"
-    for n, value in enumerate(values):
-        made = f"%{name}" if n == len(values) - 1 else f"%{name}.{n}"
-        lines.append(f"{made} = insertvalue {struct} {previous}, <2 x float> {value}, {n}")
-        previous = made
-    return lines
 
 
 def tensor_core_products(text: str) -> str:
@@ -294,7 +335,8 @@ def tensor_core_products(text: str) -> str:
 
     def route(match) -> str:
         a, b = _origin(match.group(1), defined), _origin(match.group(2), defined)
-        kind = a if a and a == b else "exact"
+        # Lanes not relabelled (i1 false: the kernel's other SIMD-group functions) never reach tensor cores.
+        kind = a if a and a == b and match.group(4) != "false" else "exact"
         used.add(kind)
         return match.group(0).replace(f"@{PLACEHOLDER}(", f"@{PLACEHOLDER}.{kind}(", 1)
 

@@ -308,7 +308,9 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     values = {n for n in allocas if _is_value(n)}
     live = _live_values(blocks, values)
     across = set().union(*(live[f"tm.after.{k}"] for k in markers))
-    context = [n for n in allocas if (n in across if n in values else len(used_in[n]) > 1 or used_in[n] & reentered)]
+    deposited = _deposit_buffers(blocks, {n for n in allocas if n not in values})
+    context = [n for n in allocas if (n in across if n in values else (len(used_in[n]) > 1 or used_in[n] & reentered)
+                                      and n not in deposited)]
     # What the entry block computes from the launch, and cheap functions of the thread's index
     # and that, each region that uses it computes again (recompute.py): not kept.
     again = recomputable(blocks[0].lines, [line for b in blocks[1:] for line in b.lines])
@@ -517,6 +519,32 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
                        + declarations + [table] + metadata + [""])
     return module
+
+
+def _deposit_buffers(blocks: List[_Block], candidates: Set[str]) -> Set[str]:
+    """The allocations among `candidates` used only in blocks that end with their deposit,
+    and there only stored to (an exchange's buffer): what they hold never crosses a marker,
+    so each region run has its own (kept in the context, 64 bytes a thread, each lane's
+    deposit wrote a cache line of its own)."""
+    kept = set(candidates)
+    for b in blocks:
+        deposit = b.marker and next((m for m in map(_DEPOSIT.match, b.lines) if m), None)
+        deposited = set(LOCAL.findall(deposit.group(1))) if deposit else set()
+        roots: Dict[str, str] = {}  # an address into an allocation -> the allocation
+        for line in b.lines:
+            if (_may_alloca(line) and _ALLOCA.match(line)) or ("@llvm." in line and _STACK.search(line)):
+                continue
+            names = [roots.get(n, n) for n in LOCAL.findall(line)]
+            for name in set(names) & kept:
+                address = "getelementptr" in line and _ARRAY_ADDRESS.match(line)
+                store = "store " in line and _STORE_TO.match(line)
+                if name not in deposited:
+                    kept.discard(name)
+                elif address and roots.get(address.group(2), address.group(2)) == name:
+                    roots[address.group(1)] = name
+                elif not (_DEPOSIT.match(line) or store and names[-1] == name and name not in names[:-1]):
+                    kept.discard(name)  # read, or its address stored
+    return kept
 
 
 _VALUE_SLOT = re.compile(r"\.reg2mem\d*$")

@@ -20,7 +20,7 @@ from ...reflection.ir_model import LOCAL, NAME, opcode, substitute
 __all__ = ["Recomputable", "recomputable", "recompute", "slot_value"]
 
 _DEFINITION = re.compile(rf"^\s*(%{NAME}) = (.*)$")
-_RELOAD = re.compile(rf"^load [^,]+, ptr (%{NAME})\.reg2mem(?:, align \d+)?$")  # reg2mem's reload in the entry
+_RELOAD = re.compile(rf"^load [^,]+, ptr (%{NAME})\.reg2mem(?:, align \d+)?$")  # reg2mem's reload of a value
 _LOAD_FROM = re.compile(rf"^load [^,]+, ptr (addrspace\(\d+\) )?(%{NAME})(?:, align \d+)?(?:, !.*)?$")
 _PURE = {"add", "sub", "mul", "shl", "lshr", "ashr", "and", "or", "xor", "udiv", "sdiv", "urem", "srem",
          "icmp", "select", "zext", "sext", "trunc", "getelementptr", "addrspacecast", "bitcast", "ptrtoint",

@@ -8,6 +8,7 @@ collective, reduction, scan and schedule tests run as lane loops too, whenever t
 parallel or sequential schedule is used.
 """
 
+import re
 import struct
 
 import pytest
@@ -16,6 +17,9 @@ import torch
 import _air_modules as air
 import torch_metallib as tm
 from _cooperative import MLX_ROW_GROUP
+from torch_metallib.backends.cpu import jit as cpu_jit
+from torch_metallib.backends.cpu.recompute import recompute, recomputable
+from torch_metallib.backends.cpu.regions import MAX_THREADS
 
 
 def _both(kernel, outputs, *args, **kwargs):
@@ -180,3 +184,59 @@ def test_private_arrays_written_in_a_loop_and_through_a_kept_pointer(kept):
     lanes_in_group = torch.tensor([32.0] * 32 + [8.0] * 8)
     torch.testing.assert_close(lanes[0], 12 + lanes_in_group, rtol=0, atol=0)
     assert torch.equal(lanes[0], coroutines[0])
+
+
+def test_row_sum_keeps_no_launch_value_across_its_waits(mlx_bytes, tmp_path, monkeypatch):
+    """MLX's row sum: each region computes again what the entry block computed from the launch
+    (the output's address, the SIMD-group count) and the lane's SIMD-group and lane index
+    (recompute.py), and an exchange's buffer is the region's own, so the context keeps only
+    what the threads computed (8 arrays, not 15 with the output's address and two 64-byte
+    buffers among them); a SIMD-group's sum adds lane after lane with no select (a lane
+    that did not take part adds -0.0)."""
+    monkeypatch.setenv("TORCH_METALLIB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cpu_jit, "_compiled", {})
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path / "dump"))
+    rows, size = 16, 3000
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(5))
+    out = torch.empty(rows)
+    kernel = tm.load(mlx_bytes)["row_reduce_simple_sumfloat32"]
+    kernel(x, out, size, rows, threads=(768, rows // 4, 1), group_size=768)
+    assert kernel.cpu_scheme == "lanes"
+    torch.testing.assert_close(out, x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+    (folder,) = (tmp_path / "dump").iterdir()
+    lanes = (folder / "lanes.ll").read_text()
+    context = re.search(r"^%tm\.ctx\.\w+ = type \{(.*)\}$", lanes, re.MULTILINE).group(1)
+    assert "ptr" not in context and "[64 x i8]" not in context
+    assert context.count(f"[{MAX_THREADS} x ") == 8
+    assert not re.search(r"%acc\d+\S* = select ", lanes)
+
+
+def test_what_a_region_computes_again():
+    """From the entry block: the launch's values (the runtime's arrays, constant buffers, a
+    division of them) and short cheap chains of the thread's index; not device memory, nor a
+    division per lane. From other blocks: launch values computed without a division or a load
+    (they might trap where the block's guard does not hold)."""
+    entry = ["%dp6 = getelementptr i8, ptr %dims, i64 24", "%groups.x = load i32, ptr %dp6, align 4",
+             "%gx = urem i32 %g32, %groups.x",
+             "%raw0 = load ptr, ptr %args, align 8", "%arg0 = addrspacecast ptr %raw0 to ptr addrspace(1)",
+             "%slot1 = getelementptr i8, ptr %args, i64 8", "%raw1 = load ptr, ptr %slot1, align 8",
+             "%arg1 = addrspacecast ptr %raw1 to ptr addrspace(2)",
+             "%n = load i32, ptr addrspace(2) %arg1, align 4, !tbaa !3",
+             "store i32 %n, ptr %n.reg2mem, align 4", "%n.reload = load i32, ptr %n.reg2mem, align 4",
+             "%device = load i32, ptr addrspace(1) %arg0, align 4",
+             "%lane = and i32 %t32, 31", "%lane4 = shl i32 %lane, 2", "%at = add i32 %lane4, %n.reload",
+             "%too.long = add i32 %at, 1", "%tx = urem i32 %t32, %groups.x"]
+    others = ["%q = udiv i32 100, %n", "%m = mul i32 %later, %gx", "%later = add i32 %n, 1",
+              "%c = load i32, ptr addrspace(2) %arg1, align 4", "%p = phi i32 [ 0, %entry ], [ %m, %loop ]"]
+    found = recomputable(entry, others)
+    assert {name for name, value in found.items() if value.uniform} == {
+        "%dp6", "%groups.x", "%gx", "%raw0", "%arg0", "%slot1", "%raw1", "%arg1", "%n", "%later", "%m"}
+    assert {name for name, value in found.items() if not value.uniform} == {"%lane", "%lane4", "%at"}
+    before, per_lane, renames = recompute(["%at"], found, ".again")
+    assert before == ["  %slot1.again = getelementptr i8, ptr %args, i64 8",
+                      "  %raw1.again = load ptr, ptr %slot1.again, align 8",
+                      "  %arg1.again = addrspacecast ptr %raw1.again to ptr addrspace(2)",
+                      "  %n.again = load i32, ptr addrspace(2) %arg1.again, align 4, !tbaa !3"]
+    assert per_lane == ["  %lane.again = and i32 %t32, 31", "  %lane4.again = shl i32 %lane.again, 2",
+                        "  %at.again = add i32 %lane4.again, %n.again"]
+    assert renames["%at"] == "%at.again"

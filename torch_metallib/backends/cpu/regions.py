@@ -49,6 +49,7 @@ from ...air.intrinsics import SIMD_WIDTH, type_bytes
 from ...reflection.ir_model import LABEL, LOCAL, NAME, function, retarget_phis, substitute
 from ...air.target import MASK_OFFSET, SLOT_BYTES
 from .reconvergence import weak_topological_order
+from .recompute import recompute, recomputable, slot_value
 from .target import NotLanes
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]
@@ -307,7 +308,14 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     values = {n for n in allocas if _is_value(n)}
     live = _live_values(blocks, values)
     across = set().union(*(live[f"tm.after.{k}"] for k in markers))
-    context = [n for n in allocas if (n in across if n in values else len(used_in[n]) > 1 or used_in[n] & reentered)]
+    deposited = _deposit_buffers(blocks, {n for n in allocas if n not in values})
+    context = [n for n in allocas if (n in across if n in values else (len(used_in[n]) > 1 or used_in[n] & reentered)
+                                      and n not in deposited)]
+    # What the entry block computes from the launch, and cheap functions of the thread's index
+    # and that, each region that uses it computes again (recompute.py): not kept.
+    again = recomputable(blocks[0].lines, [line for b in blocks[1:] for line in b.lines])
+    recomputed = [n for n in context if n in values and slot_value(n, again)]
+    context = [n for n in context if n not in recomputed]
     # Values and small private arrays whose address never outlives a region run get a copy
     # per region (below); reg2mem's are only ever loaded and stored.
     body_lines = [line for b in blocks for line in b.lines]
@@ -376,6 +384,9 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         # store forwarding).
         copied = [n for n in kept if n in copyable and (n in values or r in stored_in_loop[n])]
         live_at_start = live[labels[0]] if r else set()
+        slots_again = [n for n in recomputed if r and r in used_in[n]]
+        before_loop, per_lane, renames = recompute([slot_value(n, again) for n in slots_again], again, ".again")
+        per_lane += [f"  store {allocas[n][0]} {renames[slot_value(n, again)]}, ptr {n}" for n in slots_again]
         written = {m.group(1) for label in labels for line in by_label[label].lines
                    for m in ["store " in line and _STORE_TO.match(line)] if m and m.group(1) in values}
 
@@ -466,10 +477,12 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         extra = ", ptr noalias readonly %tm.read) alwaysinline" if r in site else ")"
         out = ([f"define internal void @{name}({parameters}{extra} {{", "tm.rentry:"] + invariant
                + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local + copied]
+               + before_loop
                + ["  br label %tm.loop", "tm.loop:",
                   "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
                   "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
                   f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
+               + per_lane
                + [f"  {n} = {at(field[n], '%t32')}" for n in kept if n not in copied]
                + [f"  {n}.ctx = {at(field[n], '%t32')}" for n in copied]
                + [line for n in copied if n not in values or n in live_at_start for line in copy(n, n, f"{n}.ctx", f"{n}.in")]
@@ -506,6 +519,32 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     module = "\n".join(lines[:header] + types + lines[header:start] + functions + lines[end + 1:]
                        + declarations + [table] + metadata + [""])
     return module
+
+
+def _deposit_buffers(blocks: List[_Block], candidates: Set[str]) -> Set[str]:
+    """The allocations among `candidates` used only in blocks that end with their deposit,
+    and there only stored to (an exchange's buffer): what they hold never crosses a marker,
+    so each region run has its own (kept in the context, 64 bytes a thread, each lane's
+    deposit wrote a cache line of its own)."""
+    kept = set(candidates)
+    for b in blocks:
+        deposit = b.marker and next((m for m in map(_DEPOSIT.match, b.lines) if m), None)
+        deposited = set(LOCAL.findall(deposit.group(1))) if deposit else set()
+        roots: Dict[str, str] = {}  # an address into an allocation -> the allocation
+        for line in b.lines:
+            if (_may_alloca(line) and _ALLOCA.match(line)) or ("@llvm." in line and _STACK.search(line)):
+                continue
+            names = [roots.get(n, n) for n in LOCAL.findall(line)]
+            for name in set(names) & kept:
+                address = "getelementptr" in line and _ARRAY_ADDRESS.match(line)
+                store = "store " in line and _STORE_TO.match(line)
+                if name not in deposited:
+                    kept.discard(name)
+                elif address and roots.get(address.group(2), address.group(2)) == name:
+                    roots[address.group(1)] = name
+                elif not (_DEPOSIT.match(line) or store and names[-1] == name and name not in names[:-1]):
+                    kept.discard(name)  # read, or its address stored
+    return kept
 
 
 _VALUE_SLOT = re.compile(r"\.reg2mem\d*$")

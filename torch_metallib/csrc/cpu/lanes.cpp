@@ -36,21 +36,33 @@ struct LanesRun {
 thread_local LanesRun lanes_run;
 
 // Whether threads [begin, end) all stand at one point: the common case, checked before the
-// per-thread scans below. All equal iff the range equals itself shifted by one (memcmp is
-// vectorized; the compiler does not vectorize the plain loop at -O2).
+// per-thread scans below, once per region run. A whole SIMD-group is an OR of differences
+// over a fixed count, which the compiler vectorizes at -O2 (memcmp, called, cost more); its
+// loads still wait for the region's stores of the points (no store forwarding from several
+// stores to one wide load; point by point with an early exit was slower). A longer range
+// is memcmp of the range and itself shifted by one.
 bool uniform(const uint32_t* points, uint32_t begin, uint32_t end) {
+  if (end - begin == kSimdWidth) {
+    const uint32_t* lanes = points + begin;  // a pointer, not points[begin + i]: that index may wrap
+    uint32_t differ = 0;
+    for (uint32_t i = 0; i < kSimdWidth; ++i) differ |= lanes[i] ^ lanes[0];
+    return differ == 0;
+  }
   return end - begin < 2 || std::memcmp(points + begin, points + begin + 1, sizeof(uint32_t) * (end - begin - 1)) == 0;
 }
 
 // The point among threads [begin, end) that goes first (lowest rank), or kDone if all returned.
-uint32_t first_point(const LanesTable& table, const uint32_t* points, uint32_t begin, uint32_t end) {
-  if (uniform(points, begin, end)) return points[begin];
+uint32_t first_point_of_many(const LanesTable& table, const uint32_t* points, uint32_t begin, uint32_t end) {
   uint32_t best = kDone;
   for (uint32_t t = begin; t < end; ++t) {
     uint32_t p = points[t];
     if (p != kDone && (best == kDone || table.region[p].rank < table.region[best].rank)) best = p;
   }
   return best;
+}
+
+uint32_t first_point(const LanesTable& table, const uint32_t* points, uint32_t begin, uint32_t end) {
+  return uniform(points, begin, end) ? points[begin] : first_point_of_many(table, points, begin, end);
 }
 
 // Each region's exchange site: its index among the exchanges (regions.py numbers them in
@@ -83,11 +95,7 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
   uint32_t* points = run.points.data();
   // Region r for the lanes of SIMD-group [begin, end) that stand at r: a region's loop runs
   // every lane of a range (no test per lane, so LLVM vectorizes it), one range per run of them.
-  auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
-    if (uniform(points, begin, end)) {
-      if (points[begin] == r) table.region[r].function(context, addresses, dims, group, begin, end, points);
-      return;
-    }
+  auto runs = [&](uint32_t r, uint32_t begin, uint32_t end) {
     for (uint32_t t = begin; t < end;) {
       if (points[t] != r) {
         ++t;
@@ -98,6 +106,10 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
       table.region[r].function(context, addresses, dims, group, first, t, points);
     }
   };
+  auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
+    if (!uniform(points, begin, end)) return runs(r, begin, end);
+    if (points[begin] == r) table.region[r].function(context, addresses, dims, group, begin, end, points);
+  };
   auto every_simd = [&](uint32_t r) {
     for (uint32_t begin = 0; begin < count; begin += kSimdWidth) region(r, begin, std::min(count, begin + kSimdWidth));
   };
@@ -107,17 +119,23 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     for (uint32_t s = 0; s < simds; ++s) {
       const uint32_t begin = s * kSimdWidth, end = std::min(count, begin + kSimdWidth);
       for (;;) {
-        uint32_t p = first_point(table, points, begin, end);
+        // One uniformity test per exchange: all lanes at p is the common case (no scans).
+        const bool together = uniform(points, begin, end);
+        const uint32_t p = together ? points[begin] : first_point_of_many(table, points, begin, end);
         if (p == kDone || table.region[p].kind == kBarrier) break;
-        uint32_t mask = 0;
-        for (uint32_t t = begin; t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
+        uint32_t mask = together ? uint32_t(~uint64_t(0) >> (64 - (end - begin))) : 0;
+        for (uint32_t t = begin; !together && t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
         const uint32_t site = sites[p];
         uint32_t& phase = phases[s * table.sites + site];
         phase ^= 1;
         unsigned char* area =
             context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
         std::memcpy(area + kMaskOffset, &mask, sizeof mask);
-        region(p, begin, end);
+        if (together) {
+          table.region[p].function(context, addresses, dims, group, begin, end, points);
+        } else {
+          runs(p, begin, end);
+        }
       }
     }
     uint32_t p = first_point(table, points, 0, count);

@@ -1,7 +1,7 @@
 """How fast torch_metallib runs cooperative Metal kernels (barriers, SIMD-group functions,
 simdgroup matrices) on CPU tensors, against torch.
 
-Usage: python benchmarks/cooperative.py [--repeat N] [--threads 1,all] [--json OUT]
+Usage: python benchmarks/cooperative.py [--repeat N] [--threads 1,all] [--json OUT] [--only KERNELS]
 
 The kernels run as lane loops (backends/cpu/regions.py, csrc/cpu/lanes.cpp) and, from a
 second load of the library, with vector lanes (backends/cpu/vectorize.py,
@@ -195,6 +195,8 @@ def main() -> None:
     parser.add_argument("--threads", default="1,all",
                         help="thread counts to measure on, comma-separated (all: torch's thread count)")
     parser.add_argument("--json", help="also write the full results here")
+    parser.add_argument("--only", help="comma-separated kernels to measure (softmax_256x1000, softmax_4096x4096, "
+                        "looped_softmax_32x8192, gemm, row_reduction); skips barriers and compile")
     options = parser.parse_args()
     # One load per scheme: a kernel keeps what it compiled, so each scheme's is its own.
     libs = {scheme: tm.load(mlx_metallib_path()) for scheme in ("lanes", "vector")}
@@ -206,16 +208,17 @@ def main() -> None:
     for threads in counts:
         torch.set_num_threads(threads)
         print(f"\n{threads} thread{'s' if threads > 1 else ''}:")
-        results[f"threads_{threads}"] = _kernels(libs, options.repeat)
+        results[f"threads_{threads}"] = _kernels(libs, options.repeat, options.only)
     torch.set_num_threads(every)
-    _barriers_and_compile(options, results)
+    if not options.only:
+        _barriers_and_compile(options, results)
     if options.json:
         with open(options.json, "w") as file:
             json.dump(results, file, indent=1)
 
 
-def _kernels(libs: dict, repeat: int) -> dict:
-    """The kernels against torch on torch's current thread count."""
+def _kernels(libs: dict, repeat: int, only: str = None) -> dict:
+    """The kernels against torch on torch's current thread count (those of `only`, if given)."""
     results = {}
     measurements = [
         ("block_softmax_float32 256x1000 vs torch.softmax", "softmax_256x1000",
@@ -228,6 +231,8 @@ def _kernels(libs: dict, repeat: int) -> dict:
         ("row_reduce_simple_sumfloat32 4096x4096 vs torch.sum", "row_reduction",
          lambda: row_reduction(libs, repeat), REDUCTION_TARGET)]
     for label, key, run, target in measurements:
+        if only and key not in only.split(","):
+            continue
         result = run()
         medians, minima = result["median_ms"], result["min_ms"]
         result["ratio"] = {scheme: medians[scheme] / medians["torch"] for scheme in libs}

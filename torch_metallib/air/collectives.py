@@ -25,11 +25,15 @@ from typing import List, Optional, Tuple
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix, type_bytes
 from .target import MASK_OFFSET, RESULT_OFFSET, SITE_ORDER, SLOT_BYTES, WAIT_ALLOCA, Target
 
-__all__ = ["define_collective", "simd_position", "THREAD_IN_GROUP", "MASK_OFFSET", "SLOT_BYTES", "WAIT_ALLOCA"]
+__all__ = ["define_collective", "simd_position", "THREAD_IN_GROUP", "MASK_OFFSET", "SLOT_BYTES", "WAIT_ALLOCA",
+           "FOLD_PREFIX"]
 
 # The running thread's index in its threadgroup: a function every target's runtime answers
 # (the CPU's in csrc/cpu/cooperative.cpp; the CUDA backend defines it from %tid and %ntid).
 THREAD_IN_GROUP = "declare i32 @tm_rt_thread_in_group()"
+# The functions a SIMD-group's float sum or product calls (_tree_or_in_order), of the
+# exchange's slots and mask alone.
+FOLD_PREFIX = "tm.simd_fold."
 
 
 def simd_position(op: str, value: str) -> List[str]:
@@ -114,17 +118,26 @@ def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
 
 def _fold(op: str, signed: bool, type_name: str, condition, target: Target) -> Tuple[List[str], List[str], str]:
     """(lines, declarations, result): `op` over the lanes j that took part and for which
-    `condition(j)` (an IR i1 instruction, or None) holds, in lane order."""
+    `condition(j)` (an IR i1 instruction, or None) holds, in lane order; a float sum or
+    product over every lane of the SIMD-group in CUDA's order (_tree_or_in_order)."""
     identity = _identity(op, signed, type_name)
-    lines, declarations, acc = [], [], identity
     if target.blended_folds and condition(0) is None:  # over every active lane
         combine = functools.partial(_combine, op, signed, type_name)
         reduced = target.reduce(lambda a, b, out: combine(a, b, out)[0], identity, type_name)
         if reduced is not None:
             lines, result = reduced
             return lines, combine("%a", "%b", "%r")[1][:1], result  # the step's declarations
+    if condition(0) is None and op in ("sum", "product") and is_float_type(type_name):
+        return _tree_or_in_order(op, type_name, identity, target)
     if target.blended_folds:
         return _fold_blended(op, signed, type_name, condition, identity, target)
+    return _fold_in_order(op, signed, type_name, condition, identity, target)
+
+
+def _fold_in_order(op: str, signed: bool, type_name: str, condition, identity: str,
+                   target: Target) -> Tuple[List[str], List[str], str]:
+    """_fold with a select per lane (coroutines: a lane that did not take part is skipped)."""
+    lines, declarations, acc = [], [], identity
     for j in range(SIMD_WIDTH):
         lines += [f"%b{j} = and i32 %mask, {1 << j}", f"%in{j} = icmp ne i32 %b{j}, 0"]
         keep = f"%in{j}"
@@ -139,6 +152,61 @@ def _fold(op: str, signed: bool, type_name: str, condition, target: Target) -> T
         lines.append(f"%acc{j} = select i1 {keep}, {type_name} %y{j}, {type_name} {acc}")
         acc = f"%acc{j}"
     return lines, declarations[:1], acc
+
+
+def _tree_or_in_order(op: str, type_name: str, identity: str, target: Target) -> Tuple[List[str], List[str], str]:
+    """A float sum or product over the SIMD-group in the order a CUDA warp computes it
+    (backends/cuda/warp_spelling.py, WarpSpelling.reduce), so that both backends give the
+    same bits: with all 32 lanes taking part, a butterfly (after the step of distance s,
+    lane i holds acc_i op acc_(i^s), for s = 16, 8, 4, 2, 1: every lane ends with lane 0's
+    value, the operations being commutative), as vector operations on two 16-lane halves,
+    then 8, 4, 2 and 1; with fewer, lane after lane in lane order.
+
+    A function of the exchange's slots alone (FOLD_PREFIX): a lane loop calls it once,
+    before its loop over the lanes (regions.py), where LLVM would not move the branch
+    between the two orders out of the loop."""
+    name = f"{FOLD_PREFIX}{op}.{overload_suffix(type_name)}"
+    tree, result = _butterfly(op, type_name, target)
+    in_order, declarations, acc = _fold_blended(op, False, type_name, lambda j: None, identity, target)
+    body = ([f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
+             "%tree.full = icmp eq i32 %mask, -1", "br i1 %tree.full, label %tree, label %in.order", "tree:"]
+            + tree + [f"ret {type_name} {result}", "in.order:"] + in_order + [f"ret {type_name} {acc}"])
+    definition = (f"define internal {type_name} @{name}(ptr %slots) nounwind willreturn memory(argmem: read) "
+                  "{\nentry:\n  " + "\n  ".join(body) + "\n}")
+    return [f"%folded = call {type_name} @{name}(ptr %slots)"], [definition] + declarations, "%folded"
+
+
+def _butterfly(op: str, type_name: str, target: Target) -> Tuple[List[str], str]:
+    """(lines, result): `op` over all 32 lanes' values in a warp butterfly's order."""
+    lines: List[str] = []
+    for j in range(SIMD_WIDTH):
+        lines += target.read(type_name, str(j), f"t{j}", 0)
+    if type_name.startswith("<"):  # vectors of values: the same tree, a value at a time
+        values = [f"%t{j}" for j in range(SIMD_WIDTH)]
+        for step in (16, 8, 4, 2, 1):
+            for j in range(step):
+                lines += _combine(op, False, type_name, values[j], values[j + step], f"%tb{step}.{j}")[0]
+            values = [f"%tb{step}.{j}" for j in range(step)]
+        return lines, values[0]
+    half = SIMD_WIDTH // 2
+    for name, first in (("lo", 0), ("hi", half)):
+        previous = "poison"
+        for j in range(half):
+            lines.append(f"%t.{name}{j} = insertelement <{half} x {type_name}> {previous}, {type_name} "
+                         f"%t{first + j}, i32 {j}")
+            previous = f"%t.{name}{j}"
+    lines += _combine(op, False, f"<{half} x {type_name}>", f"%t.lo{half - 1}", f"%t.hi{half - 1}", f"%tv{half}")[0]
+    width = half
+    while width > 1:  # the lower half of the lanes holds lane 0's partial results so far
+        width //= 2
+        wide = f"<{width * 2} x {type_name}>"
+        for name, first in (("l", 0), ("h", width)):
+            picked = ", ".join(f"i32 {first + j}" for j in range(width))
+            lines.append(f"%tv{width}.{name} = shufflevector {wide} %tv{width * 2}, {wide} poison, "
+                         f"<{width} x i32> <{picked}>")
+        lines += _combine(op, False, f"<{width} x {type_name}>", f"%tv{width}.l", f"%tv{width}.h", f"%tv{width}")[0]
+    lines.append(f"%tree.r = extractelement <1 x {type_name}> %tv1, i32 0")
+    return lines, "%tree.r"
 
 
 def prefix_lanes(inclusive: bool, quad: bool) -> List[str]:

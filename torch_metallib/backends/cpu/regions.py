@@ -47,6 +47,7 @@ from typing import Dict, List, Set, Tuple
 from ...reflection import ir_model
 from ...air.intrinsics import SIMD_WIDTH, type_bytes
 from ...reflection.ir_model import LABEL, LOCAL, NAME, function, retarget_phis, substitute
+from ...air.collectives import FOLD_PREFIX
 from ...air.target import MASK_OFFSET, SLOT_BYTES
 from .reconvergence import weak_topological_order
 from .recompute import recompute, recomputable, slot_value
@@ -65,6 +66,8 @@ _PADS = {1: "i8", 2: "i16", 4: "i32", 8: "i64", 16: "<4 x i32>", 32: "<8 x i32>"
 _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
 _EXCHANGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.exchanged\(\)")
+# A SIMD-group's reduction of the exchange's slots (collectives._tree_or_in_order).
+_FOLD = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (\S+) @({re.escape(FOLD_PREFIX)}[-\w$.]+)\(ptr (%{NAME})\)$")
 _RET = re.compile(r"^\s*ret void")
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.
@@ -428,6 +431,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                 invariant.extend(lines)
             return value
         body: List[str] = []
+        read = None  # the name of this region's exchanged slots
         for label in labels:
             b = by_label[label]
             body.append(f"{label}:")
@@ -438,8 +442,14 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                 exchanged = marker and _EXCHANGED.match(line)
                 deposit = marker and _DEPOSIT.match(line)
                 stage = marker and (_STAGE.match(line) or _STAGED.match(line))
+                fold = read and "@" + FOLD_PREFIX in line and _FOLD.match(line)
                 if exchanged:
-                    body.append(f"  {exchanged.group(1).strip()} = getelementptr i8, ptr %tm.read, i32 0")
+                    read = exchanged.group(1).strip()
+                    body.append(f"  {read} = getelementptr i8, ptr %tm.read, i32 0")
+                elif fold and fold.group(4) == read:  # once, before the loop: the same for every lane
+                    name, type_name = fold.group(1), fold.group(2)
+                    invariant.append(f"  {name}.once = call {type_name} @{fold.group(3)}(ptr %tm.read)")
+                    body.append(f"  {name} = bitcast {type_name} {name}.once to {type_name}")
                 elif stage:
                     k = b.marker if stage.re is _STAGE else r  # filled before marker k, read after it
                     if k not in staged:

@@ -53,9 +53,14 @@ from .reconvergence import weak_topological_order
 from .recompute import recompute, recomputable, slot_value
 from .target import NotLanes
 
-__all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "KIND_START", "KIND_BARRIER", "KIND_EXCHANGE"]
+__all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "SCAN", "AGREEMENT_PHIS", "KIND_START",
+           "KIND_BARRIER", "KIND_EXCHANGE"]
 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
+SCAN = -2  # what a region returns where its lanes stopped at different points (kScan in the runtime)
+# The lane loop's OR and AND of the points its lanes stopped at so far.
+AGREEMENT_PHIS = ["  %tm.or = phi i32 [ 0, %tm.rentry ], [ %tm.or.next, %tm.latch ]",
+                  "  %tm.and = phi i32 [ -1, %tm.rentry ], [ %tm.and.next, %tm.latch ]"]
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
 MAX_COPY_BYTES = 256  # a private array up to this size is copied per region (see build_regions)
@@ -480,17 +485,18 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             # The slots this region reads are its parameter, noalias: the deposits go to the
             # other phase, so LLVM may compute what every lane computes from them once.
             functions.append("\n".join(
-                [f"define internal void @tm.region.{r}({parameters}) {{", "  %tm.simd = lshr i32 %tm.begin, 5"]
+                [f"define internal i32 @tm.region.{r}({parameters}) {{", "  %tm.simd = lshr i32 %tm.begin, 5"]
                 + slots(r, False, "%tm.read")
-                + [f"  call void @tm.region.{r}.lanes({arguments}, ptr %tm.read)", "  ret void", "}"]))
+                + [f"  %tm.agreed = call i32 @tm.region.{r}.lanes({arguments}, ptr %tm.read)", "  ret i32 %tm.agreed",
+                   "}"]))
         name = f"tm.region.{r}.lanes" if r in site else f"tm.region.{r}"
         extra = ", ptr noalias readonly %tm.read) alwaysinline" if r in site else ")"
-        out = ([f"define internal void @{name}({parameters}{extra} {{", "tm.rentry:"] + invariant
+        out = ([f"define internal i32 @{name}({parameters}{extra} {{", "tm.rentry:"] + invariant
                + [f"  {n} = alloca {allocas[n][0]}, align {max(allocas[n][1], 1)}" for n in local + copied]
                + before_loop
                + ["  br label %tm.loop", "tm.loop:",
-                  "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
-                  "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
+                  "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]"] + AGREEMENT_PHIS
+               + ["  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
                   f"  %tm.lane = and i32 %t32, {SIMD_WIDTH - 1}"]
                + per_lane
                + [f"  {n} = {at(field[n], '%t32')}" for n in kept if n not in copied]
@@ -500,9 +506,14 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         # Not vectorized yet: on some regions with SIMD-group reductions in divergent code
         # LLVM 20's loop vectorizer did not return (in VPlan construction), marked
         # llvm.loop.parallel_accesses or not.
-        out += ["tm.latch:", "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+        # The region returns the point every lane stopped at, or SCAN where they differ
+        # (all equal: their OR is their AND), so the runtime need not read the points back.
+        out += ["tm.latch:", "  %tm.p = load i32, ptr %tm.pt", "  %tm.or.next = or i32 %tm.or, %tm.p",
+                "  %tm.and.next = and i32 %tm.and, %tm.p",
+                "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
                 f"  br i1 %tm.more, label %tm.loop, label %tm.exit, !llvm.loop !{first_metadata + 1 + r}",
-                "tm.exit:", "  ret void", "}"]
+                "tm.exit:", "  %tm.same = icmp eq i32 %tm.or.next, %tm.and.next",
+                f"  %tm.agreed = select i1 %tm.same, i32 %tm.or.next, i32 {SCAN}", "  ret i32 %tm.agreed", "}"]
         functions.append("\n".join(out))
         metadata.append(f"!{first_metadata + 1 + r} = distinct !{{!{first_metadata + 1 + r}, !{first_metadata}}}")
 

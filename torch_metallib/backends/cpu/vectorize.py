@@ -56,6 +56,7 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
+from .regions import AGREEMENT_PHIS, SCAN
 from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
@@ -68,7 +69,7 @@ WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
-_REGION = re.compile(r"^define internal void @(tm\.region\.\d+(?:\.lanes)?)\(")
+_REGION = re.compile(r"^define internal (void|i32) @(tm\.region\.\d+(?:\.lanes)?)\(")
 _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
            "fadd", "fsub", "fmul", "fdiv", "frem"}
 _DIVISIONS = {"udiv", "sdiv", "urem", "srem"}  # a masked-off lane's divisor must not trap
@@ -94,13 +95,13 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
             continue
         try:
-            body = _Region(found.body, declarations, types).build()
+            body = _Region(found.body, declarations, types).build(region.group(1))
         except NotVector as why:
-            refused[region.group(1)] = str(why)
+            refused[region.group(2)] = str(why)
             continue
         out += lines[done:found.start + 1] + body
         done = found.end
-        vectorized.append(region.group(1))
+        vectorized.append(region.group(2))
     out += lines[done:]
     declared = set(re.findall(r"^declare [^@]*@([-\w$.]+)\(", text, re.M))
     out += [line for name, line in sorted(declarations.items()) if name not in declared]
@@ -118,6 +119,7 @@ class _Region:
         self.uniform: Set[str] = set(types)  # locals that stay scalar (named types read as locals too)
         self.types = types
         self.hoisted: List[str] = []  # uniform lines moved before the loop over lanes
+        self.scans = False  # a lane's point is not a constant: the region returns SCAN
         self.before_loop: Set[str] = set(types)  # values defined there
         self.runtime = {"%args", "%dims", "%tm.read"}  # addresses into the runtime's arrays
         self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
@@ -193,7 +195,7 @@ class _Region:
         return f"tm.{tag}.{self.counter}"
 
     # --- the function ------------------------------------------------------------------
-    def build(self) -> List[str]:
+    def build(self, returns: str) -> List[str]:
         names = list(self.blocks)
         rentry, loop = self.blocks[names[0]], self.blocks["tm.loop"]
         if names[0] != "tm.rentry" or "tm.latch" not in self.blocks:
@@ -214,7 +216,8 @@ class _Region:
         # Blocks by their number: the loop's per-thread start (its own block, as the region's
         # first block may be entered again), then the body in a weak topological order.
         graph = {"tm.vstart": [first.group(1)]}
-        lines_of = {"tm.vstart": loop_lines[1:]}
+        agreement = {line.strip() for line in AGREEMENT_PHIS}  # the lane loop's: vector lanes keep their own (_agree)
+        lines_of = {"tm.vstart": [line for line in loop_lines[1:] if line.strip() not in agreement]}
         for name in body:
             graph[name] = [s for s in self.blocks[name].successors() if s in self.blocks and s != "tm.latch"]
             lines_of[name] = self.blocks[name].instructions()
@@ -252,6 +255,8 @@ class _Region:
         self.before_loop |= self.uniform
         hoist_at = len(out)
         out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", f"  %tm.vlive = alloca <{WIDTH} x i1>",
+                "  %tm.vor = alloca i32", "  %tm.vand = alloca i32", "  store i32 0, ptr %tm.vor",
+                "  store i32 -1, ptr %tm.vand",
                 "  br label %tm.vloop", "tm.vloop:",
                 "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
         start = self.vec("i32", "%tm.v0")
@@ -274,7 +279,7 @@ class _Region:
         out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
                 f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
-                "tm.exit:", "  ret void"]
+                "tm.exit:"] + (self._agreement() if returns == "i32" else ["  ret void"])
         out[hoist_at:hoist_at] = self.hoisted
         return out
 
@@ -865,6 +870,10 @@ class _Region:
         if not self.is_varying(text):  # every lane stores the same value at the same place
             self.out.append(f"  {text}")
             return None
+        if pointer == "%tm.pt":
+            self._agree(value)
+        if pointer == "%tm.pt":
+            self._agree(value)
         own = self._own_element(pointer, type_name)
         if own:
             self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
@@ -874,6 +883,26 @@ class _Region:
             if not type_name.startswith("ptr"):
                 self.last_store = (pointer, scalar_bytes(type_name), type_name, data)
         return None
+
+    def _agree(self, point: str) -> None:
+        """The lanes of the mask stop at `point` (a constant): into the OR and AND of the
+        points the region's lanes stopped at (regions.py, AGREEMENT_PHIS)."""
+        if not re.fullmatch(r"-?\d+", point):
+            self.scans = True
+            return
+        some = self.reduce("or", "i1", self.mask)
+        for name, op in (("%tm.vor", "or"), ("%tm.vand", "and")):
+            old, new, kept = self.fresh("ag"), self.fresh("ag"), self.fresh("ag")
+            self.out += [f"  {old} = load i32, ptr {name}", f"  {new} = {op} i32 {old}, {point}",
+                         f"  {kept} = select i1 {some}, i32 {new}, i32 {old}", f"  store i32 {kept}, ptr {name}"]
+
+    def _agreement(self) -> List[str]:
+        """The region's return: the point every lane stopped at, else SCAN."""
+        if self.scans:
+            return [f"  ret i32 {SCAN}"]
+        return ["  %tm.or.all = load i32, ptr %tm.vor", "  %tm.and.all = load i32, ptr %tm.vand",
+                "  %tm.same = icmp eq i32 %tm.or.all, %tm.and.all",
+                f"  %tm.agreed = select i1 %tm.same, i32 %tm.or.all, i32 {SCAN}", "  ret i32 %tm.agreed"]
 
     def _own_element(self, pointer: str, type_name: str) -> Optional[str]:
         """Where `pointer` addresses one element of every lane's copy of an interleaved

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 namespace torch_metallib::cpu {
 namespace {
@@ -23,6 +24,7 @@ struct LanesRun {
   std::unique_ptr<unsigned char, decltype(&std::free)> context{nullptr, &std::free};
   uint64_t capacity = 0;
   std::vector<uint32_t> points;
+  std::vector<uint32_t> agreed;  // per SIMD-group: the point its last region run returned
 
   unsigned char* reserve(uint64_t bytes) {
     if (bytes > capacity) {
@@ -93,6 +95,8 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
   std::memset(phases, 0, sizeof(uint32_t) * kSimdWidth * table.sites);
   run.points.assign(count, 0);
   uint32_t* points = run.points.data();
+  run.agreed.assign(simds, kScanPoints);
+  uint32_t* agreed = run.agreed.data();
   // Region r for the lanes of SIMD-group [begin, end) that stand at r: a region's loop runs
   // every lane of a range (no test per lane, so LLVM vectorizes it), one range per run of them.
   auto runs = [&](uint32_t r, uint32_t begin, uint32_t end) {
@@ -108,7 +112,8 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
   };
   auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
     if (!uniform(points, begin, end)) return runs(r, begin, end);
-    if (points[begin] == r) table.region[r].function(context, addresses, dims, group, begin, end, points);
+    if (points[begin] == r)
+      agreed[begin / kSimdWidth] = table.region[r].function(context, addresses, dims, group, begin, end, points);
   };
   auto every_simd = [&](uint32_t r) {
     for (uint32_t begin = 0; begin < count; begin += kSimdWidth) region(r, begin, std::min(count, begin + kSimdWidth));
@@ -119,9 +124,13 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     for (uint32_t s = 0; s < simds; ++s) {
       const uint32_t begin = s * kSimdWidth, end = std::min(count, begin + kSimdWidth);
       for (;;) {
-        // One uniformity test per exchange: all lanes at p is the common case (no scans).
-        const bool together = uniform(points, begin, end);
-        const uint32_t p = together ? points[begin] : first_point_of_many(table, points, begin, end);
+        // All lanes at p is the common case: the region that ran them says so, else one
+        // uniformity test per exchange (no scans).
+        const uint32_t known = std::exchange(agreed[s], kScanPoints);
+        const bool together = known != kScanPoints || uniform(points, begin, end);
+        const uint32_t p = known != kScanPoints ? known
+                           : together           ? points[begin]
+                                                : first_point_of_many(table, points, begin, end);
         if (p == kDone || table.region[p].kind == kBarrier) break;
         uint32_t mask = together ? uint32_t(~uint64_t(0) >> (64 - (end - begin))) : 0;
         for (uint32_t t = begin; !together && t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
@@ -132,7 +141,7 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
             context + table.areas_offset + ((uint64_t(s) * table.sites + site) * 2 + phase) * kPhaseBytes;
         std::memcpy(area + kMaskOffset, &mask, sizeof mask);
         if (together) {
-          table.region[p].function(context, addresses, dims, group, begin, end, points);
+          agreed[s] = table.region[p].function(context, addresses, dims, group, begin, end, points);
         } else {
           runs(p, begin, end);
         }

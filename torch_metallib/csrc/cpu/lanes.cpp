@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <utility>
 
 namespace torch_metallib::cpu {
 namespace {
@@ -95,7 +94,7 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
   std::memset(phases, 0, sizeof(uint32_t) * kSimdWidth * table.sites);
   run.points.assign(count, 0);
   uint32_t* points = run.points.data();
-  run.agreed.assign(simds, kScanPoints);
+  run.agreed.assign(simds, 0);  // every lane starts at region 0
   uint32_t* agreed = run.agreed.data();
   // Region r for the lanes of SIMD-group [begin, end) that stand at r: a region's loop runs
   // every lane of a range (no test per lane, so LLVM vectorizes it), one range per run of them.
@@ -111,9 +110,10 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     }
   };
   auto region = [&](uint32_t r, uint32_t begin, uint32_t end) {
-    if (!uniform(points, begin, end)) return runs(r, begin, end);
-    if (points[begin] == r)
-      agreed[begin / kSimdWidth] = table.region[r].function(context, addresses, dims, group, begin, end, points);
+    uint32_t& known = agreed[begin / kSimdWidth];
+    if (known == kScanPoints && !uniform(points, begin, end)) return runs(r, begin, end);
+    if ((known == kScanPoints ? points[begin] : known) == r)
+      known = table.region[r].function(context, addresses, dims, group, begin, end, points);
   };
   auto every_simd = [&](uint32_t r) {
     for (uint32_t begin = 0; begin < count; begin += kSimdWidth) region(r, begin, std::min(count, begin + kSimdWidth));
@@ -126,11 +126,12 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
       for (;;) {
         // All lanes at p is the common case: the region that ran them says so, else one
         // uniformity test per exchange (no scans).
-        const uint32_t known = std::exchange(agreed[s], kScanPoints);
+        const uint32_t known = agreed[s];
         const bool together = known != kScanPoints || uniform(points, begin, end);
         const uint32_t p = known != kScanPoints ? known
                            : together           ? points[begin]
                                                 : first_point_of_many(table, points, begin, end);
+        agreed[s] = together ? p : kScanPoints;
         if (p == kDone || table.region[p].kind == kBarrier) break;
         uint32_t mask = together ? uint32_t(~uint64_t(0) >> (64 - (end - begin))) : 0;
         for (uint32_t t = begin; !together && t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
@@ -147,10 +148,13 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
         }
       }
     }
-    uint32_t p = first_point(table, points, 0, count);
+    // Every SIMD-group's lanes at one point (known from their regions): no scan of the group.
+    const bool agree =
+        std::all_of(agreed, agreed + simds, [&](uint32_t a) { return a == agreed[0]; }) && agreed[0] != kScanPoints;
+    uint32_t p = agree ? agreed[0] : first_point(table, points, 0, count);
     if (p == kDone) return;
     uint32_t waiting = count, done = 0;
-    if (!uniform(points, 0, count)) {
+    if (!agree && !uniform(points, 0, count)) {
       waiting = 0;
       for (uint32_t t = 0; t < count; ++t) {
         waiting += points[t] == p;

@@ -72,7 +72,8 @@ _BARRIER = re.compile(r"^\s*call void @tm\.lanes\.barrier\(\)")
 _DEPOSIT = re.compile(r"^\s*call void @tm\.lanes\.deposit\(ptr ([^,]+), i32 (\d+)\)")
 _EXCHANGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.exchanged\(\)")
 # A SIMD-group's reduction of the exchange's slots (collectives._tree_or_in_order).
-_FOLD = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (\S+) @({re.escape(FOLD_PREFIX)}[-\w$.]+)\(ptr (%{NAME})\)$")
+_FOLD = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (<\d+ x \w+>|\S+) @({re.escape(FOLD_PREFIX)}[-\w$.]+)"
+                   rf"\(ptr (%{NAME})\)$")
 _RET = re.compile(r"^\s*ret void")
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.

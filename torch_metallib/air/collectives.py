@@ -32,7 +32,7 @@ __all__ = ["define_collective", "simd_position", "THREAD_IN_GROUP", "MASK_OFFSET
 # (the CPU's in csrc/cpu/cooperative.cpp; the CUDA backend defines it from %tid and %ntid).
 THREAD_IN_GROUP = "declare i32 @tm_rt_thread_in_group()"
 # The functions a SIMD-group's float sum or product calls (_tree_or_in_order), of the
-# exchange's slots and mask alone.
+# exchange's slots alone.
 FOLD_PREFIX = "tm.simd_fold."
 
 

@@ -57,7 +57,7 @@ __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "SCAN", "AGREE
            "KIND_BARRIER", "KIND_EXCHANGE"]
 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
-SCAN = -2  # what a region returns where its lanes stopped at different points (kScan in the runtime)
+SCAN = -2  # what a region returns where its lanes stopped at different points (kScanPoints in the runtime)
 # The lane loop's OR and AND of the points its lanes stopped at so far.
 AGREEMENT_PHIS = ["  %tm.or = phi i32 [ 0, %tm.rentry ], [ %tm.or.next, %tm.latch ]",
                   "  %tm.and = phi i32 [ -1, %tm.rentry ], [ %tm.and.next, %tm.latch ]"]

@@ -872,8 +872,6 @@ class _Region:
             return None
         if pointer == "%tm.pt":
             self._agree(value)
-        if pointer == "%tm.pt":
-            self._agree(value)
         own = self._own_element(pointer, type_name)
         if own:
             self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)

@@ -16,8 +16,7 @@ namespace torch_metallib::cpu {
 
 // Runs region `region`'s code for threads [begin, end), all of one SIMD-group and standing
 // at the region's start; each leaves in points[t] the marker it stopped at (0xFFFFFFFF: it returned).
-// Returns the point they all stopped at, or kScanPoints where they differ or the region does
-// not tell (vector lanes).
+// Returns the point they all stopped at, or kScanPoints where they differ (or it cannot tell).
 using RegionFunction = uint32_t (*)(void* context, void* const* addresses, const uint32_t* dims, uint32_t group,
                                     uint32_t begin, uint32_t end, uint32_t* points);
 constexpr uint32_t kScanPoints = 0xFFFFFFFEu;  // regions.py: SCAN

@@ -29,15 +29,20 @@ def _fixture():
     return tm.load(tm.pack([tm.FunctionSource(name, fixture_bitcode(f"collectives/{name}"))]))[name]
 
 
-def _batches(text: str):
+def _batches(text: str, factors: bool = False):
     """The `sources` word of each batch call (``c`` or the index of the product whose D is
-    the accumulator), and the number of products called one at a time."""
-    return [m.split("_") for m in _BATCH_CALL.findall(text)], len(_SINGLE_CALL.findall(text))
+    the accumulator; with `factors`, followed by ``a<k>`` / ``b<k>`` where A / B is an
+    earlier product's factor k), and the number of products called one at a time."""
+    words = [m.split("_") for m in _BATCH_CALL.findall(text)]
+    if not factors:
+        words = [[re.sub(r"[ab]\d+", "", word) for word in batch] for batch in words]
+    return words, len(_SINGLE_CALL.findall(text))
 
 
 def test_independent_and_chained_products_run_as_one_exchange():
-    # d1 = a b + c, d2 = a2 b + c and d3 = a2 b + d1 (d1 through thread_elements' shuffle).
-    assert _batches(lowered_ir(_fixture(), {}, "t", True)) == ([["c", "c", "0"]], 0)
+    # d1 = a b + c, d2 = a2 b + c and d3 = a2 b + d1 (d1 through thread_elements' shuffle);
+    # b is staged once (factor 1, d1's B), a2 once (factor 3, d2's A).
+    assert _batches(lowered_ir(_fixture(), {}, "t", True), factors=True) == ([["c", "cb1", "0a3b1"]], 0)
 
 
 @pytest.mark.parametrize("integers", [False, True])

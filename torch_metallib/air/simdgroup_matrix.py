@@ -146,30 +146,46 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
     """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.
     <sources>.<overload>`` (_cpu_matrix_batches): N products at once, returned as a struct;
     `sources` says, per product, ``c`` (its C operand) or which earlier product's D is its
-    C. None if malformed."""
+    C, then ``a<k>`` / ``b<k>`` where its A / B is factor k (3 * product + 0 or 1) of an
+    earlier product, staged there. None if malformed."""
     if not name.startswith(BATCH_PREFIX + "."):
         return None
     results = re.findall(r"<64 x \w+>", ret)
-    words = name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")
-    sources = [None if word == "c" else int(word) for word in words if word == "c" or word.isdigit()]
-    if not results or len(sources) != len(words) or len(words) != len(results) \
-            or any(j is not None and j >= m for m, j in enumerate(sources)) \
+    words = [_WORD.fullmatch(word) for word in name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")]
+    if not results or not all(words) or len(words) != len(results) \
             or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
         return None
-    return _definition(ret, name, params, _products(params, results, sources, target)), [_multiply_batch(), _FMA]
+    sources = [None if word.group(1) == "c" else int(word.group(1)) for word in words]
+    # Where each product's A and B are staged: its own factor unless it names an earlier one.
+    factors = [[int(word.group(2 + i)) if word.group(2 + i) else 3 * m + i for i in (0, 1)]
+               for m, word in enumerate(words)]
+    if any(j is not None and j >= m for m, j in enumerate(sources)) or any(
+            k != 3 * m + i and (k >= 3 * m or k % 3 == 2 or factors[k // 3][k % 3] != k)
+            for m, pair in enumerate(factors) for i, k in enumerate(pair)):
+        return None
+    return _definition(ret, name, params, _products(params, results, sources, target, factors)), [_multiply_batch(), _FMA]
 
 
-def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target) -> List[str]:
+_WORD = re.compile(r"(c|\d+)(?:a(\d+))?(?:b(\d+))?")
+
+
+def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target,
+              factors: Optional[List[List[int]]] = None) -> List[str]:
     """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
-    them if more than one), C being product j's D where sources[m] = j. Each lane writes its
-    element pairs, as float, into the SIMD-group's staging memory (tm_rt_simd_stage): per
-    product, A, B and C as row-major 8x8 matrices; the first lane to read the completed
-    exchange computes every product (@tm.simdgroup_matrix_8x8.multiply_batch), each D in
-    place of its C, and every lane reads its pair of each D."""
+    them if more than one), C being product j's D where sources[m] = j, A and B staged as
+    factors[m] (3 * product + 0 or 1: a product's own, or an earlier one's). Each lane
+    writes its element pairs, as float, into the SIMD-group's staging memory
+    (tm_rt_simd_stage): per product, A, B and C as row-major 8x8 matrices (only the A and B
+    it names); the first lane to read the completed exchange computes every product
+    (@tm.simdgroup_matrix_8x8.multiply_batch), each D in place of its C, and every lane
+    reads its pair of each D."""
     count = len(results)
+    factors = factors or [[3 * m, 3 * m + 1] for m in range(count)]
     fill = _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
     for m in range(count):
         for index, operand in enumerate("abc" if sources[m] is None else "ab"):
+            if index < 2 and factors[m][index] != 3 * m + index:
+                continue  # staged as an earlier product's factor
             type_name = params[3 * m + index]
             value = f"%f{m}{operand}"
             for k in (0, 1):
@@ -180,12 +196,14 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
                       f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
-    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4"]
+    lines = [WAIT_ALLOCA, f"%sources = alloca [{3 * count} x i32], align 4"]
     lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
     lines += ["br i1 %leads, label %compute, label %read", "compute:"]
-    for m, j in enumerate(sources):  # the product whose matrices hold product m's C
-        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",
-                  f"store i32 {m if j is None else j}, ptr %source{m}"]
+    for m, j in enumerate(sources):  # where product m's A, B and C are staged
+        places = [_factor_at(k) for k in factors[m]] + [(m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES]
+        for i, place in enumerate(places):
+            lines += [f"%source{m}.{i} = getelementptr i32, ptr %sources, i32 {3 * m + i}",
+                      f"store i32 {place}, ptr %source{m}.{i}"]
     lines += [f"call void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 {count}, ptr %sources)",
               "br label %read", "read:"]
     for m, ret in enumerate(results):
@@ -209,6 +227,11 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
     return lines
 
 
+def _factor_at(k: int) -> int:
+    """The byte offset in the staging memory of factor k (3 * product + 0 for A, 1 for B)."""
+    return k // 3 * _PRODUCT_BYTES + k % 3 * _MATRIX_BYTES
+
+
 _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
 _FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
 _MATRIX_BYTES = 8 * 8 * 4
@@ -223,7 +246,8 @@ _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) *
 def _multiply_batch() -> str:
     """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
     sources)``: for each of `count` products m in order, D = A*B + C from the staged
-    matrices, C from product sources[m]'s third matrix, D into product m's third matrix.
+    matrices at byte offsets sources[3m], sources[3m + 1] and sources[3m + 2] (C: product m's
+    own third matrix or an earlier product's D), D into product m's third matrix.
     Lanes that did not take part (not in the exchange's mask) count as zeros. Rows of B, C
     and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the same
     operations, in the same order, as one lane computing its elements."""
@@ -244,12 +268,12 @@ def _multiply_batch() -> str:
               "br i1 %k.more, label %clear, label %product",
               "product:", "%m = phi i32 [ 0, %entry ], [ 0, %clear ], [ %m.next, %product ]",
               "%m.wide = zext i32 %m to i64", f"%m.at = mul i64 %m.wide, {_PRODUCT_BYTES}",
-              "%a = getelementptr i8, ptr %staged, i64 %m.at",
-              f"%b = getelementptr i8, ptr %a, i32 {_MATRIX_BYTES}", f"%d = getelementptr i8, ptr %a, i32 {2 * _MATRIX_BYTES}",
-              "%source.p = getelementptr i32, ptr %sources, i64 %m.wide", "%source = load i32, ptr %source.p",
-              "%source.wide = zext i32 %source to i64", f"%source.at = mul i64 %source.wide, {_PRODUCT_BYTES}",
-              "%source.a = getelementptr i8, ptr %staged, i64 %source.at",
-              f"%c = getelementptr i8, ptr %source.a, i32 {2 * _MATRIX_BYTES}"]
+              "%own = getelementptr i8, ptr %staged, i64 %m.at", f"%d = getelementptr i8, ptr %own, i32 {2 * _MATRIX_BYTES}",
+              "%m.3 = mul i64 %m.wide, 3"]
+    for i, matrix in enumerate("abc"):
+        lines += [f"%{matrix}.s = add i64 %m.3, {i}", f"%{matrix}.sp = getelementptr i32, ptr %sources, i64 %{matrix}.s",
+                  f"%{matrix}.at = load i32, ptr %{matrix}.sp", f"%{matrix}.w = zext i32 %{matrix}.at to i64",
+                  f"%{matrix} = getelementptr i8, ptr %staged, i64 %{matrix}.w"]
     for t in range(8):
         lines += [f"%B{t}.p = getelementptr i8, ptr %b, i32 {t * 32}", f"%B{t} = load <8 x float>, ptr %B{t}.p, align 4"]
     for r in range(8):

@@ -102,7 +102,8 @@ def define_matrix(ret: str, name: str, params: List[str], target: Target) -> Opt
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
         return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
-        return _definition(ret, name, params, _products(params, [ret], [None], target)), [_multiply_batch(), _FMA]
+        lines, multiply = _products(params, [ret], [None], target)
+        return _definition(ret, name, params, lines), [multiply, _FMA]
     return None
 
 
@@ -163,15 +164,16 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
             k != 3 * m + i and (k >= 3 * m or k % 3 == 2 or factors[k // 3][k % 3] != k)
             for m, pair in enumerate(factors) for i, k in enumerate(pair)):
         return None
-    return _definition(ret, name, params, _products(params, results, sources, target, factors)), [_multiply_batch(), _FMA]
+    lines, multiply = _products(params, results, sources, target, factors)
+    return _definition(ret, name, params, lines), [multiply, _FMA]
 
 
 _WORD = re.compile(r"(c|\d+)(?:a(\d+))?(?:b(\d+))?")
 
 
 def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target,
-              factors: Optional[List[List[int]]] = None) -> List[str]:
-    """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
+              factors: Optional[List[List[int]]] = None) -> Tuple[List[str], str]:
+    """(lines leaving %r, the multiply_batch they call): D = A*B + C for each (A, B, C) of `params` in turn (a struct of
     them if more than one), C being product j's D where sources[m] = j, A and B staged as
     factors[m] (3 * product + 0 or 1: a product's own, or an earlier one's). Each lane
     writes its element pairs, as float, into the SIMD-group's staging memory
@@ -196,16 +198,13 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
                       f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
-    lines = [WAIT_ALLOCA, f"%sources = alloca [{3 * count} x i32], align 4"]
-    lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
-    lines += ["br i1 %leads, label %compute, label %read", "compute:"]
-    for m, j in enumerate(sources):  # where product m's A, B and C are staged
-        places = [_factor_at(k) for k in factors[m]] + [(m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES]
-        for i, place in enumerate(places):
-            lines += [f"%source{m}.{i} = getelementptr i32, ptr %sources, i32 {3 * m + i}",
-                      f"store i32 {place}, ptr %source{m}.{i}"]
-    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 {count}, ptr %sources)",
-              "br label %read", "read:"]
+    # Where each product's A, B and C are staged (C: its own, or an earlier product's D).
+    places = tuple(tuple(_factor_at(k) for k in factors[m]) + ((m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES,)
+                   for m, j in enumerate(sources))
+    multiply, multiply_name = _multiply_batch(places)
+    lines = [WAIT_ALLOCA] + _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
+    lines += ["br i1 %leads, label %compute, label %read", "compute:",
+              f"call void @{multiply_name}(ptr %staged, ptr %slots)", "br label %read", "read:"]
     for m, ret in enumerate(results):
         out = element_type(ret)
         lines += [f"%d{m}.o = add i32 %at, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
@@ -217,14 +216,18 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
         lines += [f"%v{m}.0 = insertelement {ret} poison, {out} %o{m}.0, i32 0",
                   f"%v{m} = insertelement {ret} %v{m}.0, {out} %o{m}.1, i32 1"]
     if count == 1:
-        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"]
+        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"], multiply
     struct = "{ " + ", ".join(results) + " }"
     previous = "poison"
     for m in range(count):
         made = "%r" if m == count - 1 else f"%s{m}"
         lines.append(f"{made} = insertvalue {struct} {previous}, {results[m]} %v{m}, {m}")
         previous = made
-    return lines
+    return lines, multiply
+
+
+def _twice(indices) -> str:
+    return ", ".join(f"i32 {i}" for i in list(indices) * 2)
 
 
 def _factor_at(k: int) -> int:
@@ -233,7 +236,7 @@ def _factor_at(k: int) -> int:
 
 
 _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
-_FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
+_FMA = "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)"
 _MATRIX_BYTES = 8 * 8 * 4
 _PRODUCT_BYTES = 3 * _MATRIX_BYTES  # A, B, then C (D once computed)
 
@@ -242,15 +245,16 @@ _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) *
               for lane in range(SIMD_WIDTH)}
 
 
-@functools.lru_cache(maxsize=None)  # the same text for every product declaration
-def _multiply_batch() -> str:
-    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
-    sources)``: for each of `count` products m in order, D = A*B + C from the staged
-    matrices at byte offsets sources[3m], sources[3m + 1] and sources[3m + 2] (C: product m's
-    own third matrix or an earlier product's D), D into product m's third matrix.
-    Lanes that did not take part (not in the exchange's mask) count as zeros. Rows of B, C
-    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the same
-    operations, in the same order, as one lane computing its elements."""
+@functools.lru_cache(maxsize=None)  # the same text for every batch of the same products
+def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]:
+    """(definition, name) of ``void @tm.simdgroup_matrix_8x8.multiply_batch.<places>(ptr
+    staged, ptr slots)``: for each product m in order, D = A*B + C from the staged matrices at
+    byte offsets places[m] (C: product m's own third matrix or an earlier product's D), D
+    into product m's third matrix. Straight-line code: LLVM interleaves the FMA chains of
+    products that need none of each other's results. Lanes that did not take part (not in the exchange's mask) count as zeros. A row of B is
+    an <8 x float>, two rows of C and D one <16 x float>; D[r] = fma(A[r][7], B[7], ...
+    fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane computing
+    its elements."""
     lines = ["%ignored = alloca <2 x float>, align 8",
              f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
              "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
@@ -264,31 +268,39 @@ def _multiply_batch() -> str:
             lines += [f"{at}.p = getelementptr i8, ptr %k.p, i32 {matrix * _MATRIX_BYTES + (row * 8 + column) * 4}",
                       f"{at} = select i1 %absent{lane}, ptr {at}.p, ptr %ignored",
                       f"store <2 x float> zeroinitializer, ptr {at}, align 4"]
-    lines += ["%k.next = add i32 %k, 1", "%k.more = icmp ult i32 %k.next, %count",
-              "br i1 %k.more, label %clear, label %product",
-              "product:", "%m = phi i32 [ 0, %entry ], [ 0, %clear ], [ %m.next, %product ]",
-              "%m.wide = zext i32 %m to i64", f"%m.at = mul i64 %m.wide, {_PRODUCT_BYTES}",
-              "%own = getelementptr i8, ptr %staged, i64 %m.at", f"%d = getelementptr i8, ptr %own, i32 {2 * _MATRIX_BYTES}",
-              "%m.3 = mul i64 %m.wide, 3"]
-    for i, matrix in enumerate("abc"):
-        lines += [f"%{matrix}.s = add i64 %m.3, {i}", f"%{matrix}.sp = getelementptr i32, ptr %sources, i64 %{matrix}.s",
-                  f"%{matrix}.at = load i32, ptr %{matrix}.sp", f"%{matrix}.w = zext i32 %{matrix}.at to i64",
-                  f"%{matrix} = getelementptr i8, ptr %staged, i64 %{matrix}.w"]
-    for t in range(8):
-        lines += [f"%B{t}.p = getelementptr i8, ptr %b, i32 {t * 32}", f"%B{t} = load <8 x float>, ptr %B{t}.p, align 4"]
-    for r in range(8):
-        lines += [f"%C{r}.p = getelementptr i8, ptr %c, i32 {r * 32}", f"%C{r} = load <8 x float>, ptr %C{r}.p, align 4"]
-        acc = f"%C{r}"
-        for t in range(8):
-            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %a, i32 {(r * 8 + t) * 4}",
-                      f"%A{r}.{t} = load float, ptr %A{r}.{t}.p",
-                      f"%A{r}.{t}.i = insertelement <8 x float> poison, float %A{r}.{t}, i32 0",
-                      f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
-                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> %B{t}, <8 x float> {acc})"]
-            acc = f"%D{r}.{t}"
-        lines += [f"%D{r}.p = getelementptr i8, ptr %d, i32 {r * 32}", f"store <8 x float> {acc}, ptr %D{r}.p, align 4"]
-    lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
-              "br i1 %more, label %product, label %done", "done:", "ret void"]
+    count = len(places)
+    lines += ["%k.next = add i32 %k, 1", f"%k.more = icmp ult i32 %k.next, {count}",
+              "br i1 %k.more, label %clear, label %product", "product:"]
+    for m, (a, b, c) in enumerate(places):
+        lines += _multiply(f"p{m}.", a, b, c, m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES)
+    lines += ["ret void"]
+    name = f"{_MULTIPLY_BATCH}." + "_".join(".".join(str(at // _MATRIX_BYTES) for at in place) for place in places)
     body = "\n  ".join(lines)
-    return (f"define internal void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 %count, ptr %sources) noinline "
-            f"{{\nentry:\n  {body}\n}}")
+    return f"define internal void @{name}(ptr %staged, ptr %slots) noinline {{\nentry:\n  {body}\n}}", name
+
+
+def _multiply(p: str, a: int, b: int, c: int, d: int) -> List[str]:
+    """Lines computing D = A*B + C of the staged matrices at byte offsets a, b, c, d of
+    %staged, names prefixed with `p`. Two rows of D at once (16-wide: one AVX-512 FMA): rows
+    r and r + 1 of A are 16 consecutive floats, and A[r][t], A[r + 1][t] spread over the
+    halves are one shuffle."""
+    lines = []
+    for t in range(8):
+        lines += [f"%{p}B{t}.p = getelementptr i8, ptr %staged, i32 {b + t * 32}",
+                  f"%{p}B{t}.h = load <8 x float>, ptr %{p}B{t}.p, align 4",
+                  f"%{p}B{t} = shufflevector <8 x float> %{p}B{t}.h, <8 x float> poison, <16 x i32> <{_twice(range(8))}>"]
+    for r in range(0, 8, 2):
+        lines += [f"%{p}C{r}.p = getelementptr i8, ptr %staged, i32 {c + r * 32}",
+                  f"%{p}C{r} = load <16 x float>, ptr %{p}C{r}.p, align 4",
+                  f"%{p}A{r}.p = getelementptr i8, ptr %staged, i32 {a + r * 32}",
+                  f"%{p}A{r} = load <16 x float>, ptr %{p}A{r}.p, align 4"]
+        acc = f"%{p}C{r}"
+        for t in range(8):
+            lines += [f"%{p}A{r}.{t} = shufflevector <16 x float> %{p}A{r}, <16 x float> poison, "
+                      f"<16 x i32> <{', '.join(f'i32 {i}' for i in [t] * 8 + [8 + t] * 8)}>",
+                      f"%{p}D{r}.{t} = call <16 x float> @llvm.fma.v16f32(<16 x float> %{p}A{r}.{t}, "
+                      f"<16 x float> %{p}B{t}, <16 x float> {acc})"]
+            acc = f"%{p}D{r}.{t}"
+        lines += [f"%{p}D{r}.p = getelementptr i8, ptr %staged, i32 {d + r * 32}",
+                  f"store <16 x float> {acc}, ptr %{p}D{r}.p, align 4"]
+    return lines

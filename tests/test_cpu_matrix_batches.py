@@ -185,9 +185,30 @@ def test_steel_gemm_k_blocks_are_one_exchange_each(mlx_lib, name):
     bm, bn, bk, wm, wn = (int(v) for v in re.search(r"bm(\d+)_bn(\d+)_bk(\d+)_wm(\d+)_wn(\d+)", name).groups())
     tile = (bm // wm // 8) * (bn // wn // 8)
     per_block = tile * (bk // 8)
-    batches, singles = _batches(lowered_ir(mlx_lib[name], {}, "t", True))
+    text = lowered_ir(mlx_lib[name], {}, "t", True)
+    batches, singles = _batches(text)
     assert batches and singles == 0
     for sources in batches:
         assert len(sources) == per_block
         assert sources[:tile] == ["c"] * tile
         assert all(0 <= int(s) < tile * step for step in range(1, bk // 8) for s in sources[tile * step:tile * (step + 1)])
+    # A fragment of A serves a row of products, one of B a column: each is staged once.
+    rows, columns = bm // wm // 8, bn // wn // 8
+    for words in _batches(text, factors=True)[0]:
+        assert sum(not re.search(r"a\d", word) for word in words) == rows * (bk // 8)
+        assert sum(not re.search(r"b\d", word) for word in words) == columns * (bk // 8)
+
+
+def test_elements_no_lane_holds_are_not_carried():
+    # MLX builds a k-step's fragment from the lane's pair and the previous k-step's fragment,
+    # whose elements it does not use: that operand becomes poison, so lane loops need not
+    # keep the previous fragment.
+    body = f"""
+  %p = shufflevector <64 x float> %a, <64 x float> %b, <64 x i32> <i32 0, i32 1{", i32 66" * 62}>
+  %d1 = {_MMA}(<64 x float> %p, <64 x float> %b, <64 x float> %c)
+  %d2 = {_MMA}(<64 x float> %a, <64 x float> %p, <64 x float> %c)"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    llvm.parse_assembly(text, context=llvm.create_context()).verify()
+    assert "%p = shufflevector <64 x float> %a, <64 x float> poison, <64 x i32> <i32 0, i32 1, i32 66" in text
+    # %p holds %a's lane elements: staged once, as d1's A.
+    assert _batches(text, factors=True) == ([["c", "ca0b0"]], 0)

@@ -41,6 +41,9 @@ _PRODUCT = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (<64 x \w+>) "
 _VECTOR = re.compile(r"<\d+ x \w+>")
 # A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
 _KEEPS_FRAGMENT = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
+# Its second operand, which supplies none of the lane's elements (MLX passes the previous
+# k-step's fragment there, a loop-carried value lane loops would keep for nothing).
+_OTHER_ELEMENTS = re.compile(rf"(= shufflevector <64 x \w+> %{NAME}, )(<64 x \w+>) %{NAME}(, <64 x i32> <i32 0, i32 1[,>])")
 # A shuffle whose lane elements are a pair's: a fragment built from the lane's two elements.
 _WIDENS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <2 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
 # Instructions without side effects whose operands are values: they can move down a block.
@@ -117,6 +120,7 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
         return pairs.get(value, value)
 
     for line in lines:
+        line = _OTHER_ELEMENTS.sub(r"\1\2 poison\3", line)  # elements no lane holds: poison
         kept = _KEEPS_FRAGMENT.match(line) or _WIDENS_PAIR.match(line)
         if kept:
             pairs[kept.group(1)] = lane_elements(kept.group(2))

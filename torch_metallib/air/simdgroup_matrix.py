@@ -271,12 +271,55 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]
     count = len(places)
     lines += ["%k.next = add i32 %k, 1", f"%k.more = icmp ult i32 %k.next, {count}",
               "br i1 %k.more, label %clear, label %product", "product:"]
-    for m, (a, b, c) in enumerate(places):
-        lines += _multiply(f"p{m}.", a, b, c, m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES)
+    m = 0
+    while m < count:
+        (a, b, c), d = places[m], m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES
+        # The next product with the same A and not this one's D as its C goes with it.
+        if m + 1 < count and places[m + 1][0] == a and places[m + 1][2] != d:
+            lines += _multiply_pair(f"p{m}.", a, (b, places[m + 1][1]), (c, places[m + 1][2]), (d, d + _PRODUCT_BYTES))
+            m += 2
+        else:
+            lines += _multiply(f"p{m}.", a, b, c, d)
+            m += 1
     lines += ["ret void"]
     name = f"{_MULTIPLY_BATCH}." + "_".join(".".join(str(at // _MATRIX_BYTES) for at in place) for place in places)
     body = "\n  ".join(lines)
     return f"define internal void @{name}(ptr %staged, ptr %slots) noinline {{\nentry:\n  {body}\n}}", name
+
+
+def _multiply_pair(p: str, a: int, bs: Tuple[int, int], cs: Tuple[int, int], ds: Tuple[int, int]) -> List[str]:
+    """Lines computing two products of one A at once, as _multiply: a row of both D is one
+    <16 x float> (B rows and C rows of the two side by side), A[r][t] broadcast to it."""
+    lines = []
+
+    def side_by_side(name: str, offsets: Tuple[int, int], row: int) -> List[str]:
+        halves = [f"%{p}{name}{row}.{i}" for i in (0, 1)]
+        return [line for i, at in enumerate(offsets)
+                for line in (f"{halves[i]}.p = getelementptr i8, ptr %staged, i32 {at + row * 32}",
+                             f"{halves[i]} = load <8 x float>, ptr {halves[i]}.p, align 4")] + [
+            f"%{p}{name}{row} = shufflevector <8 x float> {halves[0]}, <8 x float> {halves[1]}, "
+            f"<16 x i32> <{', '.join(f'i32 {i}' for i in range(16))}>"]
+
+    for t in range(8):
+        lines += side_by_side("B", bs, t)
+    for r in range(8):
+        lines += side_by_side("C", cs, r)
+        acc = f"%{p}C{r}"
+        for t in range(8):
+            lines += [f"%{p}A{r}.{t}.p = getelementptr i8, ptr %staged, i32 {a + (r * 8 + t) * 4}",
+                      f"%{p}A{r}.{t} = load float, ptr %{p}A{r}.{t}.p",
+                      f"%{p}A{r}.{t}.i = insertelement <16 x float> poison, float %{p}A{r}.{t}, i32 0",
+                      f"%{p}A{r}.{t}.s = shufflevector <16 x float> %{p}A{r}.{t}.i, <16 x float> poison, "
+                      f"<16 x i32> zeroinitializer",
+                      f"%{p}D{r}.{t} = call <16 x float> @llvm.fma.v16f32(<16 x float> %{p}A{r}.{t}.s, "
+                      f"<16 x float> %{p}B{t}, <16 x float> {acc})"]
+            acc = f"%{p}D{r}.{t}"
+        for i, at in enumerate(ds):
+            lines += [f"%{p}E{r}.{i} = shufflevector <16 x float> {acc}, <16 x float> poison, "
+                      f"<8 x i32> <{', '.join(f'i32 {8 * i + j}' for j in range(8))}>",
+                      f"%{p}E{r}.{i}.p = getelementptr i8, ptr %staged, i32 {at + r * 32}",
+                      f"store <8 x float> %{p}E{r}.{i}, ptr %{p}E{r}.{i}.p, align 4"]
+    return lines
 
 
 def _multiply(p: str, a: int, b: int, c: int, d: int) -> List[str]:

@@ -7,9 +7,9 @@ c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C), alone or in a
 exchange: each lane writes its elements (as float, the accumulator type MLX uses) into
 row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``; in
 lane loops, its staging area in the threadgroup's context, regions.py), the
-first lane to read the completed exchange computes every D with 8-wide vectors
-(``@tm.simdgroup_matrix_8x8.multiply_batch``), and each lane reads its two elements. Each
-element is C plus the eight products of a row of A and a column of B, in k order, each step
+first lane to read the completed exchange computes every D with 16-wide vectors
+(``@tm.simdgroup_matrix_8x8.multiply_batch.<places>``), and each lane reads its two
+elements. Each element is C plus the eight products of a row of A and a column of B, in k order, each step
 one fused multiply-add. Lanes that do not exist (a SIMD-group cut short by the grid) count
 as zeros; Metal leaves that undefined. ``load`` / ``store`` move a lane's two elements
 between its fragment and memory with ``elements_per_row`` and ``matrix_origin`` (x =
@@ -173,14 +173,14 @@ _WORD = re.compile(r"(c|\d+)(?:a(\d+))?(?:b(\d+))?")
 
 def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target,
               factors: Optional[List[List[int]]] = None) -> Tuple[List[str], str]:
-    """(lines leaving %r, the multiply_batch they call): D = A*B + C for each (A, B, C) of `params` in turn (a struct of
-    them if more than one), C being product j's D where sources[m] = j, A and B staged as
-    factors[m] (3 * product + 0 or 1: a product's own, or an earlier one's). Each lane
-    writes its element pairs, as float, into the SIMD-group's staging memory
-    (tm_rt_simd_stage): per product, A, B and C as row-major 8x8 matrices (only the A and B
-    it names); the first lane to read the completed exchange computes every product
-    (@tm.simdgroup_matrix_8x8.multiply_batch), each D in place of its C, and every lane
-    reads its pair of each D."""
+    """(lines leaving %r, the definition of the multiply_batch they call): D = A*B + C for
+    each (A, B, C) of `params` in turn (a struct of them if more than one), C being product
+    j's D where sources[m] = j, A and B staged as factors[m] (3 * product + 0 or 1: its
+    own, or an earlier product's). Each lane writes its element pairs, as float, into the
+    SIMD-group's staging memory (tm_rt_simd_stage): per product, A, B and C as row-major
+    8x8 matrices (the A and B only where its own); the first lane to read the completed
+    exchange computes every product (_multiply_batch), each D in place of its C, and every
+    lane reads its pair of each D."""
     count = len(results)
     factors = factors or [[3 * m, 3 * m + 1] for m in range(count)]
     fill = _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
@@ -226,10 +226,6 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
     return lines, multiply
 
 
-def _twice(indices) -> str:
-    return ", ".join(f"i32 {i}" for i in list(indices) * 2)
-
-
 def _factor_at(k: int) -> int:
     """The byte offset in the staging memory of factor k (3 * product + 0 for A, 1 for B)."""
     return k // 3 * _PRODUCT_BYTES + k % 3 * _MATRIX_BYTES
@@ -251,10 +247,11 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]
     staged, ptr slots)``: for each product m in order, D = A*B + C from the staged matrices at
     byte offsets places[m] (C: product m's own third matrix or an earlier product's D), D
     into product m's third matrix. Straight-line code: LLVM interleaves the FMA chains of
-    products that need none of each other's results. Lanes that did not take part (not in the exchange's mask) count as zeros. A row of B is
-    an <8 x float>, two rows of C and D one <16 x float>; D[r] = fma(A[r][7], B[7], ...
-    fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane computing
-    its elements."""
+    products that need none of each other's results. Lanes that did not take part (not in
+    the exchange's mask) count as zeros. Each 16-wide FMA takes two rows of a product
+    (_multiply) or a row of two products of one A (_multiply_pair); D[r] = fma(A[r][7], B[7],
+    ... fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane
+    computing its elements."""
     lines = ["%ignored = alloca <2 x float>, align 8",
              f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
              "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
@@ -331,7 +328,7 @@ def _multiply(p: str, a: int, b: int, c: int, d: int) -> List[str]:
     for t in range(8):
         lines += [f"%{p}B{t}.p = getelementptr i8, ptr %staged, i32 {b + t * 32}",
                   f"%{p}B{t}.h = load <8 x float>, ptr %{p}B{t}.p, align 4",
-                  f"%{p}B{t} = shufflevector <8 x float> %{p}B{t}.h, <8 x float> poison, <16 x i32> <{_twice(range(8))}>"]
+                  f"%{p}B{t} = shufflevector <8 x float> %{p}B{t}.h, <8 x float> poison, <16 x i32> <{', '.join(f'i32 {i % 8}' for i in range(16))}>"]
     for r in range(0, 8, 2):
         lines += [f"%{p}C{r}.p = getelementptr i8, ptr %staged, i32 {c + r * 32}",
                   f"%{p}C{r} = load <16 x float>, ptr %{p}C{r}.p, align 4",

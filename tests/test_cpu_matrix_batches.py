@@ -131,6 +131,17 @@ def test_products_needing_nothing_of_each_other_form_one_batch():
     assert _rewrite(body) == ([["c", "c", "c"]], 0)
 
 
+def test_a_product_alone_keeps_its_operands():
+    # A and B the same fragment: a batch would stage it once, a product called alone
+    # passes both (MLX's gated delta kernel).
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)
+  %e1 = extractelement <64 x float> %d1, i32 0
+  store float %e1, ptr %out"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    assert f"%d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)" in text
+
+
 def test_a_factor_from_the_batch_ends_it():
     body = f"""
   %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)

@@ -58,7 +58,8 @@ class _Run:
     """Products gathered in one block so far, and the pure lines that wait for them."""
 
     def __init__(self):
-        self.products: List[Tuple[str, str, str, List[str]]] = []  # (result, type, overload, args)
+        # (result, type, overload, the batch call's args, the product's own args)
+        self.products: List[Tuple[str, str, str, List[str], List[str]]] = []
         self.sources: List[str] = []  # per product: "c" (its own C) or the product whose D is its C
         self.deferred: List[str] = []
         self.results: Set[str] = set()  # the products' results and what the deferred lines define
@@ -67,7 +68,7 @@ class _Run:
 
     def add(self, result: str, ret: str, overload: str, args: List[str], source: Optional[int],
             lane_elements: Callable[[str], str]) -> None:
-        word = "c" if source is None else str(source)
+        word, own = "c" if source is None else str(source), args
         if source is not None:  # C is computed in the batch: the call passes none
             args = args[:2] + [f"{_VECTOR.match(args[2]).group(0)} poison"]
         for index, letter in enumerate("ab"):
@@ -80,7 +81,7 @@ class _Run:
                 args = args[:index] + [f"{_VECTOR.match(args[index]).group(0)} poison"] + args[index + 1:]
             else:
                 self.factors[key] = 3 * len(self.products) + index
-        self.products.append((result, ret, overload, args))
+        self.products.append((result, ret, overload, args, own))
         self.sources.append(word)
         self.fragments[result] = len(self.products) - 1
         self.results.add(result)
@@ -93,8 +94,8 @@ class _Run:
             self.fragments[defined] = self.fragments[shuffle.group(2)]
 
     def emit(self, out: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> None:
-        if len(self.products) == 1:
-            result, ret, overload, args = self.products[0]
+        if len(self.products) == 1:  # called alone: its own operands (a factor it shares is its own)
+            result, ret, overload, _, args = self.products[0]
             out.append(f"  {result} = call {ret} @air.simdgroup_matrix_8x8_multiply_accumulate.{overload}"
                        f"({', '.join(args)})")
         elif self.products:

@@ -16,7 +16,10 @@ import torch
 import torch_metallib as tm
 from conftest import fixture_bitcode
 from torch_metallib.backends.cpu.jit import lowered_ir
+from torch_metallib.air.simdgroup_matrix import define_product_batch
 from torch_metallib.backends.cpu.matrix_batches import MAX_BATCH, batch_matrix_products
+from torch_metallib.backends.cpu.target import COROUTINES
+from torch_metallib.air.intrinsics import parse_declaration
 
 SENTINEL = -12345.0
 _BATCH_CALL = re.compile(r"call \{[^}]*\} @tm\.simdgroup_matrix_8x8\.multiply_accumulate_batch\.(\w+)\.")
@@ -140,6 +143,18 @@ def test_a_product_alone_keeps_its_operands():
   store float %e1, ptr %out"""
     text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
     assert f"%d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)" in text
+
+
+def test_a_product_of_a_fragment_with_itself_in_a_batch():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %b, <64 x float> %c)"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    assert _batches(text, factors=True) == ([["cb0", "cb3"]], 0)
+    # Its B is its own A, staged once: the batch has a definition.
+    declaration = next(line for line in text.splitlines() if line.startswith("declare { <64 x float>"))
+    ret, name, params = parse_declaration(declaration)
+    assert define_product_batch(ret, name, params, COROUTINES) is not None
 
 
 def test_a_factor_from_the_batch_ends_it():

@@ -161,7 +161,7 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
     factors = [[int(word.group(2 + i)) if word.group(2 + i) else 3 * m + i for i in (0, 1)]
                for m, word in enumerate(words)]
     if any(j is not None and j >= m for m, j in enumerate(sources)) or any(
-            k != 3 * m + i and (k >= 3 * m or k % 3 == 2 or factors[k // 3][k % 3] != k)
+            k != 3 * m + i and (k >= 3 * m + i or k % 3 == 2 or factors[k // 3][k % 3] != k)  # B may be its own A
             for m, pair in enumerate(factors) for i, k in enumerate(pair)):
         return None
     lines, multiply = _products(params, results, sources, target, factors)

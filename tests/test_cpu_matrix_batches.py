@@ -16,7 +16,10 @@ import torch
 import torch_metallib as tm
 from conftest import fixture_bitcode
 from torch_metallib.backends.cpu.jit import lowered_ir
+from torch_metallib.air.simdgroup_matrix import define_product_batch
 from torch_metallib.backends.cpu.matrix_batches import MAX_BATCH, batch_matrix_products
+from torch_metallib.backends.cpu.target import COROUTINES
+from torch_metallib.air.intrinsics import parse_declaration
 
 SENTINEL = -12345.0
 _BATCH_CALL = re.compile(r"call \{[^}]*\} @tm\.simdgroup_matrix_8x8\.multiply_accumulate_batch\.(\w+)\.")
@@ -29,15 +32,20 @@ def _fixture():
     return tm.load(tm.pack([tm.FunctionSource(name, fixture_bitcode(f"collectives/{name}"))]))[name]
 
 
-def _batches(text: str):
+def _batches(text: str, factors: bool = False):
     """The `sources` word of each batch call (``c`` or the index of the product whose D is
-    the accumulator), and the number of products called one at a time."""
-    return [m.split("_") for m in _BATCH_CALL.findall(text)], len(_SINGLE_CALL.findall(text))
+    the accumulator; with `factors`, followed by ``a<k>`` / ``b<k>`` where A / B is an
+    earlier product's factor k), and the number of products called one at a time."""
+    words = [m.split("_") for m in _BATCH_CALL.findall(text)]
+    if not factors:
+        words = [[re.sub(r"[ab]\d+", "", word) for word in batch] for batch in words]
+    return words, len(_SINGLE_CALL.findall(text))
 
 
 def test_independent_and_chained_products_run_as_one_exchange():
-    # d1 = a b + c, d2 = a2 b + c and d3 = a2 b + d1 (d1 through thread_elements' shuffle).
-    assert _batches(lowered_ir(_fixture(), {}, "t", True)) == ([["c", "c", "0"]], 0)
+    # d1 = a b + c, d2 = a2 b + c and d3 = a2 b + d1 (d1 through thread_elements' shuffle);
+    # b is staged once (factor 1, d1's B), a2 once (factor 3, d2's A).
+    assert _batches(lowered_ir(_fixture(), {}, "t", True), factors=True) == ([["c", "cb1", "0a3b1"]], 0)
 
 
 @pytest.mark.parametrize("integers", [False, True])
@@ -126,6 +134,29 @@ def test_products_needing_nothing_of_each_other_form_one_batch():
     assert _rewrite(body) == ([["c", "c", "c"]], 0)
 
 
+def test_a_product_alone_keeps_its_operands():
+    # A and B the same fragment: a batch would stage it once, a product called alone
+    # passes both (MLX's gated delta kernel).
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)
+  %e1 = extractelement <64 x float> %d1, i32 0
+  store float %e1, ptr %out"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    assert f"%d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)" in text
+
+
+def test_a_product_of_a_fragment_with_itself_in_a_batch():
+    body = f"""
+  %d1 = {_MMA}(<64 x float> %a, <64 x float> %a, <64 x float> %c)
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %b, <64 x float> %c)"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    assert _batches(text, factors=True) == ([["cb0", "cb3"]], 0)
+    # Its B is its own A, staged once: the batch has a definition.
+    declaration = next(line for line in text.splitlines() if line.startswith("declare { <64 x float>"))
+    ret, name, params = parse_declaration(declaration)
+    assert define_product_batch(ret, name, params, COROUTINES) is not None
+
+
 def test_a_factor_from_the_batch_ends_it():
     body = f"""
   %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c)
@@ -180,9 +211,30 @@ def test_steel_gemm_k_blocks_are_one_exchange_each(mlx_lib, name):
     bm, bn, bk, wm, wn = (int(v) for v in re.search(r"bm(\d+)_bn(\d+)_bk(\d+)_wm(\d+)_wn(\d+)", name).groups())
     tile = (bm // wm // 8) * (bn // wn // 8)
     per_block = tile * (bk // 8)
-    batches, singles = _batches(lowered_ir(mlx_lib[name], {}, "t", True))
+    text = lowered_ir(mlx_lib[name], {}, "t", True)
+    batches, singles = _batches(text)
     assert batches and singles == 0
     for sources in batches:
         assert len(sources) == per_block
         assert sources[:tile] == ["c"] * tile
         assert all(0 <= int(s) < tile * step for step in range(1, bk // 8) for s in sources[tile * step:tile * (step + 1)])
+    # A fragment of A serves a row of products, one of B a column: each is staged once.
+    rows, columns = bm // wm // 8, bn // wn // 8
+    for words in _batches(text, factors=True)[0]:
+        assert sum(not re.search(r"a\d", word) for word in words) == rows * (bk // 8)
+        assert sum(not re.search(r"b\d", word) for word in words) == columns * (bk // 8)
+
+
+def test_elements_no_lane_holds_are_not_carried():
+    # MLX builds a k-step's fragment from the lane's pair and the previous k-step's fragment,
+    # whose elements it does not use: that operand becomes poison, so lane loops need not
+    # keep the previous fragment.
+    body = f"""
+  %p = shufflevector <64 x float> %a, <64 x float> %b, <64 x i32> <i32 0, i32 1{", i32 66" * 62}>
+  %d1 = {_MMA}(<64 x float> %p, <64 x float> %b, <64 x float> %c)
+  %d2 = {_MMA}(<64 x float> %a, <64 x float> %p, <64 x float> %c)"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module)
+    llvm.parse_assembly(text, context=llvm.create_context()).verify()
+    assert "%p = shufflevector <64 x float> %a, <64 x float> poison, <64 x i32> <i32 0, i32 1, i32 66" in text
+    # %p holds %a's lane elements: staged once, as d1's A.
+    assert _batches(text, factors=True) == ([["c", "ca0b0"]], 0)

@@ -7,9 +7,9 @@ c = ((l>>3)&1)*4 + (l&1)*2. ``multiply_accumulate`` (D = A*B + C), alone or in a
 exchange: each lane writes its elements (as float, the accumulator type MLX uses) into
 row-major matrices in memory the runtime hands its SIMD-group (``tm_rt_simd_stage``; in
 lane loops, its staging area in the threadgroup's context, regions.py), the
-first lane to read the completed exchange computes every D with 8-wide vectors
-(``@tm.simdgroup_matrix_8x8.multiply_batch``), and each lane reads its two elements. Each
-element is C plus the eight products of a row of A and a column of B, in k order, each step
+first lane to read the completed exchange computes every D with 16-wide vectors
+(``@tm.simdgroup_matrix_8x8.multiply_batch.<places>``), and each lane reads its two
+elements. Each element is C plus the eight products of a row of A and a column of B, in k order, each step
 one fused multiply-add. Lanes that do not exist (a SIMD-group cut short by the grid) count
 as zeros; Metal leaves that undefined. ``load`` / ``store`` move a lane's two elements
 between its fragment and memory with ``elements_per_row`` and ``matrix_origin`` (x =
@@ -102,7 +102,8 @@ def define_matrix(ret: str, name: str, params: List[str], target: Target) -> Opt
         # The memory operands keep load's names (%a0 pointer ... %a3 transpose).
         return _definition("void", name, params, lines, ["%m", "%a0", "%a1", "%a2", "%a3"]), []
     if op == "multiply_accumulate" and len(params) == 3 and all(p.startswith("<64 x ") for p in params + [ret]):
-        return _definition(ret, name, params, _products(params, [ret], [None], target)), [_multiply_batch(), _FMA]
+        lines, multiply = _products(params, [ret], [None], target)
+        return _definition(ret, name, params, lines), [multiply, _FMA]
     return None
 
 
@@ -146,30 +147,47 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
     """(definition, declarations) of ``tm.simdgroup_matrix_8x8.multiply_accumulate_batch.
     <sources>.<overload>`` (_cpu_matrix_batches): N products at once, returned as a struct;
     `sources` says, per product, ``c`` (its C operand) or which earlier product's D is its
-    C. None if malformed."""
+    C, then ``a<k>`` / ``b<k>`` where its A / B is factor k (3 * product + 0 or 1) of an
+    earlier product, staged there. None if malformed."""
     if not name.startswith(BATCH_PREFIX + "."):
         return None
     results = re.findall(r"<64 x \w+>", ret)
-    words = name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")
-    sources = [None if word == "c" else int(word) for word in words if word == "c" or word.isdigit()]
-    if not results or len(sources) != len(words) or len(words) != len(results) \
-            or any(j is not None and j >= m for m, j in enumerate(sources)) \
+    words = [_WORD.fullmatch(word) for word in name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")]
+    if not results or not all(words) or len(words) != len(results) \
             or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
         return None
-    return _definition(ret, name, params, _products(params, results, sources, target)), [_multiply_batch(), _FMA]
+    sources = [None if word.group(1) == "c" else int(word.group(1)) for word in words]
+    # Where each product's A and B are staged: its own factor unless it names an earlier one.
+    factors = [[int(word.group(2 + i)) if word.group(2 + i) else 3 * m + i for i in (0, 1)]
+               for m, word in enumerate(words)]
+    if any(j is not None and j >= m for m, j in enumerate(sources)) or any(
+            k != 3 * m + i and (k >= 3 * m + i or k % 3 == 2 or factors[k // 3][k % 3] != k)  # B may be its own A
+            for m, pair in enumerate(factors) for i, k in enumerate(pair)):
+        return None
+    lines, multiply = _products(params, results, sources, target, factors)
+    return _definition(ret, name, params, lines), [multiply, _FMA]
 
 
-def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target) -> List[str]:
-    """Lines leaving %r: D = A*B + C for each (A, B, C) of `params` in turn (a struct of
-    them if more than one), C being product j's D where sources[m] = j. Each lane writes its
-    element pairs, as float, into the SIMD-group's staging memory (tm_rt_simd_stage): per
-    product, A, B and C as row-major 8x8 matrices; the first lane to read the completed
-    exchange computes every product (@tm.simdgroup_matrix_8x8.multiply_batch), each D in
-    place of its C, and every lane reads its pair of each D."""
+_WORD = re.compile(r"(c|\d+)(?:a(\d+))?(?:b(\d+))?")
+
+
+def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target,
+              factors: Optional[List[List[int]]] = None) -> Tuple[List[str], str]:
+    """(lines leaving %r, the definition of the multiply_batch they call): D = A*B + C for
+    each (A, B, C) of `params` in turn (a struct of them if more than one), C being product
+    j's D where sources[m] = j, A and B staged as factors[m] (3 * product + 0 or 1: its
+    own, or an earlier product's). Each lane writes its element pairs, as float, into the
+    SIMD-group's staging memory (tm_rt_simd_stage): per product, A, B and C as row-major
+    8x8 matrices (the A and B only where its own); the first lane to read the completed
+    exchange computes every product (_multiply_batch), each D in place of its C, and every
+    lane reads its pair of each D."""
     count = len(results)
+    factors = factors or [[3 * m, 3 * m + 1] for m in range(count)]
     fill = _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
     for m in range(count):
         for index, operand in enumerate("abc" if sources[m] is None else "ab"):
+            if index < 2 and factors[m][index] != 3 * m + index:
+                continue  # staged as an earlier product's factor
             type_name = params[3 * m + index]
             value = f"%f{m}{operand}"
             for k in (0, 1):
@@ -180,14 +198,13 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
                       f"{value}.o = add i32 %at, {m * _PRODUCT_BYTES + index * _MATRIX_BYTES}",
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
-    lines = [WAIT_ALLOCA, f"%sources = alloca [{count} x i32], align 4"]
-    lines += _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
-    lines += ["br i1 %leads, label %compute, label %read", "compute:"]
-    for m, j in enumerate(sources):  # the product whose matrices hold product m's C
-        lines += [f"%source{m} = getelementptr i32, ptr %sources, i32 {m}",
-                  f"store i32 {m if j is None else j}, ptr %source{m}"]
-    lines += [f"call void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 {count}, ptr %sources)",
-              "br label %read", "read:"]
+    # Where each product's A, B and C are staged (C: its own, or an earlier product's D).
+    places = tuple(tuple(_factor_at(k) for k in factors[m]) + ((m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES,)
+                   for m, j in enumerate(sources))
+    multiply, multiply_name = _multiply_batch(places)
+    lines = [WAIT_ALLOCA] + _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
+    lines += ["br i1 %leads, label %compute, label %read", "compute:",
+              f"call void @{multiply_name}(ptr %staged, ptr %slots)", "br label %read", "read:"]
     for m, ret in enumerate(results):
         out = element_type(ret)
         lines += [f"%d{m}.o = add i32 %at, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
@@ -199,18 +216,23 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
         lines += [f"%v{m}.0 = insertelement {ret} poison, {out} %o{m}.0, i32 0",
                   f"%v{m} = insertelement {ret} %v{m}.0, {out} %o{m}.1, i32 1"]
     if count == 1:
-        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"]
+        return lines + [f"%r = bitcast {results[0]} %v0 to {results[0]}"], multiply
     struct = "{ " + ", ".join(results) + " }"
     previous = "poison"
     for m in range(count):
         made = "%r" if m == count - 1 else f"%s{m}"
         lines.append(f"{made} = insertvalue {struct} {previous}, {results[m]} %v{m}, {m}")
         previous = made
-    return lines
+    return lines, multiply
+
+
+def _factor_at(k: int) -> int:
+    """The byte offset in the staging memory of factor k (3 * product + 0 for A, 1 for B)."""
+    return k // 3 * _PRODUCT_BYTES + k % 3 * _MATRIX_BYTES
 
 
 _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
-_FMA = "declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)"
+_FMA = "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)"
 _MATRIX_BYTES = 8 * 8 * 4
 _PRODUCT_BYTES = 3 * _MATRIX_BYTES  # A, B, then C (D once computed)
 
@@ -219,14 +241,17 @@ _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) *
               for lane in range(SIMD_WIDTH)}
 
 
-@functools.lru_cache(maxsize=None)  # the same text for every product declaration
-def _multiply_batch() -> str:
-    """``void @tm.simdgroup_matrix_8x8.multiply_batch(ptr staged, ptr slots, i32 count, ptr
-    sources)``: for each of `count` products m in order, D = A*B + C from the staged
-    matrices, C from product sources[m]'s third matrix, D into product m's third matrix.
-    Lanes that did not take part (not in the exchange's mask) count as zeros. Rows of B, C
-    and D are <8 x float>; D[r] = fma(A[r][7], B[7], ... fma(A[r][0], B[0], C[r])), the same
-    operations, in the same order, as one lane computing its elements."""
+@functools.lru_cache(maxsize=None)  # the same text for every batch of the same products
+def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]:
+    """(definition, name) of ``void @tm.simdgroup_matrix_8x8.multiply_batch.<places>(ptr
+    staged, ptr slots)``: for each product m in order, D = A*B + C from the staged matrices at
+    byte offsets places[m] (C: product m's own third matrix or an earlier product's D), D
+    into product m's third matrix. Straight-line code: LLVM interleaves the FMA chains of
+    products that need none of each other's results. Lanes that did not take part (not in
+    the exchange's mask) count as zeros. Each 16-wide FMA takes two rows of a product
+    (_multiply) or a row of two products of one A (_multiply_pair); D[r] = fma(A[r][7], B[7],
+    ... fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane
+    computing its elements."""
     lines = ["%ignored = alloca <2 x float>, align 8",
              f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
              "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
@@ -240,31 +265,82 @@ def _multiply_batch() -> str:
             lines += [f"{at}.p = getelementptr i8, ptr %k.p, i32 {matrix * _MATRIX_BYTES + (row * 8 + column) * 4}",
                       f"{at} = select i1 %absent{lane}, ptr {at}.p, ptr %ignored",
                       f"store <2 x float> zeroinitializer, ptr {at}, align 4"]
-    lines += ["%k.next = add i32 %k, 1", "%k.more = icmp ult i32 %k.next, %count",
-              "br i1 %k.more, label %clear, label %product",
-              "product:", "%m = phi i32 [ 0, %entry ], [ 0, %clear ], [ %m.next, %product ]",
-              "%m.wide = zext i32 %m to i64", f"%m.at = mul i64 %m.wide, {_PRODUCT_BYTES}",
-              "%a = getelementptr i8, ptr %staged, i64 %m.at",
-              f"%b = getelementptr i8, ptr %a, i32 {_MATRIX_BYTES}", f"%d = getelementptr i8, ptr %a, i32 {2 * _MATRIX_BYTES}",
-              "%source.p = getelementptr i32, ptr %sources, i64 %m.wide", "%source = load i32, ptr %source.p",
-              "%source.wide = zext i32 %source to i64", f"%source.at = mul i64 %source.wide, {_PRODUCT_BYTES}",
-              "%source.a = getelementptr i8, ptr %staged, i64 %source.at",
-              f"%c = getelementptr i8, ptr %source.a, i32 {2 * _MATRIX_BYTES}"]
-    for t in range(8):
-        lines += [f"%B{t}.p = getelementptr i8, ptr %b, i32 {t * 32}", f"%B{t} = load <8 x float>, ptr %B{t}.p, align 4"]
-    for r in range(8):
-        lines += [f"%C{r}.p = getelementptr i8, ptr %c, i32 {r * 32}", f"%C{r} = load <8 x float>, ptr %C{r}.p, align 4"]
-        acc = f"%C{r}"
-        for t in range(8):
-            lines += [f"%A{r}.{t}.p = getelementptr i8, ptr %a, i32 {(r * 8 + t) * 4}",
-                      f"%A{r}.{t} = load float, ptr %A{r}.{t}.p",
-                      f"%A{r}.{t}.i = insertelement <8 x float> poison, float %A{r}.{t}, i32 0",
-                      f"%A{r}.{t}.s = shufflevector <8 x float> %A{r}.{t}.i, <8 x float> poison, <8 x i32> zeroinitializer",
-                      f"%D{r}.{t} = call <8 x float> @llvm.fma.v8f32(<8 x float> %A{r}.{t}.s, <8 x float> %B{t}, <8 x float> {acc})"]
-            acc = f"%D{r}.{t}"
-        lines += [f"%D{r}.p = getelementptr i8, ptr %d, i32 {r * 32}", f"store <8 x float> {acc}, ptr %D{r}.p, align 4"]
-    lines += ["%m.next = add i32 %m, 1", "%more = icmp ult i32 %m.next, %count",
-              "br i1 %more, label %product, label %done", "done:", "ret void"]
+    count = len(places)
+    lines += ["%k.next = add i32 %k, 1", f"%k.more = icmp ult i32 %k.next, {count}",
+              "br i1 %k.more, label %clear, label %product", "product:"]
+    m = 0
+    while m < count:
+        (a, b, c), d = places[m], m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES
+        # The next product with the same A and not this one's D as its C goes with it.
+        if m + 1 < count and places[m + 1][0] == a and places[m + 1][2] != d:
+            lines += _multiply_pair(f"p{m}.", a, (b, places[m + 1][1]), (c, places[m + 1][2]), (d, d + _PRODUCT_BYTES))
+            m += 2
+        else:
+            lines += _multiply(f"p{m}.", a, b, c, d)
+            m += 1
+    lines += ["ret void"]
+    name = f"{_MULTIPLY_BATCH}." + "_".join(".".join(str(at // _MATRIX_BYTES) for at in place) for place in places)
     body = "\n  ".join(lines)
-    return (f"define internal void @{_MULTIPLY_BATCH}(ptr %staged, ptr %slots, i32 %count, ptr %sources) noinline "
-            f"{{\nentry:\n  {body}\n}}")
+    return f"define internal void @{name}(ptr %staged, ptr %slots) noinline {{\nentry:\n  {body}\n}}", name
+
+
+def _multiply_pair(p: str, a: int, bs: Tuple[int, int], cs: Tuple[int, int], ds: Tuple[int, int]) -> List[str]:
+    """Lines computing two products of one A at once, as _multiply: a row of both D is one
+    <16 x float> (B rows and C rows of the two side by side), A[r][t] broadcast to it."""
+    lines = []
+
+    def side_by_side(name: str, offsets: Tuple[int, int], row: int) -> List[str]:
+        halves = [f"%{p}{name}{row}.{i}" for i in (0, 1)]
+        return [line for i, at in enumerate(offsets)
+                for line in (f"{halves[i]}.p = getelementptr i8, ptr %staged, i32 {at + row * 32}",
+                             f"{halves[i]} = load <8 x float>, ptr {halves[i]}.p, align 4")] + [
+            f"%{p}{name}{row} = shufflevector <8 x float> {halves[0]}, <8 x float> {halves[1]}, "
+            f"<16 x i32> <{', '.join(f'i32 {i}' for i in range(16))}>"]
+
+    for t in range(8):
+        lines += side_by_side("B", bs, t)
+    for r in range(8):
+        lines += side_by_side("C", cs, r)
+        acc = f"%{p}C{r}"
+        for t in range(8):
+            lines += [f"%{p}A{r}.{t}.p = getelementptr i8, ptr %staged, i32 {a + (r * 8 + t) * 4}",
+                      f"%{p}A{r}.{t} = load float, ptr %{p}A{r}.{t}.p",
+                      f"%{p}A{r}.{t}.i = insertelement <16 x float> poison, float %{p}A{r}.{t}, i32 0",
+                      f"%{p}A{r}.{t}.s = shufflevector <16 x float> %{p}A{r}.{t}.i, <16 x float> poison, "
+                      f"<16 x i32> zeroinitializer",
+                      f"%{p}D{r}.{t} = call <16 x float> @llvm.fma.v16f32(<16 x float> %{p}A{r}.{t}.s, "
+                      f"<16 x float> %{p}B{t}, <16 x float> {acc})"]
+            acc = f"%{p}D{r}.{t}"
+        for i, at in enumerate(ds):
+            lines += [f"%{p}E{r}.{i} = shufflevector <16 x float> {acc}, <16 x float> poison, "
+                      f"<8 x i32> <{', '.join(f'i32 {8 * i + j}' for j in range(8))}>",
+                      f"%{p}E{r}.{i}.p = getelementptr i8, ptr %staged, i32 {at + r * 32}",
+                      f"store <8 x float> %{p}E{r}.{i}, ptr %{p}E{r}.{i}.p, align 4"]
+    return lines
+
+
+def _multiply(p: str, a: int, b: int, c: int, d: int) -> List[str]:
+    """Lines computing D = A*B + C of the staged matrices at byte offsets a, b, c, d of
+    %staged, names prefixed with `p`. Two rows of D at once (16-wide: one AVX-512 FMA): rows
+    r and r + 1 of A are 16 consecutive floats, and A[r][t], A[r + 1][t] spread over the
+    halves are one shuffle."""
+    lines = []
+    for t in range(8):
+        lines += [f"%{p}B{t}.p = getelementptr i8, ptr %staged, i32 {b + t * 32}",
+                  f"%{p}B{t}.h = load <8 x float>, ptr %{p}B{t}.p, align 4",
+                  f"%{p}B{t} = shufflevector <8 x float> %{p}B{t}.h, <8 x float> poison, <16 x i32> <{', '.join(f'i32 {i % 8}' for i in range(16))}>"]
+    for r in range(0, 8, 2):
+        lines += [f"%{p}C{r}.p = getelementptr i8, ptr %staged, i32 {c + r * 32}",
+                  f"%{p}C{r} = load <16 x float>, ptr %{p}C{r}.p, align 4",
+                  f"%{p}A{r}.p = getelementptr i8, ptr %staged, i32 {a + r * 32}",
+                  f"%{p}A{r} = load <16 x float>, ptr %{p}A{r}.p, align 4"]
+        acc = f"%{p}C{r}"
+        for t in range(8):
+            lines += [f"%{p}A{r}.{t} = shufflevector <16 x float> %{p}A{r}, <16 x float> poison, "
+                      f"<16 x i32> <{', '.join(f'i32 {i}' for i in [t] * 8 + [8 + t] * 8)}>",
+                      f"%{p}D{r}.{t} = call <16 x float> @llvm.fma.v16f32(<16 x float> %{p}A{r}.{t}, "
+                      f"<16 x float> %{p}B{t}, <16 x float> {acc})"]
+            acc = f"%{p}D{r}.{t}"
+        lines += [f"%{p}D{r}.p = getelementptr i8, ptr %staged, i32 {d + r * 32}",
+                  f"store <16 x float> {acc}, ptr %{p}D{r}.p, align 4"]
+    return lines

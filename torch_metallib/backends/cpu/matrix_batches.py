@@ -12,7 +12,10 @@ pass gathers such a run into one call of
 A product may take an earlier product of the run as its accumulator C (the next k-step
 does), directly or through a shuffle that keeps the lane's elements 0 and 1 (Apple's
 ``thread_elements()``): `sources` lists, per product, ``c`` (its own C) or that product's
-index, and the batch computes the products in order.
+index, and the batch computes the products in order. A factor whose lane elements are an
+earlier factor's of the run (MLX passes a fragment to a row of products, each through its own
+shuffles) is staged once: its product's word names that factor (``a<k>``, ``b<k>``: factor
+k = 3 * product + 0 for A, 1 for B) and the call passes poison for it.
 
 Moving a product down its block to where the run ends is unobservable: a product reads
 no memory and only the lanes that run the block run it, before or after the move. What
@@ -38,6 +41,11 @@ _PRODUCT = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (<64 x \w+>) "
 _VECTOR = re.compile(r"<\d+ x \w+>")
 # A shuffle whose lane elements (0 and 1) are its first operand's: a fragment passed on.
 _KEEPS_FRAGMENT = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
+# Its second operand, which supplies none of the lane's elements (MLX passes the previous
+# k-step's fragment there, a loop-carried value lane loops would keep for nothing).
+_OTHER_ELEMENTS = re.compile(rf"(= shufflevector <64 x \w+> %{NAME}, )(<64 x \w+>) %{NAME}(, <64 x i32> <i32 0, i32 1[,>])")
+# A shuffle whose lane elements are a pair's: a fragment built from the lane's two elements.
+_WIDENS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <2 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
          "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
@@ -50,17 +58,31 @@ class _Run:
     """Products gathered in one block so far, and the pure lines that wait for them."""
 
     def __init__(self):
-        self.products: List[Tuple[str, str, str, List[str]]] = []  # (result, type, overload, args)
+        # (result, type, overload, the batch call's args, the product's own args)
+        self.products: List[Tuple[str, str, str, List[str], List[str]]] = []
         self.sources: List[str] = []  # per product: "c" (its own C) or the product whose D is its C
         self.deferred: List[str] = []
         self.results: Set[str] = set()  # the products' results and what the deferred lines define
         self.fragments: Dict[str, int] = {}  # value -> product whose D's lane elements it holds
+        self.factors: Dict[str, int] = {}  # lane elements (lane_elements) -> the factor staging them
 
-    def add(self, result: str, ret: str, overload: str, args: List[str], source: Optional[int]) -> None:
+    def add(self, result: str, ret: str, overload: str, args: List[str], source: Optional[int],
+            lane_elements: Callable[[str], str]) -> None:
+        word, own = "c" if source is None else str(source), args
         if source is not None:  # C is computed in the batch: the call passes none
             args = args[:2] + [f"{_VECTOR.match(args[2]).group(0)} poison"]
-        self.products.append((result, ret, overload, args))
-        self.sources.append("c" if source is None else str(source))
+        for index, letter in enumerate("ab"):
+            value = args[index].split(" ")[-1]
+            if not value.startswith("%"):
+                continue
+            key = lane_elements(value)
+            if key in self.factors:  # staged already: the call passes none
+                word += f"{letter}{self.factors[key]}"
+                args = args[:index] + [f"{_VECTOR.match(args[index]).group(0)} poison"] + args[index + 1:]
+            else:
+                self.factors[key] = 3 * len(self.products) + index
+        self.products.append((result, ret, overload, args, own))
+        self.sources.append(word)
         self.fragments[result] = len(self.products) - 1
         self.results.add(result)
 
@@ -72,8 +94,8 @@ class _Run:
             self.fragments[defined] = self.fragments[shuffle.group(2)]
 
     def emit(self, out: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> None:
-        if len(self.products) == 1:
-            result, ret, overload, args = self.products[0]
+        if len(self.products) == 1:  # called alone: its own operands (a factor it shares is its own)
+            result, ret, overload, _, args = self.products[0]
             out.append(f"  {result} = call {ret} @air.simdgroup_matrix_8x8_multiply_accumulate.{overload}"
                        f"({', '.join(args)})")
         elif self.products:
@@ -93,7 +115,16 @@ class _Run:
 def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
     out: List[str] = []
     run = _Run()
+    pairs: Dict[str, str] = {}  # fragment -> the value its lane elements come from, through shuffles
+
+    def lane_elements(value: str) -> str:
+        return pairs.get(value, value)
+
     for line in lines:
+        line = _OTHER_ELEMENTS.sub(r"\1\2 poison\3", line)  # elements no lane holds: poison
+        kept = _KEEPS_FRAGMENT.match(line) or _WIDENS_PAIR.match(line)
+        if kept:
+            pairs[kept.group(1)] = lane_elements(kept.group(2))
         product = _PRODUCT.match(line)
         defines = DEFINITION.match(line)
         uses = set(LOCAL.findall(line[defines.end():] if defines else line))
@@ -107,7 +138,7 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
             if factors_depend or (accumulator and source is None) or not same or len(run.products) == MAX_BATCH:
                 run.emit(out, numbers, declarations)
                 source = None
-            run.add(product.group(1), product.group(2), product.group(3), args, source)
+            run.add(product.group(1), product.group(2), product.group(3), args, source, lane_elements)
             continue
         code = opcode(line) or ""
         if depends and code in _PURE:

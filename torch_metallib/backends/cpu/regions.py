@@ -63,6 +63,10 @@ AGREEMENT_PHIS = ["  %tm.or = phi i32 [ 0, %tm.rentry ], [ %tm.or.next, %tm.latc
                   "  %tm.and = phi i32 [ -1, %tm.rentry ], [ %tm.and.next, %tm.latch ]"]
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
+# ... and this many more: arrays a multiple of 4 KB long put a thread's values in one L1 set,
+# which a region keeping more values than the cache has ways evicts in turn (the steel GEMM
+# took 1.25x the time).
+ARRAY_SKEW = 16
 MAX_COPY_BYTES = 256  # a private array up to this size is copied per region (see build_regions)
 MAX_COPY_ELEMENTS = 16  # ... element by element up to this length, else as one memcpy
 assert MASK_OFFSET == SIMD_WIDTH * 64, "%tm.xphase's slots are [32 x <16 x i32>]"
@@ -356,7 +360,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
         return f"{{ {type_name}, [0 x {_PADS[min(max(align, 1), 64)]}] }}"
 
     context_type = f"%tm.ctx.{symbol}"
-    fields = [f"[{MAX_THREADS} x {element(n)}]" for n in context] + [
+    fields = [f"[{MAX_THREADS + ARRAY_SKEW} x {element(n)}]" for n in context] + [
         f"[{SIMD_WIDTH} x [{sites} x i32]]", f"[{SIMD_WIDTH} x [{sites} x [2 x %tm.xphase]]]"]
     if staged:  # per SIMD-group, staged exchange and phase: as many bytes as the largest stages
         lines64 = (max(stage_bytes.values()) + 63) // 64

@@ -336,16 +336,17 @@ def test_a_deposit_copies_lanes_values_as_vector_accesses():
     assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
 
 
-def _agreeing_loop_region():
-    """A region in reg2mem's form: lanes below 5 run a loop of 4 (its counter in %j.slot),
-    the others skip it (a divergent `if` around a loop every lane in it runs alike)."""
+def _agreeing_loop_region(bound="%n"):
+    """A region in reg2mem's form: lanes below 5 run a loop of `bound` iterations (a
+    uniform value read from the launch, or a constant; its counter in %j.slot), the others
+    skip it (a divergent `if` around a loop every lane in it runs alike)."""
     return ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
             "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %j.slot = alloca i32, align 4",
-            "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+            "  %n = load i32, ptr %dims, align 4", "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
             "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
             "  %few = icmp ult i32 %t32, 5", "  br i1 %few, label %pre, label %done", "pre:",
             "  store i32 0, ptr %j.slot, align 4", "  br label %head", "head:", "  %j = load i32, ptr %j.slot, align 4",
-            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", "  %more = icmp ult i32 %jn, 4",
+            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", f"  %more = icmp ult i32 %jn, {bound}",
             "  br i1 %more, label %head, label %done", "done:", "  store i32 -1, ptr %tm.pt, align 4",
             "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
             "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
@@ -361,6 +362,18 @@ def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together():
     assert "  %j.slot.u = alloca i32" in text
     assert "  %u.j = load i32, ptr %j.slot.u" in text
     assert "  br i1 %u.more, label %head.u, label %done" in text
+
+
+@pytest.mark.parametrize("bound", ["4", "16"])
+def test_divergent_parts_without_a_long_loop_run_under_masks_only(bound):
+    """A divergent part whose loop leaves at a small constant count (a thread's 4 reads)
+    is emitted once, under masks: no convergent copy (it cost compile time for nothing
+    measurable), no agreement test; the lanes going into it go by their counters."""
+    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region(bound)))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert ".u:" not in text and "%j.slot.u" not in text
+    assert "call i1 @llvm.vector.reduce.and" not in text  # the lanes' agreement is not tested
+    assert f"  store <{WIDTH} x i32> %tm.to." in text and "br label %tm.part.pre" in text
 
 
 def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):

@@ -314,6 +314,35 @@ def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
     assert f"  %r1 = load <{WIDTH} x ptr addrspace(1)>, ptr " in text
 
 
+def test_a_position_kept_in_the_context_grows_as_the_region_that_stored_it_guessed():
+    """A thread's position stored in the context by one region (x = index % width) and read
+    back by the next grows by one from lane to lane there too, so the next region's lanes,
+    reading 4 floats each from 4 x, read every 4th element of a wide load (checked at run
+    time) where a consecutive guess had it (a gather after a failed check)."""
+    def region(number, body):
+        return ["define internal void @tm.region.%d(ptr noalias %%ctx, ptr %%args, ptr %%dims, i32 %%g32, "
+                "i32 %%tm.begin, i32 %%tm.end, ptr noalias %%tm.points) {" % number, "tm.rentry:",
+                "  %w = load i32, ptr %dims, align 4", "  %raw = load ptr, ptr %args, align 8",
+                "  %x = addrspacecast ptr %raw to ptr addrspace(1)", "  br label %tm.loop", "tm.loop:",
+                "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+                "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
+                "  %txp = getelementptr inbounds %tm.ctx.k, ptr %ctx, i32 0, i32 1, i32 %t32", "  br label %entry",
+                "entry:"] + body + [
+                "  store i32 %d, ptr %%tm.pt, align 4" % (number + 1), "  br label %tm.latch", "tm.latch:",
+                "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+                "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
+    module = ["%tm.ctx.k = type { [1024 x { float, [0 x i32] }], [1024 x { i32, [0 x i32] }] }"] + region(0, [
+        "  %tx = urem i32 %t32, %w", "  store i32 %tx, ptr %txp, align 4"]) + region(1, [
+        "  %tx = load i32, ptr %txp, align 4", "  %i = shl i32 %tx, 2", "  %i64 = zext i32 %i to i64",
+        "  %p = getelementptr inbounds float, ptr addrspace(1) %x, i64 %i64",
+        "  %v = load float, ptr addrspace(1) %p, align 4", "  %o = getelementptr inbounds float, ptr %ctx, i32 %t32",
+        "  store float %v, ptr %o, align 4"])
+    text, vectorized, refused = vectorize_regions("\n".join(module))
+    assert vectorized == ["tm.region.0", "tm.region.1"] and not refused
+    assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 1
+    assert f"call <{WIDTH} x float> @llvm.masked.load.v{WIDTH}f32.p1(" not in text
+
+
 def test_a_deposit_copies_lanes_values_as_vector_accesses():
     """A lane's deposit into its exchange slot (a memcpy of 4 bytes, regions.py) is one
     integer store of every lane under the mask (a scatter: the slots are 64 bytes apart),

@@ -234,13 +234,16 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str], arrays: Set[str] = frozenset()) -> Tuple[Dict[str, int], Set[str]]:
+                   types: Dict[str, str], arrays: Set[str] = frozenset(),
+                   fields: Optional[Dict[str, Optional[int]]] = None) -> Tuple[Dict[str, int], Set[str]]:
     """(value -> how much it likely grows from one lane to the next (bytes for addresses),
     the values computed from data): the thread index grows by one, through sums, products
     and shifts by constants, remainders and masks (exact within a SIMD-group for small
     values), extensions, reg2mem's values, a lane's private `arrays` (what a load from one
-    reads grows as what every store to it wrote: a table of row addresses) and
-    getelementptr. Only a guess: the accesses it
+    reads grows as what every store to it wrote: a table of row addresses), the context's
+    per-thread `fields` (what a thread kept across a wait, such as its position: a load
+    grows as the regions before stored, field index -> guess, updated with this region's
+    stores) and getelementptr. Only a guess: the accesses it
     picks check the lanes' addresses at run time. Data (what a kernel loads from its
     buffers, float bits as integers) says nothing of lanes: addresses computed from it
     (table lookups) are not checked."""
@@ -248,6 +251,9 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
     slot_guess: Dict[str, Optional[int]] = {}
     root: Dict[str, str] = {name: name for name in arrays}  # an address into a private array -> the array
     data: Set[str] = set()
+    fields = {} if fields is None else fields
+    field_of: Dict[str, str] = {}  # a thread's own element of a context field -> the field's index
+    stored_fields: Dict[str, Optional[int]] = {}
 
     def of(operand: str) -> Optional[int]:
         value = typed(operand)[1] if " " in operand.strip() else operand.strip()
@@ -269,6 +275,9 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     if pointer in slots or pointer in arrays:
                         stored = of(parts[0])
                         slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
+                    elif pointer in field_of:
+                        field, stored = field_of[pointer], None if typed(parts[0])[1] in data else of(parts[0])
+                        stored_fields[field] = stored if stored_fields.get(field, stored) == stored else None
                     continue
                 if not result:
                     continue
@@ -283,7 +292,10 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     pointer = root.get(pointer, pointer)
                     kept = pointer in slots or pointer in arrays
                     found = slot_guess.get(pointer) if kept else of(pointer)
-                    found = found if kept else (0 if found == 0 else None)
+                    if pointer in field_of:
+                        found = fields.get(field_of[pointer])
+                    elif not kept:
+                        found = 0 if found == 0 else None
                 elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
                     parts = split_operands(" ".join(words[1:]))
                     a, b = of(parts[0]), of(parts[1])
@@ -305,6 +317,8 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                         continue  # the lanes' copies of an array: no stride of interest
                     source, total = parts[0], of(parts[1])
                     values = [typed(p)[1] for p in parts[2:]]
+                    if typed(parts[1])[1] == "%ctx" and len(values) == 3 and values[0] == "0" and values[2] == "%t32":
+                        field_of[result] = values[1]
                     for depth, index in enumerate(parts[2:]):
                         step = of(index)
                         if total is None or step is None:
@@ -316,6 +330,8 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
                     found = total
                 if found is not None:
                     guess[result] = found
+    for field, stored in stored_fields.items():
+        fields[field] = stored if fields.get(field, stored) == stored else None
     return {name: value for name, value in guess.items() if value}, data - set(guess)
 
 

@@ -88,13 +88,14 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
     out: List[str] = []
     done, vectorized, refused = 0, [], {}
     declarations: Dict[str, str] = {}
+    fields: Dict[str, Optional[int]] = {}  # the context's per-thread fields -> their guessed growth (guess_strides)
     types = dict(re.findall(rf"^(%{NAME}) = type (.*)$", text, re.M))
     for found in ir_model.functions(lines):
         region = _REGION.match(found.header)
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
             continue
         try:
-            body = _Region(found.body, declarations, types).build()
+            body = _Region(found.body, declarations, types, fields).build()
         except NotVector as why:
             refused[region.group(1)] = str(why)
             continue
@@ -110,8 +111,10 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
 class _Region:
     """One region function's body rewritten as vector lanes."""
 
-    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str]):
+    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str],
+                 fields: Optional[Dict[str, Optional[int]]] = None):
         self.blocks = ir_model.blocks(body)
+        self.fields = {} if fields is None else fields
         self.declarations = declarations
         self.out: List[str] = []
         self.counter = 0
@@ -241,7 +244,7 @@ class _Region:
             if key in self.copied}
         before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
-                                                 allocas - set(self.slots))
+                                                 allocas - set(self.slots), self.fields)
 
         out = self.out
         out.append("tm.rentry:")

@@ -260,76 +260,78 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
         if value in guess:
             return guess[value]
         return 0 if value in uniform or not value.startswith("%") else None
+    parsed = []  # (result, text, words, opcode) per line, read twice below
+    for name in order:
+        for line in lines_of[name]:
+            result = ir_model.defined_name(line)
+            text = strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
+            words = [w for w in text.split(" ") if w not in FLAGS]
+            parsed.append((result, text, words, words[0] if words else ""))
     for _ in range(2):  # twice: reg2mem's values flow around loops
-        for name in order:
-            for line in lines_of[name]:
-                result = ir_model.defined_name(line)
-                text = strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
-                words = [w for w in text.split(" ") if w not in FLAGS]
-                code = words[0] if words else ""
-                found: Optional[int] = None
-                if code == "store":
-                    parts = split_operands(text[6:])
-                    pointer = typed(parts[1])[1]
-                    pointer = root.get(pointer, pointer)
-                    if pointer in slots or pointer in arrays:
-                        stored = of(parts[0])
-                        slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
-                    elif pointer in field_of:
-                        field, stored = field_of[pointer], None if typed(parts[0])[1] in data else of(parts[0])
-                        stored_fields[field] = stored if stored_fields.get(field, stored) == stored else None
-                    continue
-                if not result:
-                    continue
-                used = [n for n in LOCAL.findall(text) if n != result]
-                if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
-                        or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
-                    data.add(result)
-                if code != "load" and all(of(n) == 0 for n in used):
-                    found = 0  # uniform operands, a uniform result
-                elif code == "load":
-                    pointer = typed(split_operands(text[5:])[1])[1]
-                    pointer = root.get(pointer, pointer)
-                    kept = pointer in slots or pointer in arrays
-                    found = slot_guess.get(pointer) if kept else of(pointer)
-                    if pointer in field_of:
-                        found = fields.get(field_of[pointer])
-                    elif not kept:
-                        found = 0 if found == 0 else None
-                elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
-                    parts = split_operands(" ".join(words[1:]))
-                    a, b = of(parts[0]), of(parts[1])
-                    constant = parts[1].strip().lstrip("-").isdigit()
-                    if a is not None and b is not None and code in ("add", "sub"):
-                        found = a + b if code == "add" else a - b
-                    elif a is not None and constant and code == "mul":
-                        found = a * int(parts[1])
-                    elif a is not None and constant and code == "shl":
-                        found = a << int(parts[1])
-                    elif a is not None and b == 0 and code in ("urem", "and", "or"):
-                        found = a
-                elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
-                    found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
-                elif code == "getelementptr":
-                    parts = split_operands(" ".join(words[1:]))
-                    if typed(parts[1])[1] in root:
-                        root[result] = root[typed(parts[1])[1]]
-                        continue  # the lanes' copies of an array: no stride of interest
-                    source, total = parts[0], of(parts[1])
-                    values = [typed(p)[1] for p in parts[2:]]
-                    if typed(parts[1])[1] == "%ctx" and len(values) == 3 and values[0] == "0" and values[2] == "%t32":
-                        field_of[result] = values[1]
-                    for depth, index in enumerate(parts[2:]):
-                        step = of(index)
-                        if total is None or step is None:
-                            total = None
-                            break
-                        if step:  # index k steps over the type the indices after the first reach
-                            size = type_size(indexed_type(source, values[1:depth + 1], types), types)
-                            total = None if size is None else total + step * size
-                    found = total
-                if found is not None:
-                    guess[result] = found
+        for result, text, words, code in parsed:
+            found: Optional[int] = None
+            if code == "store":
+                parts = split_operands(text[6:])
+                pointer = typed(parts[1])[1]
+                pointer = root.get(pointer, pointer)
+                if pointer in slots or pointer in arrays:
+                    stored = of(parts[0])
+                    slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
+                elif pointer in field_of:
+                    field, stored = field_of[pointer], None if typed(parts[0])[1] in data else of(parts[0])
+                    stored_fields[field] = stored if stored_fields.get(field, stored) == stored else None
+                continue
+            if not result:
+                continue
+            used = [n for n in LOCAL.findall(text) if n != result]
+            if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
+                    or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
+                data.add(result)
+            if code != "load" and all(of(n) == 0 for n in used):
+                found = 0  # uniform operands, a uniform result
+            elif code == "load":
+                pointer = typed(split_operands(text[5:])[1])[1]
+                pointer = root.get(pointer, pointer)
+                kept = pointer in slots or pointer in arrays
+                found = slot_guess.get(pointer) if kept else of(pointer)
+                if pointer in field_of:
+                    found = fields.get(field_of[pointer])
+                elif not kept:
+                    found = 0 if found == 0 else None
+            elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
+                parts = split_operands(" ".join(words[1:]))
+                a, b = of(parts[0]), of(parts[1])
+                constant = parts[1].strip().lstrip("-").isdigit()
+                if a is not None and b is not None and code in ("add", "sub"):
+                    found = a + b if code == "add" else a - b
+                elif a is not None and constant and code == "mul":
+                    found = a * int(parts[1])
+                elif a is not None and constant and code == "shl":
+                    found = a << int(parts[1])
+                elif a is not None and b == 0 and code in ("urem", "and", "or"):
+                    found = a
+            elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
+                found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
+            elif code == "getelementptr":
+                parts = split_operands(" ".join(words[1:]))
+                if typed(parts[1])[1] in root:
+                    root[result] = root[typed(parts[1])[1]]
+                    continue  # the lanes' copies of an array: no stride of interest
+                source, total = parts[0], of(parts[1])
+                values = [typed(p)[1] for p in parts[2:]]
+                if typed(parts[1])[1] == "%ctx" and len(values) == 3 and values[0] == "0" and values[2] == "%t32":
+                    field_of[result] = values[1]
+                for depth, index in enumerate(parts[2:]):
+                    step = of(index)
+                    if total is None or step is None:
+                        total = None
+                        break
+                    if step:  # index k steps over the type the indices after the first reach
+                        size = type_size(indexed_type(source, values[1:depth + 1], types), types)
+                        total = None if size is None else total + step * size
+                found = total
+            if found is not None:
+                guess[result] = found
     for field, stored in stored_fields.items():
         fields[field] = stored if fields.get(field, stored) == stored else None
     return {name: value for name, value in guess.items() if value}, data - set(guess)

@@ -241,7 +241,7 @@ class _Region:
         self.copied = {id(p) for p in parts.values() if long & p.blocks}
         agreeing = self.agreement = {key: found for key, found in agreeing_slots(
             order, graph, lines_of, self.slots, varying_slots, allocas - set(self.slots), parts).items()
-            if key in self.copied}
+            if key in self.copied} if self.copied else {}
         before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
                                                  allocas - set(self.slots), self.fields)

@@ -234,6 +234,32 @@ def test_uniform_values_stay_scalar_and_atomics_stay_lane_loops(monkeypatch, cap
     assert any("stays a lane loop: atomicrmw" in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize("control", [0, 11])
+def test_a_uniform_branch_into_blocks_lanes_may_run_apart(monkeypatch, control):
+    """A uniform branch (on a value read from a buffer) to a block that a divergent branch
+    reaches too, in a part without convergent copies (no loop): the lanes enter the part
+    there by their counters. Every lane takes it (control 11), or only lanes above 40 reach
+    it through the divergent branch (control 0); then a SIMD-group sum."""
+    body = ["%cp = getelementptr i32, ptr addrspace(1) %c, i64 0", "%cv = load i32, ptr addrspace(1) %cp",
+            "%uc = icmp sgt i32 %cv, 10", "br i1 %uc, label %b, label %a",
+            "a:", "%vc = icmp ugt i32 %gid, 40", "br i1 %vc, label %b, label %j",
+            "b:", "%vb = mul i32 %gid, 3", "br label %j",
+            "j:", "%v = phi i32 [ %vb, %b ], [ %gid, %a ]", "%vf = sitofp i32 %v to float",
+            "%s = call float @air.simd_sum.f32(float %vf) #2", "%t = fadd float %s, %vf", "%ti = fptosi float %t to i32",
+            "%op = getelementptr i32, ptr addrspace(1) %out, i64 %gid64", "store i32 %ti, ptr addrspace(1) %op"]
+    threads = 80
+    out = torch.empty(threads, dtype=torch.int32)
+    make = _kernel("entered", body, [("c", "i32", "air.read"), ("out", "i32", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [out], torch.tensor([control], dtype=torch.int32), out,
+                                threads=threads, group_size=96)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    gid = torch.arange(threads)
+    v = torch.where((gid > 40) | (control > 10), 3 * gid, gid)
+    sums = torch.cat([v[s:s + 32].sum().expand(len(v[s:s + 32])) for s in range(0, threads, 32)])
+    assert torch.equal(results[1][0], (sums + v).int())
+
+
 def test_uniform_branch_stays_a_branch():
     """In the vectorized IR a branch on a uniform condition stays a branch (every lane takes
     the same edge); one on a varying condition sets each lane's next block (a select per

@@ -11,7 +11,7 @@ from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, sp
 
 __all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends", "long_loops"]
 
-SHORT_TRIPS = 16  # a loop that leaves where a counter reaches a constant up to this is short
+SHORT_TRIPS = 16  # a loop leaving where a counter reaches a constant from 1 to this is short
 
 
 
@@ -354,8 +354,8 @@ def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
 def long_loops(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
                ends: Dict[int, int]) -> Set[str]:
     """The heads of the loops that may run long: those leaving on a condition other than
-    a comparison with a constant up to SHORT_TRIPS (MLX's loops over a thread's 4 reads are
-    short; LLVM unrolls them)."""
+    a comparison with a constant from 1 to SHORT_TRIPS (a counter going up to it: MLX's
+    loops over a thread's 4 reads; one counting down to 0 may run long)."""
     found = set()
     for head, end in ends.items():
         inside = set(order[head:end + 1])
@@ -366,7 +366,7 @@ def long_loops(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
             test = branch and next((line for line in lines_of[name]
                                     if line.strip().startswith(f"{branch.group(1)} = icmp ")), None)
             bound = test and re.search(r", (-?\d+)$", strip_metadata(test.strip()))
-            if not bound or abs(int(bound.group(1))) > SHORT_TRIPS:
+            if not bound or not 0 < int(bound.group(1)) <= SHORT_TRIPS:
                 found.add(order[head])
     return found
 

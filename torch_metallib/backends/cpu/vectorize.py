@@ -319,12 +319,17 @@ class _Region:
             return entries[-1][0]
         self._branch(line, number, parts, edge)
         for entry, label in entries:
-            running = self.fresh("to")
             out.append(f"{entry}:")
             self._leave_agreement()
-            out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> splat (i32 {number[label]}), "
-                    f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
-                    f"  br label %tm.part.{parts[label].first}"]
+            self._enter_part(f"splat (i32 {number[label]})", parts[label].first)
+
+    def _enter_part(self, chosen: str, first: str) -> None:
+        """The running lanes go on in the divergent part named `first`, each at the block
+        `chosen` (a vector of block numbers) names; the others' counters say they left."""
+        running = self.fresh("to")
+        self.out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
+                     f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
+                     f"  br label %tm.part.{first}"]
 
     def _branch(self, line: str, number: Dict[str, int], parts, edge) -> None:
         """The terminator `line` of a convergent block, its targets through `edge`."""
@@ -348,25 +353,15 @@ class _Region:
             inside = [parts[t] for t in targets if t in parts]
             if not inside:
                 raise NotVector("a divergent branch to no divergent block")
-            apart = self.label("apart")
             if not any(id(part) in self.copied for part in inside):  # no copy to run while they agree
                 self._leave_agreement()
-                chosen = self._targets(line, number)
-                running = self.fresh("to")
-                out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
-                        f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
-                        f"  br label %tm.part.{inside[0].first}"]
-                return
+                return self._enter_part(self._targets(line, number), inside[0].first)
+            apart = self.label("apart")
             if conditional:  # two ways: every running lane's condition true, or none
                 self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
                 out.append(f"{apart}:")
                 self._leave_agreement()
-                chosen = self._targets(line, number)
-                running = self.fresh("to")
-                out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
-                        f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
-                        f"  br label %tm.part.{inside[0].first}"]
-                return
+                return self._enter_part(self._targets(line, number), inside[0].first)
             chosen = self._targets(line, number)
             vector = f"<{WIDTH} x i32>"
             running = self.fresh("to")

@@ -14,12 +14,13 @@ targets are on medians; the targets apply to the faster scheme):
 * softmax: MLX ``block_softmax_float32`` on 256 x 1000 and 4096 x 4096 float32 and
   ``looped_softmax_float32`` on 32 x 8192, in the threadgroups MLX's softmax.cpp gives them
   (256, 1,024 and 1,024 threads; 2 SIMD reductions and 4 barriers per thread), against
-  ``torch.softmax(x, -1)``; results checked against torch's.
+  ``torch.softmax(x, -1)`` (into a tensor made once, as the kernels write theirs); results
+  checked against torch's.
 * GEMM: MLX ``steel_gemm_fused_nn_float32_float32_bm32_bn32_bk16_wm2_wn2`` on 1024 x 1024 x
   1024 (1,024 threadgroups of 128 threads; 8x8 simdgroup matrices, 2 barriers per k-step)
   against ``torch.mm``; result checked.
 * row reduction: MLX ``row_reduce_simple_sumfloat32`` over the rows of 4096 x 4096 (4,096
-  outputs, threadgroups of 1,024) against ``torch.sum(x, -1)``; result checked.
+  outputs, threadgroups of 1,024) against ``torch.sum(x, -1, out=...)``; result checked.
 * barrier cost: ``benchmarks/kernels/barrier_loop.ll`` (a loop of n threadgroup barriers)
   on 64 threadgroups of 1,024 and of 256 threads, n = 1,000 against n = 0 in the same
   run: (t(n) - t(0)) / (threads x n) is the cost per thread per barrier.
@@ -87,7 +88,10 @@ def softmax(libs: dict, repeat: int, kernel_name: str, rows: int, size: int) -> 
     group = mlx_softmax_group(size)  # as MLX launches it
     runs = _schemes(libs, kernel_name, lambda s, k: k(x, outs[s], size, threads=rows * group,
                                                         group_size=group))
-    result = interleaved({**runs, "torch": lambda: torch.softmax(x, -1)}, repeat)
+    # torch writes into a tensor made once, as the kernels do: a new 1 MB result per call
+    # made torch's time depend on what the allocator did between calls (up to 4x).
+    expected = torch.empty_like(x)
+    result = interleaved({**runs, "torch": lambda: torch.ops.aten._softmax.out(x, -1, False, out=expected)}, repeat)
     result["max_abs_difference"] = _differences(outs, torch.softmax(x, -1))
     result["bit_identical"] = torch.equal(outs["lanes"].view(torch.int32), outs["vector"].view(torch.int32))
     return result
@@ -101,7 +105,8 @@ def row_reduction(libs: dict, repeat: int) -> dict:
     group = min(1024, -(-(size // 4) // 32) * 32)
     runs = _schemes(libs, "row_reduce_simple_sumfloat32", lambda s, k: k(
         x, outs[s], size, rows, threads=(group, rows // 4, 1), group_size=group))
-    result = interleaved({**runs, "torch": lambda: torch.sum(x, -1)}, repeat)
+    sums = torch.empty(rows)
+    result = interleaved({**runs, "torch": lambda: torch.sum(x, -1, out=sums)}, repeat)
     result["max_abs_difference"] = _differences(outs, x.double().sum(-1).float())
     result["bit_identical"] = torch.equal(outs["lanes"].view(torch.int32), outs["vector"].view(torch.int32))
     return result

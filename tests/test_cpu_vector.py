@@ -234,6 +234,32 @@ def test_uniform_values_stay_scalar_and_atomics_stay_lane_loops(monkeypatch, cap
     assert any("stays a lane loop: atomicrmw" in record.getMessage() for record in caplog.records)
 
 
+@pytest.mark.parametrize("control", [0, 11])
+def test_a_uniform_branch_into_blocks_lanes_may_run_apart(monkeypatch, control):
+    """A uniform branch (on a value read from a buffer) to a block that a divergent branch
+    reaches too, in a part without convergent copies (no loop): the lanes enter the part
+    there by their counters. Every lane takes it (control 11), or only lanes above 40 reach
+    it through the divergent branch (control 0); then a SIMD-group sum."""
+    body = ["%cp = getelementptr i32, ptr addrspace(1) %c, i64 0", "%cv = load i32, ptr addrspace(1) %cp",
+            "%uc = icmp sgt i32 %cv, 10", "br i1 %uc, label %b, label %a",
+            "a:", "%vc = icmp ugt i32 %gid, 40", "br i1 %vc, label %b, label %j",
+            "b:", "%vb = mul i32 %gid, 3", "br label %j",
+            "j:", "%v = phi i32 [ %vb, %b ], [ %gid, %a ]", "%vf = sitofp i32 %v to float",
+            "%s = call float @air.simd_sum.f32(float %vf) #2", "%t = fadd float %s, %vf", "%ti = fptosi float %t to i32",
+            "%op = getelementptr i32, ptr addrspace(1) %out, i64 %gid64", "store i32 %ti, ptr addrspace(1) %op"]
+    threads = 80
+    out = torch.empty(threads, dtype=torch.int32)
+    make = _kernel("entered", body, [("c", "i32", "air.read"), ("out", "i32", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [out], torch.tensor([control], dtype=torch.int32), out,
+                                threads=threads, group_size=96)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    gid = torch.arange(threads)
+    v = torch.where((gid > 40) | (control > 10), 3 * gid, gid)
+    sums = torch.cat([v[s:s + 32].sum().expand(len(v[s:s + 32])) for s in range(0, threads, 32)])
+    assert torch.equal(results[1][0], (sums + v).int())
+
+
 def test_uniform_branch_stays_a_branch():
     """In the vectorized IR a branch on a uniform condition stays a branch (every lane takes
     the same edge); one on a varying condition sets each lane's next block (a select per
@@ -314,6 +340,35 @@ def test_row_addresses_kept_in_a_private_array_are_read_wide_and_checked_once():
     assert f"  %r1 = load <{WIDTH} x ptr addrspace(1)>, ptr " in text
 
 
+def test_a_position_kept_in_the_context_grows_as_the_region_that_stored_it_guessed():
+    """A thread's position stored in the context by one region (x = index % width) and read
+    back by the next grows by one from lane to lane there too, so the next region's lanes,
+    reading 4 floats each from 4 x, read every 4th element of a wide load (checked at run
+    time) where a consecutive guess had it (a gather after a failed check)."""
+    def region(number, body):
+        return ["define internal void @tm.region.%d(ptr noalias %%ctx, ptr %%args, ptr %%dims, i32 %%g32, "
+                "i32 %%tm.begin, i32 %%tm.end, ptr noalias %%tm.points) {" % number, "tm.rentry:",
+                "  %w = load i32, ptr %dims, align 4", "  %raw = load ptr, ptr %args, align 8",
+                "  %x = addrspacecast ptr %raw to ptr addrspace(1)", "  br label %tm.loop", "tm.loop:",
+                "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+                "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32",
+                "  %txp = getelementptr inbounds %tm.ctx.k, ptr %ctx, i32 0, i32 1, i32 %t32", "  br label %entry",
+                "entry:"] + body + [
+                "  store i32 %d, ptr %%tm.pt, align 4" % (number + 1), "  br label %tm.latch", "tm.latch:",
+                "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+                "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}"]
+    module = ["%tm.ctx.k = type { [1024 x { float, [0 x i32] }], [1024 x { i32, [0 x i32] }] }"] + region(0, [
+        "  %tx = urem i32 %t32, %w", "  store i32 %tx, ptr %txp, align 4"]) + region(1, [
+        "  %tx = load i32, ptr %txp, align 4", "  %i = shl i32 %tx, 2", "  %i64 = zext i32 %i to i64",
+        "  %p = getelementptr inbounds float, ptr addrspace(1) %x, i64 %i64",
+        "  %v = load float, ptr addrspace(1) %p, align 4", "  %o = getelementptr inbounds float, ptr %ctx, i32 %t32",
+        "  store float %v, ptr %o, align 4"])
+    text, vectorized, refused = vectorize_regions("\n".join(module))
+    assert vectorized == ["tm.region.0", "tm.region.1"] and not refused
+    assert text.count(f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(") == 1
+    assert f"call <{WIDTH} x float> @llvm.masked.load.v{WIDTH}f32.p1(" not in text
+
+
 def test_a_deposit_copies_lanes_values_as_vector_accesses():
     """A lane's deposit into its exchange slot (a memcpy of 4 bytes, regions.py) is one
     integer store of every lane under the mask (a scatter: the slots are 64 bytes apart),
@@ -336,16 +391,17 @@ def test_a_deposit_copies_lanes_values_as_vector_accesses():
     assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
 
 
-def _agreeing_loop_region():
-    """A region in reg2mem's form: lanes below 5 run a loop of 4 (its counter in %j.slot),
-    the others skip it (a divergent `if` around a loop every lane in it runs alike)."""
+def _agreeing_loop_region(bound="%n"):
+    """A region in reg2mem's form: lanes below 5 run a loop of `bound` iterations (a
+    uniform value read from the launch, or a constant; its counter in %j.slot), the others
+    skip it (a divergent `if` around a loop every lane in it runs alike)."""
     return ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
             "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %j.slot = alloca i32, align 4",
-            "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+            "  %n = load i32, ptr %dims, align 4", "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
             "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
             "  %few = icmp ult i32 %t32, 5", "  br i1 %few, label %pre, label %done", "pre:",
             "  store i32 0, ptr %j.slot, align 4", "  br label %head", "head:", "  %j = load i32, ptr %j.slot, align 4",
-            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", "  %more = icmp ult i32 %jn, 4",
+            "  %jn = add i32 %j, 1", "  store i32 %jn, ptr %j.slot, align 4", f"  %more = icmp ult i32 %jn, {bound}",
             "  br i1 %more, label %head, label %done", "done:", "  store i32 -1, ptr %tm.pt, align 4",
             "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
             "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
@@ -361,6 +417,18 @@ def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together():
     assert "  %j.slot.u = alloca i32" in text
     assert "  %u.j = load i32, ptr %j.slot.u" in text
     assert "  br i1 %u.more, label %head.u, label %done" in text
+
+
+@pytest.mark.parametrize("bound", ["4", "16"])
+def test_divergent_parts_without_a_long_loop_run_under_masks_only(bound):
+    """A divergent part whose loop leaves at a small constant count (a thread's 4 reads)
+    is emitted once, under masks: no convergent copy (it cost compile time for nothing
+    measurable), no agreement test; the lanes going into it go by their counters."""
+    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region(bound)))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert ".u:" not in text and "%j.slot.u" not in text
+    assert "call i1 @llvm.vector.reduce.and" not in text  # the lanes' agreement is not tested
+    assert f"  store <{WIDTH} x i32> %tm.to." in text and "br label %tm.part.pre" in text
 
 
 def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):

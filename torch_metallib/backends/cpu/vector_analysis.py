@@ -9,7 +9,9 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
-__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends"]
+__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends", "long_loops"]
+
+SHORT_TRIPS = 16  # a loop leaving where a counter reaches a constant from 1 to this is short
 
 
 
@@ -34,8 +36,9 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
                                            for line in lines_of[name][-1:])}
     post = _post_dominators(order, graph, exits)
     varying_slots: Set[str] = set()
+    facts = _facts(order, lines_of)
     while True:
-        branches, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+        branches, stored = _varying_branches(facts, slots, varying_slots, private)
         divergent: Set[str] = set()
         regions = []
         for branch in branches:
@@ -57,7 +60,7 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
         everything = set(order[1:])
         part = Part(everything, order[1] if len(order) > 1 else order[0])
         parts = {name: part for name in everything}
-        _, stored = _varying_branches(order, lines_of, slots, set(slots), private)
+        _, stored = _varying_branches(facts, slots, set(slots), private)
         varying_slots = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & everything}
     return varying_slots, parts
 
@@ -70,7 +73,8 @@ def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict
     alike: stored only in the part, only values alike given the others (a loop counter),
     read nowhere before the part writes them (on entering it, after it). Scalars there."""
     live = _live_slots(order, graph, lines_of, slots)
-    _, stored = _varying_branches(order, lines_of, slots, varying_slots, private)
+    facts = _facts(order, lines_of)
+    _, stored = _varying_branches(facts, slots, varying_slots, private)
     found: Dict[int, Set[str]] = {}
     for part in {id(p): p for p in parts.values()}.values():
         inside = part.blocks
@@ -79,7 +83,7 @@ def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict
         candidates = {slot for slot in varying_slots if stored[slot][1] and stored[slot][1] <= inside
                       and not any(slot in live[edge] for edge in edges)}
         while candidates:  # alike where every value stored is, given the candidates alike
-            _, alike = _varying_branches(order, lines_of, slots, varying_slots - candidates, private)
+            _, alike = _varying_branches(facts, slots, varying_slots - candidates, private)
             kept = {slot for slot in candidates if not alike[slot][0]}
             if kept == candidates:
                 break
@@ -171,36 +175,55 @@ def _post_dominators(order: List[str], graph: Dict[str, List[str]], exits: Set[s
     return immediate
 
 
-def _varying_branches(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str],
-                      varying_slots: Set[str], private: Set[str]):
+def _facts(order: List[str], lines_of: Dict[str, List[str]]) -> List[Tuple[str, list]]:
+    """Each block's lines as what _varying_branches reads of them (parsed once: the fixed
+    points over divergence read them many times): (block, [(kind, result, used, pointer,
+    stored)]), kind "store", "load", "impure" (a call), "branch" or ""."""
+    facts = []
+    for name in order:
+        records = []
+        for line in lines_of[name]:
+            result = ir_model.defined_name(line)
+            used = tuple(n for n in LOCAL.findall(line) if n != result)
+            text = line.split(" = ", 1)[1].strip() if result else line.strip()
+            kind, pointer, stored = "", "", ()
+            if text.startswith("store "):
+                parts = split_operands(strip_metadata(text[6:]))
+                kind, pointer = "store", typed(parts[1])[1] if len(parts) > 1 else ""
+                stored = tuple(LOCAL.findall(parts[0]))
+            elif text.startswith("load "):
+                kind, pointer = "load", typed(split_operands(strip_metadata(text[5:]))[1])[1]
+            elif text.startswith("call ") and not _pure_call(text):
+                kind = "impure"
+            elif text.startswith(("br i1 ", "switch ")):
+                kind = "branch"
+            records.append((kind, result, used, pointer, stored))
+        facts.append((name, records))
+    return facts
+
+
+def _varying_branches(facts: List[Tuple[str, list]], slots: Dict[str, str], varying_slots: Set[str],
+                      private: Set[str]):
     """(blocks ending in a branch on a varying value, slot -> (a varying value stored to
     it, the blocks storing to it)), where reg2mem's `varying_slots` and the addresses of
-    the lanes' `private` allocations vary."""
+    the lanes' `private` allocations vary (`facts`: the region's lines, _facts)."""
     varying = {"%t32"} | private
     stored: Dict[str, Tuple[bool, Set[str]]] = {slot: (False, set()) for slot in slots}
     branches = []
-    for name in order:
-        for line in lines_of[name]:
-            result = ir_model.defined_name(line)
-            used = [n for n in LOCAL.findall(line) if n != result]
-            text = line.split(" = ", 1)[1].strip() if result else line.strip()
-            if text.startswith("store "):
-                parts = split_operands(strip_metadata(text[6:]))
-                pointer = typed(parts[1])[1] if len(parts) > 1 else ""
+    for name, records in facts:
+        for kind, result, used, pointer, values in records:
+            if kind == "store":
                 if pointer in slots:
-                    value_varies = any(n in varying for n in LOCAL.findall(parts[0]))
                     old_varies, blocks = stored[pointer]
-                    stored[pointer] = (old_varies or value_varies, blocks | {name})
+                    stored[pointer] = (old_varies or any(n in varying for n in values), blocks | {name})
                 continue
-            if text.startswith("load "):
-                pointer = typed(split_operands(strip_metadata(text[5:]))[1])[1]
-                if pointer in slots:
-                    if pointer in varying_slots:
-                        varying.add(result)
-                    continue
-            if result and (any(n in varying for n in used) or text.startswith("call ") and not _pure_call(text)):
+            if kind == "load" and pointer in slots:
+                if pointer in varying_slots:
+                    varying.add(result)
+                continue
+            if result and (kind == "impure" or any(n in varying for n in used)):
                 varying.add(result)
-            if text.startswith(("br i1 ", "switch ")) and any(n in varying for n in used):
+            if kind == "branch" and any(n in varying for n in used):
                 branches.append(name)
     return branches, stored
 
@@ -211,13 +234,16 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str], arrays: Set[str] = frozenset()) -> Tuple[Dict[str, int], Set[str]]:
+                   types: Dict[str, str], arrays: Set[str] = frozenset(),
+                   fields: Optional[Dict[str, Optional[int]]] = None) -> Tuple[Dict[str, int], Set[str]]:
     """(value -> how much it likely grows from one lane to the next (bytes for addresses),
     the values computed from data): the thread index grows by one, through sums, products
     and shifts by constants, remainders and masks (exact within a SIMD-group for small
     values), extensions, reg2mem's values, a lane's private `arrays` (what a load from one
-    reads grows as what every store to it wrote: a table of row addresses) and
-    getelementptr. Only a guess: the accesses it
+    reads grows as what every store to it wrote: a table of row addresses), the context's
+    per-thread `fields` (what a thread kept across a wait, such as its position: a load
+    grows as the regions before stored, field index -> guess, updated with this region's
+    stores) and getelementptr. Only a guess: the accesses it
     picks check the lanes' addresses at run time. Data (what a kernel loads from its
     buffers, float bits as integers) says nothing of lanes: addresses computed from it
     (table lookups) are not checked."""
@@ -225,74 +251,89 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
     slot_guess: Dict[str, Optional[int]] = {}
     root: Dict[str, str] = {name: name for name in arrays}  # an address into a private array -> the array
     data: Set[str] = set()
+    fields = {} if fields is None else fields
+    field_of: Dict[str, str] = {}  # a thread's own element of a context field -> the field's index
+    stored_fields: Dict[str, Optional[int]] = {}
 
     def of(operand: str) -> Optional[int]:
         value = typed(operand)[1] if " " in operand.strip() else operand.strip()
         if value in guess:
             return guess[value]
         return 0 if value in uniform or not value.startswith("%") else None
+    parsed = []  # (result, text, words, opcode) per line, read twice below
+    for name in order:
+        for line in lines_of[name]:
+            result = ir_model.defined_name(line)
+            text = strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
+            words = [w for w in text.split(" ") if w not in FLAGS]
+            parsed.append((result, text, words, words[0] if words else ""))
     for _ in range(2):  # twice: reg2mem's values flow around loops
-        for name in order:
-            for line in lines_of[name]:
-                result = ir_model.defined_name(line)
-                text = strip_metadata(line.split(" = ", 1)[1].strip() if result else line.strip())
-                words = [w for w in text.split(" ") if w not in FLAGS]
-                code = words[0] if words else ""
-                found: Optional[int] = None
-                if code == "store":
-                    parts = split_operands(text[6:])
-                    pointer = typed(parts[1])[1]
-                    pointer = root.get(pointer, pointer)
-                    if pointer in slots or pointer in arrays:
-                        stored = of(parts[0])
-                        slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
-                    continue
-                if not result:
-                    continue
-                used = [n for n in LOCAL.findall(text) if n != result]
-                if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
-                        or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
-                    data.add(result)
-                if code != "load" and all(of(n) == 0 for n in used):
-                    found = 0  # uniform operands, a uniform result
-                elif code == "load":
-                    pointer = typed(split_operands(text[5:])[1])[1]
-                    pointer = root.get(pointer, pointer)
-                    kept = pointer in slots or pointer in arrays
-                    found = slot_guess.get(pointer) if kept else of(pointer)
-                    found = found if kept else (0 if found == 0 else None)
-                elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
-                    parts = split_operands(" ".join(words[1:]))
-                    a, b = of(parts[0]), of(parts[1])
-                    constant = parts[1].strip().lstrip("-").isdigit()
-                    if a is not None and b is not None and code in ("add", "sub"):
-                        found = a + b if code == "add" else a - b
-                    elif a is not None and constant and code == "mul":
-                        found = a * int(parts[1])
-                    elif a is not None and constant and code == "shl":
-                        found = a << int(parts[1])
-                    elif a is not None and b == 0 and code in ("urem", "and", "or"):
-                        found = a
-                elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
-                    found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
-                elif code == "getelementptr":
-                    parts = split_operands(" ".join(words[1:]))
-                    if typed(parts[1])[1] in root:
-                        root[result] = root[typed(parts[1])[1]]
-                        continue  # the lanes' copies of an array: no stride of interest
-                    source, total = parts[0], of(parts[1])
-                    values = [typed(p)[1] for p in parts[2:]]
-                    for depth, index in enumerate(parts[2:]):
-                        step = of(index)
-                        if total is None or step is None:
-                            total = None
-                            break
-                        if step:  # index k steps over the type the indices after the first reach
-                            size = type_size(indexed_type(source, values[1:depth + 1], types), types)
-                            total = None if size is None else total + step * size
-                    found = total
-                if found is not None:
-                    guess[result] = found
+        for result, text, words, code in parsed:
+            found: Optional[int] = None
+            if code == "store":
+                parts = split_operands(text[6:])
+                pointer = typed(parts[1])[1]
+                pointer = root.get(pointer, pointer)
+                if pointer in slots or pointer in arrays:
+                    stored = of(parts[0])
+                    slot_guess[pointer] = stored if slot_guess.get(pointer, stored) == stored else None
+                elif pointer in field_of:
+                    field, stored = field_of[pointer], None if typed(parts[0])[1] in data else of(parts[0])
+                    stored_fields[field] = stored if stored_fields.get(field, stored) == stored else None
+                continue
+            if not result:
+                continue
+            used = [n for n in LOCAL.findall(text) if n != result]
+            if (code == "load" and " addrspace(" in text.split(",", 1)[-1] or any(n in data for n in used)
+                    or code in ("fptosi", "fptoui") or code == "bitcast" and not words[1].startswith(("i", "ptr"))):
+                data.add(result)
+            if code != "load" and all(of(n) == 0 for n in used):
+                found = 0  # uniform operands, a uniform result
+            elif code == "load":
+                pointer = typed(split_operands(text[5:])[1])[1]
+                pointer = root.get(pointer, pointer)
+                kept = pointer in slots or pointer in arrays
+                found = slot_guess.get(pointer) if kept else of(pointer)
+                if pointer in field_of:
+                    found = fields.get(field_of[pointer])
+                elif not kept:
+                    found = 0 if found == 0 else None
+            elif code in ("add", "sub", "mul", "shl", "urem", "and", "or") and len(words) >= 3:
+                parts = split_operands(" ".join(words[1:]))
+                a, b = of(parts[0]), of(parts[1])
+                constant = parts[1].strip().lstrip("-").isdigit()
+                if a is not None and b is not None and code in ("add", "sub"):
+                    found = a + b if code == "add" else a - b
+                elif a is not None and constant and code == "mul":
+                    found = a * int(parts[1])
+                elif a is not None and constant and code == "shl":
+                    found = a << int(parts[1])
+                elif a is not None and b == 0 and code in ("urem", "and", "or"):
+                    found = a
+            elif code in ("zext", "sext", "trunc", "bitcast", "addrspacecast", "freeze"):
+                found = of(" ".join(words[1:]).rsplit(" to ", 1)[0])
+            elif code == "getelementptr":
+                parts = split_operands(" ".join(words[1:]))
+                if typed(parts[1])[1] in root:
+                    root[result] = root[typed(parts[1])[1]]
+                    continue  # the lanes' copies of an array: no stride of interest
+                source, total = parts[0], of(parts[1])
+                values = [typed(p)[1] for p in parts[2:]]
+                if typed(parts[1])[1] == "%ctx" and len(values) == 3 and values[0] == "0" and values[2] == "%t32":
+                    field_of[result] = values[1]
+                for depth, index in enumerate(parts[2:]):
+                    step = of(index)
+                    if total is None or step is None:
+                        total = None
+                        break
+                    if step:  # index k steps over the type the indices after the first reach
+                        size = type_size(indexed_type(source, values[1:depth + 1], types), types)
+                        total = None if size is None else total + step * size
+                found = total
+            if found is not None:
+                guess[result] = found
+    for field, stored in stored_fields.items():
+        fields[field] = stored if fields.get(field, stored) == stored else None
     return {name: value for name, value in guess.items() if value}, data - set(guess)
 
 
@@ -308,6 +349,26 @@ def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
                 head = position[target]
                 ends[head] = max(ends.get(head, head), _component_end(graph, position, head))
     return ends
+
+
+def long_loops(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+               ends: Dict[int, int]) -> Set[str]:
+    """The heads of the loops that may run long: those leaving on a condition other than
+    a comparison with a constant from 1 to SHORT_TRIPS (a counter going up to it: MLX's
+    loops over a thread's 4 reads; one counting down to 0 may run long)."""
+    found = set()
+    for head, end in ends.items():
+        inside = set(order[head:end + 1])
+        for name in inside:
+            if all(s in inside for s in graph[name]):
+                continue
+            branch = re.match(r"^\s*br i1 (%[-\w.$]+),", lines_of[name][-1])
+            test = branch and next((line for line in lines_of[name]
+                                    if line.strip().startswith(f"{branch.group(1)} = icmp ")), None)
+            bound = test and re.search(r", (-?\d+)$", strip_metadata(test.strip()))
+            if not bound or not 0 < int(bound.group(1)) <= SHORT_TRIPS:
+                found.add(order[head])
+    return found
 
 
 def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:

@@ -57,7 +57,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
 from .regions import AGREEMENT_PHIS, SCAN
-from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
+from .vector_analysis import agreeing_slots, divergence, guess_strides, long_loops, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
@@ -89,13 +89,14 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
     out: List[str] = []
     done, vectorized, refused = 0, [], {}
     declarations: Dict[str, str] = {}
+    fields: Dict[str, Optional[int]] = {}  # the context's per-thread fields -> their guessed growth (guess_strides)
     types = dict(re.findall(rf"^(%{NAME}) = type (.*)$", text, re.M))
     for found in ir_model.functions(lines):
         region = _REGION.match(found.header)
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
             continue
         try:
-            body = _Region(found.body, declarations, types).build(region.group(1))
+            body = _Region(found.body, declarations, types, fields).build(region.group(1))
         except NotVector as why:
             refused[region.group(2)] = str(why)
             continue
@@ -111,8 +112,10 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
 class _Region:
     """One region function's body rewritten as vector lanes."""
 
-    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str]):
+    def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str],
+                 fields: Optional[Dict[str, Optional[int]]] = None):
         self.blocks = ir_model.blocks(body)
+        self.fields = {} if fields is None else fields
         self.declarations = declarations
         self.out: List[str] = []
         self.counter = 0
@@ -144,6 +147,7 @@ class _Region:
         # id(divergent part) -> its reg2mem values scalar in its convergent copies (agreeing_slots),
         # kept in ``<slot>.u``; those of the block being widened.
         self.agreement: Dict[int, Set[str]] = {}
+        self.copied: Set[int] = set()  # id(divergent part) of those with convergent copies
         self.agreeing: Set[str] = set()
         # The block's last memory write, where it was a varying store of a number: (address,
         # bytes, its type, the vector stored), so a copy from there right after (a deposit)
@@ -233,11 +237,17 @@ class _Region:
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
-        agreeing = self.agreement = agreeing_slots(order, graph, lines_of, self.slots, varying_slots,
-                                                   allocas - set(self.slots), parts)
+        ends = loop_ends(graph, order)
+        # Only parts with a loop that may run long get convergent copies: there its blocks run
+        # many times, each under masks; elsewhere a copy costs compile time for little.
+        long = long_loops(order, graph, lines_of, ends)
+        self.copied = {id(p) for p in parts.values() if long & p.blocks}
+        agreeing = self.agreement = {key: found for key, found in agreeing_slots(
+            order, graph, lines_of, self.slots, varying_slots, allocas - set(self.slots), parts).items()
+            if key in self.copied} if self.copied else {}
         before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
-                                                 allocas - set(self.slots))
+                                                 allocas - set(self.slots), self.fields)
 
         out = self.out
         out.append("tm.rentry:")
@@ -265,7 +275,6 @@ class _Region:
         end = self.vec("i32", "%tm.end")
         out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
                 f"  store <{WIDTH} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
-        ends = loop_ends(graph, order)
         emitted: Set[int] = set()
         for name in order:
             part = parts.get(name)
@@ -274,7 +283,7 @@ class _Region:
             elif id(part) not in emitted:
                 emitted.add(id(part))
                 self._divergent_part(part, order, number, ends, lines_of)
-                for member in sorted(part.blocks, key=number.get):
+                for member in sorted(part.blocks, key=number.get) if id(part) in self.copied else ():
                     self._convergent_block(member, number, parts, lines_of[member], copy=True)
         out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
@@ -300,12 +309,36 @@ class _Region:
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         line = strip_metadata(lines[-1].strip())
+        entries: List[Tuple[str, str]] = []  # (a block entering a part without copies, at which block)
 
         def edge(label: str) -> str:
-            """Where the lanes going to block `label` go: the block or its convergent copy."""
+            """Where the lanes going to block `label` go: the block, its convergent copy, or
+            (a part without copies) a block that enters the part there."""
             if label == "tm.latch":
                 return "tm.vlatch"
-            return f"{label}.u" if label in parts else label
+            if label not in parts:
+                return label
+            if id(parts[label]) in self.copied:
+                return f"{label}.u"
+            entries.append((self.label("enter"), label))
+            return entries[-1][0]
+        self._branch(line, number, parts, edge)
+        for entry, label in entries:
+            out.append(f"{entry}:")
+            self._leave_agreement()
+            self._enter_part(f"splat (i32 {number[label]})", parts[label].first)
+
+    def _enter_part(self, chosen: str, first: str) -> None:
+        """The running lanes go on in the divergent part named `first`, each at the block
+        `chosen` (a vector of block numbers) names; the others' counters say they left."""
+        running = self.fresh("to")
+        self.out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
+                     f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
+                     f"  br label %tm.part.{first}"]
+
+    def _branch(self, line: str, number: Dict[str, int], parts, edge) -> None:
+        """The terminator `line` of a convergent block, its targets through `edge`."""
+        out = self.out
         branch = re.match(rf"^br label %({NAME})$", line)
         conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
         if branch:
@@ -325,17 +358,15 @@ class _Region:
             inside = [parts[t] for t in targets if t in parts]
             if not inside:
                 raise NotVector("a divergent branch to no divergent block")
+            if not any(id(part) in self.copied for part in inside):  # no copy to run while they agree
+                self._leave_agreement()
+                return self._enter_part(self._targets(line, number), inside[0].first)
             apart = self.label("apart")
             if conditional:  # two ways: every running lane's condition true, or none
                 self._agree_on(conditional.group(1), edge(conditional.group(2)), edge(conditional.group(3)), apart)
                 out.append(f"{apart}:")
                 self._leave_agreement()
-                chosen = self._targets(line, number)
-                running = self.fresh("to")
-                out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
-                        f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
-                        f"  br label %tm.part.{inside[0].first}"]
-                return
+                return self._enter_part(self._targets(line, number), inside[0].first)
             chosen = self._targets(line, number)
             vector = f"<{WIDTH} x i32>"
             running = self.fresh("to")

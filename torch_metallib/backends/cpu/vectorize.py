@@ -68,6 +68,10 @@ WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones
 # Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
+# A wide access to device memory also asks for the lines the lanes this many threads on will
+# read or write (two SIMD-groups: the next regions to run): a thread's few accesses per region
+# leave the out-of-order core no work to hide a cache miss behind.
+PREFETCH_LANES = 64
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
 _REGION = re.compile(r"^define internal (void|i32) @(tm\.region\.\d+(?:\.lanes)?)\(")
 _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
@@ -978,6 +982,7 @@ class _Region:
             self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
         if loaded is not None:
             self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+            self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
             if spacing == 1:
                 self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
                                 f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
@@ -988,6 +993,7 @@ class _Region:
                              + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
         else:
             self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
+            self._prefetch(pointer_type, first, total * scalar_bytes(type_name), write=True)
             spread = data
             if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
                 spread = self.fresh("sp")
@@ -1001,6 +1007,20 @@ class _Region:
                          f"  br label %{labels[2]}", f"{labels[2]}:"]
             if loaded is not None:
                 self.out.append(f"  {loaded} = phi {vector} [ {loaded}.c, %{labels[0]} ], [ {loaded}.g, %{labels[1]} ]")
+
+    def _prefetch(self, pointer_type: str, first: str, span: int, write: bool = False) -> None:
+        """Asks for the lines the lanes PREFETCH_LANES threads on will read (or `write`),
+        where these lanes access `span` bytes of device memory from `first` (their
+        addresses, checked consecutive or evenly spaced, grow with the thread)."""
+        if pointer_type != "ptr addrspace(1)" or not PREFETCH_LANES:
+            return
+        call = f"llvm.prefetch.{mangled(pointer_type)}"
+        self.declare(call, f"declare void @{call}({pointer_type}, i32, i32, i32)")
+        ahead = span * PREFETCH_LANES // WIDTH
+        for line in range(0, span, 64):
+            at = self.fresh("pre")
+            self.out += [f"  {at} = getelementptr i8, {pointer_type} {first}, i64 {ahead + line}",
+                         f"  call void @{call}({pointer_type} {at}, i32 {int(write)}, i32 3, i32 1)"]
 
     def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
         """An aggregate loaded only to be stored: copied element by element; between a

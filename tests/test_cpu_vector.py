@@ -545,3 +545,28 @@ def test_wide_device_accesses_ask_for_the_lines_of_lanes_two_simd_groups_on():
                           + [(write_span * ahead, 1)])
     assert PREFETCH_LANES == 2 * 32
     assert "declare void @llvm.prefetch.p1(ptr addrspace(1), i32, i32, i32)" in text
+
+
+@pytest.mark.parametrize("read_again", [False, True])
+def test_a_deposit_buffer_only_copied_right_after_its_store_is_not_written(read_again):
+    """A deposit's buffer (a private allocation stored to, then copied into the exchange slot
+    right after) needs no scatter into the lanes' copies: the copy takes the stored vector.
+    Where the buffer is also read otherwise, the store stays (a scatter: copies 64 bytes apart)."""
+    again = ["  %back = load float, ptr %buf, align 4", "  %o = getelementptr inbounds float, ptr %ctx, i32 %t32",
+             "  store float %back, ptr %o, align 4"] if read_again else []
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %buf = alloca [64 x i8], align 16",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %f = uitofp i32 %t32 to float", "  %lane = and i32 %t32, 31", "  store float %f, ptr %buf, align 4",
+              "  %slot = getelementptr inbounds [32 x [64 x i8]], ptr %ctx, i32 0, i32 %lane",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %slot, ptr align 4 nonnull %buf, i64 4, i1 false)"
+              ] + again + [
+              "  store i32 1, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert f" = bitcast <{WIDTH} x float> %f to <{WIDTH} x i32>" in text
+    assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
+    assert (f"call void @llvm.masked.scatter.v{WIDTH}f32.v{WIDTH}p0(<{WIDTH} x float> %f, " in text) == read_again

@@ -135,6 +135,7 @@ class _Region:
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
+        self.deposited: Set[str] = set()  # allocations only stored to and copied from at once (_only_deposited)
         # Allocations of one scalar type (arrays of it) accessed only as that type, by element:
         # the lanes' copies interleaved, element by element, so lanes that access the same
         # element access consecutive addresses. -> the scalar type.
@@ -497,6 +498,7 @@ class _Region:
             leaf = leaf_type(type_name)
             if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
+        self.deposited = {name for name in allocas if name not in self.slots and _only_deposited(name, every)}
 
     def _sizes_of_bases(self, every: List[str]) -> None:
         """A getelementptr's base is noted with the sizes accessed through its result, so
@@ -907,6 +909,9 @@ class _Region:
             return None
         if pointer == "%tm.pt":
             self._agree(value)
+        if pointer in self.deposited:  # read only by the copy right after, from this vector
+            self.last_store = (pointer, scalar_bytes(type_name), type_name, self.vec(type_name, value))
+            return None
         own = self._own_element(pointer, type_name)
         if own:
             self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
@@ -1217,3 +1222,33 @@ class _Region:
         if name is not None:
             self.out.append(f"  {name} = freeze {result} {previous}")
             self.varying[name] = return_type
+
+
+def _only_deposited(name: str, lines: List[str]) -> bool:
+    """Whether allocation `name` is only ever stored to as a whole scalar of 1, 2, 4 or 8
+    bytes and read by a copy of those bytes right after (a deposit's buffer: regions.py puts
+    only its slot's address between): the copy then takes the stored vector (_small_copy)
+    and the store itself, a scatter into the lanes' copies, is not needed."""
+    stored, copied = None, False
+    for line in lines:
+        if name not in LOCAL.findall(line) or " = alloca " in line:
+            if not re.match(r"^\s*%\S+ = (?:getelementptr|alloca) ", line):
+                stored = None
+            continue
+        text = strip_metadata(line.strip())
+        if text.startswith("store "):
+            parts = split_operands(text[len("store "):])
+            if len(parts) < 2 or typed(parts[1])[1] != name or name in LOCAL.findall(parts[0]):
+                return False
+            stored = scalar_bytes(typed(parts[0])[0]) if SCALAR.match(typed(parts[0])[0]) else None
+            continue
+        copy = re.match(r"^(?:tail )?call void @llvm\.mem(?:cpy|move)\.\S+\((.*)\)$", text)
+        if not copy:
+            return False
+        arguments = [typed(a) for a in split_operands(copy.group(1))]
+        if (len(arguments) != 4 or arguments[1][1] != name or arguments[0][1] == name
+                or arguments[2][1] not in ("1", "2", "4", "8") or int(arguments[2][1]) != stored
+                or arguments[3] != ("i1", "false")):
+            return False
+        stored, copied = None, True
+    return copied

@@ -35,14 +35,15 @@ through memory), so each block can be widened on its own:
   interleaved array's elements, else checked at run time where the address is computed or
   loaded, once for the addresses a uniform offset from it), else a masked gather or
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
-  the lane loop does. A masked-off lane divides by one; the thread index divided by a
+  the lane loop does. A wide access to device memory also prefetches the lines of the
+  lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index divided by a
   uniform width is the first lane's division and a carry for the others where the width
   is at least WIDTH.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
   deposit into its exchange slot) is an integer load and store of the lanes (of the vector
-  the block just stored there, where it did); other memory intrinsics run per lane under
-  the mask.
+  the block just stored there, where it did: a buffer only stored to and copied from at
+  once is then not written); other memory intrinsics run per lane under the mask.
 
 Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
 raises NotVector: that region stays a lane loop (decided at compile time, logged at debug

@@ -36,9 +36,9 @@ through memory), so each block can be widened on its own:
   loaded, once for the addresses a uniform offset from it), else a masked gather or
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
   the lane loop does. A wide access to device memory also prefetches the lines of the
-  lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index divided by a
-  uniform width is the first lane's division and a carry for the others where the width
-  is at least WIDTH.
+  lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index
+  divided by a uniform width is the first lane's division and a carry for the others where
+  the width is at least WIDTH.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
   deposit into its exchange slot) is an integer load and store of the lanes (of the vector

@@ -19,7 +19,7 @@ import torch
 import _air_modules as air
 import torch_metallib as tm
 from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, radix_scan_kernel
-from torch_metallib.backends.cpu.vectorize import WIDTH, vectorize_regions
+from torch_metallib.backends.cpu.vectorize import PREFETCH_LANES, WIDTH, vectorize_regions
 
 
 def _schemes(make, monkeypatch, outputs, *args, **kwargs):
@@ -503,3 +503,70 @@ def test_the_thread_index_divided_by_a_uniform_width_is_divided_once():
     for code in ("urem", "udiv"):
         assert text.count(f" = {code} i32 %tm.v0, ") == 2  # the first lane's quotient and remainder, for each
         assert text.count(f" = {code} <{WIDTH} x i32> %t32, ") == 1  # below WIDTH only
+
+
+def test_wide_device_accesses_ask_for_the_lines_of_lanes_two_simd_groups_on():
+    """Lanes reading 4 consecutive floats each (a wide load, every 4th element) and writing
+    one float each (a consecutive store) of device memory prefetch, per line of what they
+    access, the lines the lanes PREFETCH_LANES threads on will access (read, then write);
+    threadgroup memory and the context get none."""
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %raw = load ptr, ptr %args, align 8",
+              "  %x = addrspacecast ptr %raw to ptr addrspace(1)", "  %rawout = getelementptr i8, ptr %args, i64 8",
+              "  %outp = load ptr, ptr %rawout, align 8", "  %out = addrspacecast ptr %outp to ptr addrspace(1)",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %i = shl i32 %t32, 2", "  %i64 = zext i32 %i to i64",
+              "  %p = getelementptr inbounds float, ptr addrspace(1) %x, i64 %i64",
+              "  %v = load float, ptr addrspace(1) %p, align 4",
+              "  %s = getelementptr inbounds [1024 x float], ptr addrspace(3) @shared, i32 0, i32 %t32",
+              "  %w = load float, ptr addrspace(3) %s, align 4", "  %sum = fadd float %v, %w",
+              "  %t64 = zext i32 %t32 to i64", "  %o = getelementptr inbounds float, ptr addrspace(1) %out, i64 %t64",
+              "  store float %sum, ptr addrspace(1) %o, align 4",
+              "  %c = getelementptr inbounds float, ptr %ctx, i32 %t32", "  store float %sum, ptr %c, align 4",
+              "  store i32 -1, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:",
+              "  %tm.next = add nuw i32 %t32, 1", "  %tm.more = icmp ult i32 %tm.next, %tm.end",
+              "  br i1 %tm.more, label %tm.loop, label %tm.exit", "tm.exit:", "  ret void", "}",
+              "@shared = internal addrspace(3) global [1024 x float] undef, align 4"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(" in text
+    assert f"call <{WIDTH} x float> @llvm.masked.load.v{WIDTH}f32.p3(" in text  # wide, not prefetched
+    assert f"call void @llvm.masked.store.v{WIDTH}f32.p0(" in text
+    read_span, write_span = 4 * WIDTH * 4, WIDTH * 4  # bytes the 16 lanes read and write
+    offsets = {}
+    for line in text.split("\n"):
+        if " = getelementptr i8, ptr addrspace(1) " in line and ".pre." in line.split(" = ")[0]:
+            offsets[line.split(" = ")[0].strip()] = int(line.rsplit("i64 ", 1)[1])
+    prefetches = [(offsets[line.split("(ptr addrspace(1) ")[1].split(",")[0]], int(line.split(", i32 ")[1]))
+                  for line in text.split("\n") if "call void @llvm.prefetch." in line]
+    ahead = PREFETCH_LANES // WIDTH
+    assert prefetches == ([(read_span * ahead + line, 0) for line in range(0, read_span, 64)]
+                          + [(write_span * ahead, 1)])
+    assert PREFETCH_LANES == 2 * 32
+    assert "declare void @llvm.prefetch.p1(ptr addrspace(1), i32, i32, i32)" in text
+
+
+@pytest.mark.parametrize("read_again", [False, True])
+def test_a_deposit_buffer_only_copied_right_after_its_store_is_not_written(read_again):
+    """A deposit's buffer (a private allocation stored to, then copied into the exchange slot
+    right after) needs no scatter into the lanes' copies: the copy takes the stored vector.
+    Where the buffer is also read otherwise, the store stays (a scatter: copies 64 bytes apart)."""
+    again = ["  %back = load float, ptr %buf, align 4", "  %o = getelementptr inbounds float, ptr %ctx, i32 %t32",
+             "  store float %back, ptr %o, align 4"] if read_again else []
+    region = ["define internal void @tm.region.0(ptr noalias %ctx, ptr %args, ptr %dims, i32 %g32, i32 %tm.begin, "
+              "i32 %tm.end, ptr noalias %tm.points) {", "tm.rentry:", "  %buf = alloca [64 x i8], align 16",
+              "  br label %tm.loop", "tm.loop:", "  %t32 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.next, %tm.latch ]",
+              "  %tm.pt = getelementptr inbounds i32, ptr %tm.points, i32 %t32", "  br label %entry", "entry:",
+              "  %f = uitofp i32 %t32 to float", "  %lane = and i32 %t32, 31", "  store float %f, ptr %buf, align 4",
+              "  %slot = getelementptr inbounds [32 x [64 x i8]], ptr %ctx, i32 0, i32 %lane",
+              "  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %slot, ptr align 4 nonnull %buf, i64 4, i1 false)"
+              ] + again + [
+              "  store i32 1, ptr %tm.pt, align 4", "  br label %tm.latch", "tm.latch:", "  %tm.next = add nuw i32 %t32, 1",
+              "  %tm.more = icmp ult i32 %tm.next, %tm.end", "  br i1 %tm.more, label %tm.loop, label %tm.exit",
+              "tm.exit:", "  ret void", "}", "declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    text, vectorized, refused = vectorize_regions("\n".join(region))
+    assert vectorized == ["tm.region.0"] and not refused
+    assert f" = bitcast <{WIDTH} x float> %f to <{WIDTH} x i32>" in text
+    assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
+    assert (f"call void @llvm.masked.scatter.v{WIDTH}f32.v{WIDTH}p0(<{WIDTH} x float> %f, " in text) == read_again

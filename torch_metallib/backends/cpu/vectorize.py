@@ -35,14 +35,15 @@ through memory), so each block can be widened on its own:
   interleaved array's elements, else checked at run time where the address is computed or
   loaded, once for the addresses a uniform offset from it), else a masked gather or
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
-  the lane loop does. A masked-off lane divides by one; the thread index divided by a
-  uniform width is the first lane's division and a carry for the others where the width
-  is at least WIDTH.
+  the lane loop does. A wide access to device memory also prefetches the lines of the
+  lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index
+  divided by a uniform width is the first lane's division and a carry for the others where
+  the width is at least WIDTH.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
   deposit into its exchange slot) is an integer load and store of the lanes (of the vector
-  the block just stored there, where it did); other memory intrinsics run per lane under
-  the mask.
+  the block just stored there, where it did: a buffer only stored to and copied from at
+  once is then not written); other memory intrinsics run per lane under the mask.
 
 Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
 raises NotVector: that region stays a lane loop (decided at compile time, logged at debug
@@ -68,6 +69,10 @@ WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones
 # Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
+# A wide access to device memory also asks for the lines the lanes this many threads on will
+# read or write (two SIMD-groups: the next regions to run): a thread's few accesses per region
+# leave the out-of-order core no work to hide a cache miss behind.
+PREFETCH_LANES = 64
 EXIT = -1  # the counter of a lane that left the region or is past its end (the highest, unsigned)
 _REGION = re.compile(r"^define internal (void|i32) @(tm\.region\.\d+(?:\.lanes)?)\(")
 _BINARY = {"add", "sub", "mul", "udiv", "sdiv", "urem", "srem", "shl", "lshr", "ashr", "and", "or", "xor",
@@ -131,6 +136,7 @@ class _Region:
         self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
+        self.deposited: Set[str] = set()  # allocations only stored to and copied from at once (_only_deposited)
         # Allocations of one scalar type (arrays of it) accessed only as that type, by element:
         # the lanes' copies interleaved, element by element, so lanes that access the same
         # element access consecutive addresses. -> the scalar type.
@@ -493,6 +499,7 @@ class _Region:
             leaf = leaf_type(type_name)
             if name not in self.slots and leaf and only_accessed_as(name, type_name, leaf, every):
                 self.interleaved[name] = leaf
+        self.deposited = {name for name in allocas if name not in self.slots and _only_deposited(name, every)}
 
     def _sizes_of_bases(self, every: List[str]) -> None:
         """A getelementptr's base is noted with the sizes accessed through its result, so
@@ -903,6 +910,9 @@ class _Region:
             return None
         if pointer == "%tm.pt":
             self._agree(value)
+        if pointer in self.deposited:  # read only by the copy right after, from this vector
+            self.last_store = (pointer, scalar_bytes(type_name), type_name, self.vec(type_name, value))
+            return None
         own = self._own_element(pointer, type_name)
         if own:
             self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
@@ -978,6 +988,7 @@ class _Region:
             self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
         if loaded is not None:
             self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+            self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
             if spacing == 1:
                 self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
                                 f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
@@ -988,6 +999,7 @@ class _Region:
                              + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
         else:
             self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
+            self._prefetch(pointer_type, first, total * scalar_bytes(type_name), write=True)
             spread = data
             if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
                 spread = self.fresh("sp")
@@ -1001,6 +1013,20 @@ class _Region:
                          f"  br label %{labels[2]}", f"{labels[2]}:"]
             if loaded is not None:
                 self.out.append(f"  {loaded} = phi {vector} [ {loaded}.c, %{labels[0]} ], [ {loaded}.g, %{labels[1]} ]")
+
+    def _prefetch(self, pointer_type: str, first: str, span: int, write: bool = False) -> None:
+        """Asks for the lines the lanes PREFETCH_LANES threads on will read (or `write`),
+        where these lanes access `span` bytes of device memory from `first` (their
+        addresses, checked consecutive or evenly spaced, grow with the thread)."""
+        if pointer_type != "ptr addrspace(1)" or not PREFETCH_LANES:
+            return
+        call = f"llvm.prefetch.{mangled(pointer_type)}"
+        self.declare(call, f"declare void @{call}({pointer_type}, i32, i32, i32)")
+        ahead = span * PREFETCH_LANES // WIDTH
+        for line in range(0, span, 64):
+            at = self.fresh("pre")
+            self.out += [f"  {at} = getelementptr i8, {pointer_type} {first}, i64 {ahead + line}",
+                         f"  call void @{call}({pointer_type} {at}, i32 {int(write)}, i32 3, i32 1)"]
 
     def _copy(self, value: str, type_name: str, target_type: str, target: str) -> None:
         """An aggregate loaded only to be stored: copied element by element; between a
@@ -1197,3 +1223,33 @@ class _Region:
         if name is not None:
             self.out.append(f"  {name} = freeze {result} {previous}")
             self.varying[name] = return_type
+
+
+def _only_deposited(name: str, lines: List[str]) -> bool:
+    """Whether allocation `name` is only ever stored to as a whole scalar of 1, 2, 4 or 8
+    bytes and read by a copy of those bytes right after (a deposit's buffer: regions.py puts
+    only its slot's address between): the copy then takes the stored vector (_small_copy)
+    and the store itself, a scatter into the lanes' copies, is not needed."""
+    stored, copied = None, False
+    for line in lines:
+        if name not in LOCAL.findall(line) or " = alloca " in line:
+            if not re.match(r"^\s*%\S+ = (?:getelementptr|alloca) ", line):
+                stored = None
+            continue
+        text = strip_metadata(line.strip())
+        if text.startswith("store "):
+            parts = split_operands(text[len("store "):])
+            if len(parts) < 2 or typed(parts[1])[1] != name or name in LOCAL.findall(parts[0]):
+                return False
+            stored = scalar_bytes(typed(parts[0])[0]) if SCALAR.match(typed(parts[0])[0]) else None
+            continue
+        copy = re.match(r"^(?:tail )?call void @llvm\.mem(?:cpy|move)\.\S+\((.*)\)$", text)
+        if not copy:
+            return False
+        arguments = [typed(a) for a in split_operands(copy.group(1))]
+        if (len(arguments) != 4 or arguments[1][1] != name or arguments[0][1] == name
+                or arguments[2][1] not in ("1", "2", "4", "8") or int(arguments[2][1]) != stored
+                or arguments[3] != ("i1", "false")):
+            return False
+        stored, copied = None, True
+    return copied

@@ -318,8 +318,9 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...],
     (_multiply) or a row of two products of one A (_multiply_pair); D[r] = fma(A[r][7], B[7],
     ... fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane
     computing its elements. A C place at or past _KEPT is in the kept area (ptr kept); then
-    `keeps` lists (staged D, kept offset) pairs copied there once every D is computed, and
-    the lanes that did not take part count as zeros in the kept matrices too."""
+    `keeps` lists (staged D, kept offset) pairs copied there once every D is computed. The
+    kept elements of lanes that did not take part are not cleared: an element of C reaches
+    only the same element of D, which only its own lane reads."""
     lines = ["%ignored = alloca <2 x float>, align 8",
              f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
              "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
@@ -335,17 +336,7 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...],
                       f"store <2 x float> zeroinitializer, ptr {at}, align 4"]
     count = len(places)
     lines += ["%k.next = add i32 %k, 1", f"%k.more = icmp ult i32 %k.next, {count}",
-              f"br i1 %k.more, label %clear, label %{'clear.kept' if keeps else 'product'}"]
-    if keeps:
-        lines += ["clear.kept:"]
-        for _, at in keeps:
-            for lane, (row, column) in _POSITIONS.items():
-                z = f"%y{at}.{lane}"
-                lines += [f"{z}.p = getelementptr i8, ptr %kept, i32 {at + (row * 8 + column) * 4}",
-                          f"{z} = select i1 %absent{lane}, ptr {z}.p, ptr %ignored",
-                          f"store <2 x float> zeroinitializer, ptr {z}, align 4"]
-        lines += ["br label %product"]
-    lines += ["product:"]
+              "br i1 %k.more, label %clear, label %product", "product:"]
     m = 0
     while m < count:
         (a, b, c), d = places[m], m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES

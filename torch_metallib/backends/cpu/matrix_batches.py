@@ -207,7 +207,9 @@ def _keep_accumulators(body: List[str], areas: Iterator[int], declarations: Dict
                     result = defined.get(root(back, (_KEEPS_FRAGMENT, _NARROWS_PAIR)), "")
                     extract = re.match(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} {re.escape(call.group(2))}, (\d+)$", result)
                     type_name = phi.split(" = phi ")[1].split(" [")[0]
-                    if extract and enter != block.name and type_name in ("<2 x float>", "<64 x float>") \
+                    if enter not in found and enter.isdigit() and "" in found:
+                        enter = ""  # the entry block, printed without its label (numbered ones have theirs)
+                    if extract and enter in found and enter != block.name and type_name in ("<2 x float>", "<64 x float>") \
                             and _chain_start(sources, int(extract.group(1))) == m:
                         kept[m] = (int(extract.group(1)), initial, type_name, enter)
                         break

@@ -299,8 +299,8 @@ def test_a_loops_accumulators_are_kept_in_lane_loops_only():
 
 @pytest.mark.parametrize("threads,steps", [(32, 5), (32, 1), (24, 3)])
 def test_kept_accumulators_give_the_coroutines_bits(threads, steps):
-    # Lane loops (kept accumulators) against a checked call (coroutines, C staged every
-    # k-step), twice: the second launch finds the first one's D in the kept area. With 24
+    # Lane loops (kept accumulators; vector lanes alike) against a checked call (coroutines,
+    # C staged every k-step), twice: the second launch finds the first one's D in the kept area. With 24
     # threads, lanes 24-31 do not exist and their elements count as zeros in every step.
     g = torch.Generator().manual_seed(43 + steps)
     a, a2, b = (torch.randn(steps, 8, 8, generator=g) for _ in range(3))
@@ -311,7 +311,7 @@ def test_kept_accumulators_give_the_coroutines_bits(threads, steps):
         d1, d3 = torch.full((8, 8), SENTINEL), torch.full((8, 8), SENTINEL)
         kernel(a, a2, b, c, d1, torch.tensor([float(steps)]), d3, threads=threads, group_size=32, checked=checked)
         results.append((d1, d3, kernel.cpu_scheme))
-    assert [r[2] for r in results] == ["lanes", "coroutines", "lanes"]
+    assert results[0][2] == results[2][2] in ("lanes", "vector") and results[1][2] == "coroutines"
     for lanes in (results[0], results[2]):
         assert torch.equal(lanes[0].view(torch.int32), results[1][0].view(torch.int32))
         assert torch.equal(lanes[1].view(torch.int32), results[1][1].view(torch.int32))

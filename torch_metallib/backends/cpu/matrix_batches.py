@@ -178,6 +178,46 @@ def _keep_accumulators(body: List[str], areas: Iterator[int], declarations: Dict
     memory (the module's docstring)."""
     found = blocks(body)
     defined = {m.group(1): line for line in body for m in [DEFINITION.match(line)] if m}
+    edits: Dict[str, str] = {}  # a batch's call (each defines a value of its own) -> its replacement
+    entering: Dict[str, List[str]] = {}  # block -> keep calls before its terminator
+    for block in found.values():
+        for line in block.lines:
+            call = "@" + BATCH_PREFIX in line and _BATCH_CALL.match(line)
+            kept = call and _kept_products(block, call, found, defined)
+            if not kept:
+                continue
+            words, args = call.group(4).split("_"), split_operands(call.group(6))
+            area = next(areas)
+            for slot, (m, (j, initial, type_name, enter)) in enumerate(sorted(kept.items())):
+                words[m] = f"k{j}{words[m][1:]}"
+                args[3 * m + 2] = "<64 x float> poison"
+                keep = f"{KEEP_PREFIX}.{area}.{slot}.{len(kept)}"
+                entering.setdefault(enter, []).append(f"  call void @{keep}({type_name} {initial})")
+                declarations[keep] = f"declare void @{keep}({type_name})"
+            old, name = f"{BATCH_PREFIX}.{call.group(4)}.{call.group(5)}", f"{BATCH_PREFIX}.{'_'.join(words)}.kept{area}.{call.group(5)}"
+            declarations[name] = declarations[old].replace(f"@{old}(", f"@{name}(")
+            edits[line] = f"{call.group(1)}{name}({', '.join(args)})"
+    out: List[str] = []
+    for block in found.values():
+        lines = [edits.get(line, line) for line in block.lines]
+        end = _terminator(lines)
+        out += ([block.label] if block.label is not None else []) + lines[:end] + entering.get(block.name, []) + lines[end:]
+    return out
+
+
+def _terminator(lines: List[str]) -> int:
+    """The index of a block's last instruction (its terminator)."""
+    return max(i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(";"))
+
+
+def _kept_products(block, call, found, defined: Dict[str, str]) -> Dict[int, Tuple[int, str, str, str]]:
+    """Product m -> (j, the loop's first C, its type, the block entering the loop) for each
+    product of the batch `call` in `block` whose C is a phi of `block` that the loop's back
+    edge feeds from product j's D, j accumulating onto m's C (the module's docstring)."""
+    phis = {DEFINITION.match(line).group(1): line for line in block.phis()}
+    words, args = call.group(4).split("_"), split_operands(call.group(6))
+    if not phis or call.group(3) != "{ " + ", ".join(["<64 x float>"] * len(words)) + " }":
+        return {}
 
     def root(value: str, patterns) -> str:  # the value whose lane elements `value` holds
         while value in defined:
@@ -187,51 +227,25 @@ def _keep_accumulators(body: List[str], areas: Iterator[int], declarations: Dict
             value = match.group(2)
         return value
 
-    edits: Dict[str, str] = {}  # a batch's call (each defines a value of its own) -> its replacement
-    entering: Dict[str, List[str]] = {}  # block -> keep calls before its terminator
-    for block in found.values():
-        phis = {DEFINITION.match(line).group(1): line for line in block.phis()}
-        for line in block.lines:
-            call = "@" + BATCH_PREFIX in line and _BATCH_CALL.match(line)
-            if not call or not phis or call.group(3) != "{ " + ", ".join(["<64 x float>"] * len(call.group(4).split("_"))) + " }":
-                continue
-            words, args = call.group(4).split("_"), split_operands(call.group(6))
-            sources = [None if w[0] in "ck" else int(re.match(r"\d+", w).group(0)) for w in words]
-            kept: Dict[int, Tuple[int, str, str, str]] = {}  # product -> (j, initial value, its type, entering block)
-            for m, word in enumerate(words):
-                phi = word.startswith("c") and phis.get(root(args[3 * m + 2].split(" ")[-1], (_KEEPS_FRAGMENT, _WIDENS_PAIR)))
-                incoming = phi and _PHI_INCOMING.findall(phi)
-                if not incoming or len(incoming) != 2:
-                    continue
-                for (back, _), (initial, enter) in (incoming, incoming[::-1]):
-                    result = defined.get(root(back, (_KEEPS_FRAGMENT, _NARROWS_PAIR)), "")
-                    extract = re.match(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} {re.escape(call.group(2))}, (\d+)$", result)
-                    type_name = phi.split(" = phi ")[1].split(" [")[0]
-                    if enter not in found and enter.isdigit() and "" in found:
-                        enter = ""  # the entry block, printed without its label (numbered ones have theirs)
-                    if extract and enter in found and enter != block.name and type_name in ("<2 x float>", "<64 x float>") \
-                            and _chain_start(sources, int(extract.group(1))) == m:
-                        kept[m] = (int(extract.group(1)), initial, type_name, enter)
-                        break
-            if not kept:
-                continue
-            area = next(areas)
-            for slot, (m, (j, initial, type_name, enter)) in enumerate(sorted(kept.items())):
-                words[m] = f"k{j}{words[m][1:]}"
-                args[3 * m + 2] = "<64 x float> poison"
-                keep = f"{KEEP_PREFIX}.{area}.{slot}.{len(kept)}"
-                entering.setdefault(enter, []).append(f"  call void @{keep}({type_name} {initial})")
-                declarations[keep] = f"declare void @{keep}({type_name})"
-            name = f"{BATCH_PREFIX}.{'_'.join(words)}.kept{area}.{call.group(5)}"
-            declarations[name] = declarations[f"{BATCH_PREFIX}.{call.group(4)}.{call.group(5)}"].replace(
-                f"@{BATCH_PREFIX}.{call.group(4)}.{call.group(5)}(", f"@{name}(")
-            edits[line] = f"{call.group(1)}{name}({', '.join(args)})"
-    out: List[str] = []
-    for block in found.values():
-        lines = [edits.get(line, line) for line in block.lines]
-        end = max(i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(";"))
-        out += ([block.label] if block.label is not None else []) + lines[:end] + entering.get(block.name, []) + lines[end:]
-    return out
+    sources = [None if w[0] in "ck" else int(re.match(r"\d+", w).group(0)) for w in words]
+    kept: Dict[int, Tuple[int, str, str, str]] = {}
+    for m, word in enumerate(words):
+        phi = word.startswith("c") and phis.get(root(args[3 * m + 2].split(" ")[-1], (_KEEPS_FRAGMENT, _WIDENS_PAIR)))
+        incoming = phi and _PHI_INCOMING.findall(phi)
+        type_name = phi and phi.split(" = phi ")[1].split(" [")[0]
+        if not incoming or len(incoming) != 2 or type_name not in ("<2 x float>", "<64 x float>"):
+            continue
+        for (back, _), (initial, enter) in (incoming, incoming[::-1]):
+            if enter not in found and enter.isdigit() and "" in found:
+                enter = ""  # the entry block, printed without its label (numbered ones have theirs)
+            result = defined.get(root(back, (_KEEPS_FRAGMENT, _NARROWS_PAIR)), "")
+            extract = re.match(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} {re.escape(call.group(2))}, (\d+)$", result)
+            # The keep call goes before the entering block's branch (not into a switch's cases).
+            branch = enter in found and enter != block.name and found[enter].lines[_terminator(found[enter].lines)].lstrip().startswith("br ")
+            if extract and branch and _chain_start(sources, int(extract.group(1))) == m:
+                kept[m] = (int(extract.group(1)), initial, type_name, enter)
+                break
+    return kept
 
 
 def batch_matrix_products(text: str, unroll: Callable[[str], str], keep_accumulators: bool = False) -> str:

@@ -7,6 +7,7 @@ r = ((l >> 4) << 2) | ((l >> 1) & 3) and c = ((l >> 3) & 1) * 4 + (l & 1) * 2.
 """
 
 import functools
+import pathlib
 import re
 
 import llvmlite.binding as llvm
@@ -238,3 +239,105 @@ def test_elements_no_lane_holds_are_not_carried():
     assert "%p = shufflevector <64 x float> %a, <64 x float> poison, <64 x i32> <i32 0, i32 1, i32 66" in text
     # %p holds %a's lane elements: staged once, as d1's A.
     assert _batches(text, factors=True) == ([["c", "ca0b0"]], 0)
+
+
+# --- accumulators a loop keeps between runs of its batch (lane loops) --------------------
+
+_LOAD = "call <64 x float> @air.simdgroup_matrix_8x8_load.v64f32.p1f32"
+# The batched fixture's kernel with its products in a loop: for i < n (D2[0], a float so the
+# loop is not unrolled), c = A2_i B_i + (A_i B_i + c) through thread_elements' shuffle and
+# e = A_i B_i + (A2_i B_i + e), from c = e = C; c into D1, e into D3. Each k-step's four
+# products are one batch, and both accumulators come back to it through the loop's phis.
+_LOOP_BODY = f"""define weak_odr void @simdgroup_matrix_batched(ptr addrspace(1) noundef "air-buffer-no-alias" %A, ptr addrspace(1) noundef "air-buffer-no-alias" %A2, ptr addrspace(1) noundef "air-buffer-no-alias" %B, ptr addrspace(1) noundef "air-buffer-no-alias" %C, ptr addrspace(1) noundef "air-buffer-no-alias" %D1, ptr addrspace(1) noundef "air-buffer-no-alias" %D2, ptr addrspace(1) noundef "air-buffer-no-alias" %D3) local_unnamed_addr #0 {{
+start:
+  %c0 = {_LOAD}(ptr addrspace(1) %C, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  %nf = load float, ptr addrspace(1) %D2, align 4
+  %n = fptoui float %nf to i64
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %start ], [ %i.next, %loop ]
+  %c = phi <64 x float> [ %c0, %start ], [ %c2, %loop ]
+  %e = phi <64 x float> [ %c0, %start ], [ %e2, %loop ]
+  %at = mul i64 %i, 64
+  %pa = getelementptr float, ptr addrspace(1) %A, i64 %at
+  %pa2 = getelementptr float, ptr addrspace(1) %A2, i64 %at
+  %pb = getelementptr float, ptr addrspace(1) %B, i64 %at
+  %a = {_LOAD}(ptr addrspace(1) %pa, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  %a2 = {_LOAD}(ptr addrspace(1) %pa2, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  %b = {_LOAD}(ptr addrspace(1) %pb, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  %c1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %c) #2
+  %e1 = {_MMA}(<64 x float> %a2, <64 x float> %b, <64 x float> %e) #2
+  %c1k = shufflevector <64 x float> %c1, <64 x float> poison, {_KEEP}
+  %c2 = {_MMA}(<64 x float> %a2, <64 x float> %b, <64 x float> %c1k) #2
+  %e2 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %e1) #2
+  %i.next = add i64 %i, 1
+  %more = icmp ult i64 %i.next, %n
+  br i1 %more, label %loop, label %done
+done:
+  tail call void @air.simdgroup_matrix_8x8_store.v64f32.p1f32(<64 x float> %c2, ptr addrspace(1) %D1, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  tail call void @air.simdgroup_matrix_8x8_store.v64f32.p1f32(<64 x float> %e2, ptr addrspace(1) %D3, i64 8, <2 x i64> zeroinitializer, i1 false) #2
+  ret void
+}}"""
+
+
+@functools.lru_cache(maxsize=None)
+def _loop_fixture():
+    name = "simdgroup_matrix_batched"
+    text = (pathlib.Path(__file__).parent / "fixtures" / "collectives" / f"{name}.ll").read_text()
+    text = re.sub(r"define weak_odr void @simdgroup_matrix_batched\(.*?\n}", lambda _: _LOOP_BODY, text, flags=re.S)
+    module = llvm.parse_assembly(text, context=llvm.create_context())
+    module.verify()
+    return tm.load(tm.pack([tm.FunctionSource(name, module.as_bitcode())]))[name]
+
+
+def test_a_loops_accumulators_are_kept_in_lane_loops_only():
+    # Products 0 and 1 start from the loop's phis, whose next values are products 2 and 3.
+    kernel = _loop_fixture()
+    assert _batches(lowered_ir(kernel, {}, "t", True, lanes=True)) == ([["k2", "k3", "0", "1"]], 0)
+    assert _batches(lowered_ir(kernel, {}, "t", True)) == ([["c", "c", "0", "1"]], 0)
+
+
+@pytest.mark.parametrize("threads,steps", [(32, 5), (32, 1), (24, 3)])
+def test_kept_accumulators_give_the_coroutines_bits(threads, steps):
+    # Lane loops (kept accumulators; vector lanes alike) against a checked call (coroutines,
+    # C staged every k-step), twice: the second launch finds the first one's D in the kept area. With 24
+    # threads, lanes 24-31 do not exist and their elements count as zeros in every step.
+    g = torch.Generator().manual_seed(43 + steps)
+    a, a2, b = (torch.randn(steps, 8, 8, generator=g) for _ in range(3))
+    c = torch.randn(8, 8, generator=g)
+    kernel = _loop_fixture()
+    results = []
+    for checked in (False, True, False):
+        d1, d3 = torch.full((8, 8), SENTINEL), torch.full((8, 8), SENTINEL)
+        kernel(a, a2, b, c, d1, torch.tensor([float(steps)]), d3, threads=threads, group_size=32, checked=checked)
+        results.append((d1, d3, kernel.cpu_scheme))
+    assert results[0][2] == results[2][2] in ("lanes", "vector") and results[1][2] == "coroutines"
+    for lanes in (results[0], results[2]):
+        assert torch.equal(lanes[0].view(torch.int32), results[1][0].view(torch.int32))
+        assert torch.equal(lanes[1].view(torch.int32), results[1][1].view(torch.int32))
+    present = _held_by(range(threads))
+    c1, e1 = (torch.where(present, c, 0.0).double(),) * 2
+    for i in range(steps):
+        ai, a2i, bi = (torch.where(present, m[i], 0.0).double() for m in (a, a2, b))
+        c1, e1 = a2i @ bi + (ai @ bi + c1), ai @ bi + (a2i @ bi + e1)
+    for actual, want in ((results[0][0], c1), (results[0][1], e1)):
+        torch.testing.assert_close(actual.double(), torch.where(present, want, SENTINEL), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("split,kept", [(False, [["k1", "0"]]), (True, [["c", "0"]])])
+def test_only_a_phi_of_the_batchs_own_block_is_kept(split, kept):
+    # With the products in a block of their own, the batch need not run once per run of the
+    # phi's block (it might sit in an inner loop): the accumulator is staged as before.
+    middle = "  br label %body\nbody:\n" if split else ""
+    body = f"""  br label %loop
+loop:
+  %acc = phi <64 x float> [ %c, %0 ], [ %d2, %{"body" if split else "loop"} ]
+{middle}  %d1 = {_MMA}(<64 x float> %a, <64 x float> %b, <64 x float> %acc)
+  %d2 = {_MMA}(<64 x float> %b, <64 x float> %a, <64 x float> %d1)
+  %more = load i1, ptr %out
+  br i1 %more, label %loop, label %done
+done:"""
+    text = batch_matrix_products(_HEAD + body + "\n  ret void\n}\n", lambda module: module, keep_accumulators=True)
+    llvm.parse_assembly(text, context=llvm.create_context()).verify()
+    assert _batches(text) == (kept, 0)
+    assert ("call void @tm.simdgroup_matrix_8x8.keep.0.0.1(<64 x float> %c)" in text) == (not split)

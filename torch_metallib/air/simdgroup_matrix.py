@@ -19,17 +19,23 @@ stays in the memory's (column, row) coordinates].
 
 import functools
 import re
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _exchange, _staged_exchange
+from .collectives import MASK_OFFSET, WAIT_ALLOCA, _definition, _exchange, _staged_exchange, simd_position
 from .target import Target
 from .intrinsics import SIMD_WIDTH, element_type, is_float_type
+from ..reflection.ir_model import substitute
 
-__all__ = ["define_matrix", "define_product_batch", "BATCH_PREFIX"]
+__all__ = ["define_matrix", "define_product_batch", "define_kept_accumulator", "BATCH_PREFIX", "KEEP_PREFIX"]
 
 # Products that backends/cpu/matrix_batches.py gathers into one exchange, as one call of
 # ``<BATCH_PREFIX>.<sources>.<overload>`` (define_product_batch).
 BATCH_PREFIX = "tm.simdgroup_matrix_8x8.multiply_accumulate_batch"
+# A float accumulator that a loop's batch keeps in memory between its runs (lane loops only):
+# ``<KEEP_PREFIX>.<area>.<slot>.<slots>(value)`` writes the lane's elements of the loop's
+# first C there (define_kept_accumulator); the batch's product word ``k<j>`` reads C there and
+# leaves product j's D there for the next run, in area ``kept<area>`` of its name.
+KEEP_PREFIX = "tm.simdgroup_matrix_8x8.keep"
 
 _PREFIX = "air.simdgroup_matrix_8x8_"
 
@@ -152,11 +158,15 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
     if not name.startswith(BATCH_PREFIX + "."):
         return None
     results = re.findall(r"<64 x \w+>", ret)
-    words = [_WORD.fullmatch(word) for word in name[len(BATCH_PREFIX) + 1:].split(".")[0].split("_")]
+    parts = name[len(BATCH_PREFIX) + 1:].split(".")
+    words = [_WORD.fullmatch(word) for word in parts[0].split("_")]
+    area = int(parts[1][4:]) if len(parts) > 1 and re.fullmatch(r"kept\d+", parts[1]) else None
     if not results or not all(words) or len(words) != len(results) \
             or len(params) != 3 * len(results) or not all(p.startswith("<64 x ") for p in params):
         return None
-    sources = [None if word.group(1) == "c" else int(word.group(1)) for word in words]
+    sources = [None if word.group(1)[0] in "ck" else int(word.group(1)) for word in words]
+    # Kept accumulators: product m -> the product j whose D is m's C in the next run.
+    kept = {m: int(word.group(1)[1:]) for m, word in enumerate(words) if word.group(1)[0] == "k"}
     # Where each product's A and B are staged: its own factor unless it names an earlier one.
     factors = [[int(word.group(2 + i)) if word.group(2 + i) else 3 * m + i for i in (0, 1)]
                for m, word in enumerate(words)]
@@ -164,15 +174,43 @@ def define_product_batch(ret: str, name: str, params: List[str], target: Target)
             k != 3 * m + i and (k >= 3 * m + i or k % 3 == 2 or factors[k // 3][k % 3] != k)  # B may be its own A
             for m, pair in enumerate(factors) for i, k in enumerate(pair)):
         return None
-    lines, multiply = _products(params, results, sources, target, factors)
+    if kept and (area is None or any(r != "<64 x float>" for r in results)
+                 or any(j >= len(results) or _chain_start(sources, j) != m for m, j in kept.items())):
+        return None  # a kept D goes back unrounded: float accumulators only
+    lines, multiply = _products(params, results, sources, target, factors, kept, area)
     return _definition(ret, name, params, lines), [multiply, _FMA]
 
 
-_WORD = re.compile(r"(c|\d+)(?:a(\d+))?(?:b(\d+))?")
+_WORD = re.compile(r"(c|k\d+|\d+)(?:a(\d+))?(?:b(\d+))?")
+
+
+def _chain_start(sources: List[Optional[int]], j: int) -> int:
+    """The product whose own C starts the chain of accumulations that ends in product j."""
+    while j < len(sources) and sources[j] is not None:
+        j = sources[j]
+    return j
+
+
+def define_kept_accumulator(ret: str, name: str, params: List[str], target: Target) -> Optional[Tuple[str, List[str]]]:
+    """(definition, declarations) of ``<KEEP_PREFIX>.<area>.<slot>.<slots>(<2 x float> or <64 x
+    float>)``: the lane's two elements written into slot `slot` (a row-major 8x8 float
+    matrix) of the SIMD-group's kept area `area` of `slots` matrices. None if malformed."""
+    match = re.fullmatch(re.escape(KEEP_PREFIX) + r"\.(\d+)\.(\d+)\.(\d+)", name)
+    if not match or ret != "void" or params not in (["<2 x float>"], ["<64 x float>"]):
+        return None
+    area, slot, slots = (int(g) for g in match.groups())
+    pair = ["%v.e = shufflevector <64 x float> %a0, <64 x float> poison, <2 x i32> <i32 0, i32 1>"] \
+        if params[0] == "<64 x float>" else ["%v.e = bitcast <2 x float> %a0 to <2 x float>"]
+    pair += ["%v = fadd <2 x float> %v.e, <float -0.0, float -0.0>"]  # as a staged C is (_to_float)
+    lines = (target.kept_matrices(area, slots * _MATRIX_BYTES) + simd_position("urem", "%lane") + _element_offset("")
+             + pair + [f"%o = add i32 %at, {slot * _MATRIX_BYTES}", "%p = getelementptr i8, ptr %kept, i32 %o",
+                       "store <2 x float> %v, ptr %p, align 4"])
+    return _definition("void", name, params, lines), []
 
 
 def _products(params: List[str], results: List[str], sources: List[Optional[int]], target: Target,
-              factors: Optional[List[List[int]]] = None) -> Tuple[List[str], str]:
+              factors: Optional[List[List[int]]] = None, kept: Optional[Dict[int, int]] = None,
+              area: Optional[int] = None) -> Tuple[List[str], str]:
     """(lines leaving %r, the definition of the multiply_batch they call): D = A*B + C for
     each (A, B, C) of `params` in turn (a struct of them if more than one), C being product
     j's D where sources[m] = j, A and B staged as factors[m] (3 * product + 0 or 1: its
@@ -180,12 +218,16 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
     SIMD-group's staging memory (tm_rt_simd_stage): per product, A, B and C as row-major
     8x8 matrices (the A and B only where its own); the first lane to read the completed
     exchange computes every product (_multiply_batch), each D in place of its C, and every
-    lane reads its pair of each D."""
+    lane reads its pair of each D. A kept product m (`kept`: m -> j) stages no C: it is in
+    slot (m's rank in `kept`) of the SIMD-group's kept area `area` (Target.kept_matrices),
+    where the multiply leaves product j's D for the next run."""
     count = len(results)
+    kept = kept or {}
     factors = factors or [[3 * m, 3 * m + 1] for m in range(count)]
-    fill = _lane_position() + ["%row8 = mul i32 %row, 8", "%elem = add i32 %row8, %col", "%at = mul i32 %elem, 4"]
+    slot = {m: i for i, m in enumerate(sorted(kept))}
+    fill = _element_offset("")
     for m in range(count):
-        for index, operand in enumerate("abc" if sources[m] is None else "ab"):
+        for index, operand in enumerate("abc" if sources[m] is None and m not in kept else "ab"):
             if index < 2 and factors[m][index] != 3 * m + index:
                 continue  # staged as an earlier product's factor
             type_name = params[3 * m + index]
@@ -199,15 +241,21 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
                       f"{value}.p = getelementptr i8, ptr %staged, i32 {value}.o",
                       f"store <2 x float> {value}.v, ptr {value}.p, align 4"]
     # Where each product's A, B and C are staged (C: its own, or an earlier product's D).
-    places = tuple(tuple(_factor_at(k) for k in factors[m]) + ((m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES,)
+    places = tuple(tuple(_factor_at(k) for k in factors[m]) + (
+        _KEPT + slot[m] * _MATRIX_BYTES if m in kept else (m if j is None else j) * _PRODUCT_BYTES + 2 * _MATRIX_BYTES,)
                    for m, j in enumerate(sources))
-    multiply, multiply_name = _multiply_batch(places)
+    keeps = tuple((j * _PRODUCT_BYTES + 2 * _MATRIX_BYTES, slot[m] * _MATRIX_BYTES) for m, j in sorted(kept.items()))
+    multiply, multiply_name = _multiply_batch(places, keeps)
     lines = [WAIT_ALLOCA] + _staged_exchange(str(count * _PRODUCT_BYTES), fill, target)
-    lines += ["br i1 %leads, label %compute, label %read", "compute:",
-              f"call void @{multiply_name}(ptr %staged, ptr %slots)", "br label %read", "read:"]
+    lines += ["br i1 %leads, label %compute, label %read", "compute:"]
+    if kept:
+        lines += target.kept_matrices(area, len(kept) * _MATRIX_BYTES)
+    lines += [f"call void @{multiply_name}(ptr %staged, ptr %slots{', ptr %kept' if kept else ''})",
+              "br label %read", "read:"]
+    lines += _element_offset(".read")
     for m, ret in enumerate(results):
         out = element_type(ret)
-        lines += [f"%d{m}.o = add i32 %at, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
+        lines += [f"%d{m}.o = add i32 %at.read, {m * _PRODUCT_BYTES + 2 * _MATRIX_BYTES}",
                   f"%d{m}.p = getelementptr i8, ptr %staged, i32 %d{m}.o",
                   f"%d{m} = load <2 x float>, ptr %d{m}.p, align 4"]
         for k in (0, 1):
@@ -226,6 +274,17 @@ def _products(params: List[str], results: List[str], sources: List[Optional[int]
     return lines, multiply
 
 
+def _element_offset(suffix: str) -> List[str]:
+    """%at<suffix>: the byte offset of the lane's first element in a staged row-major 8x8
+    float matrix, from %lane. Computed again after the exchange (suffix ".read"): where the
+    exchange cuts a lane loop, the lane's %lane is new there and %at would otherwise be kept
+    per thread across the wait."""
+    names = ["%r.hi", "%r.hi2", "%r.lo0", "%r.lo", "%row", "%c.hi0", "%c.hi1", "%c.hi", "%c.lo0", "%c.lo", "%col"]
+    position = [substitute(line, {name: name + suffix for name in names}) for line in _lane_position()]
+    return position + [f"%row8{suffix} = mul i32 %row{suffix}, 8", f"%elem{suffix} = add i32 %row8{suffix}, %col{suffix}",
+                       f"%at{suffix} = mul i32 %elem{suffix}, 4"]
+
+
 def _factor_at(k: int) -> int:
     """The byte offset in the staging memory of factor k (3 * product + 0 for A, 1 for B)."""
     return k // 3 * _PRODUCT_BYTES + k % 3 * _MATRIX_BYTES
@@ -235,6 +294,12 @@ _MULTIPLY_BATCH = "tm.simdgroup_matrix_8x8.multiply_batch"
 _FMA = "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)"
 _MATRIX_BYTES = 8 * 8 * 4
 _PRODUCT_BYTES = 3 * _MATRIX_BYTES  # A, B, then C (D once computed)
+_KEPT = 1 << 20  # places at or past this are in the kept area (at the place minus this), not staged
+
+
+def _address(place: int) -> Tuple[str, int]:
+    """(base pointer, byte offset) of a place of _multiply_batch."""
+    return ("%kept", place - _KEPT) if place >= _KEPT else ("%staged", place)
 
 # lane -> (row, column) of the first of the two elements it holds (the docstring's layout).
 _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) * 4 + (lane & 1) * 2)
@@ -242,7 +307,8 @@ _POSITIONS = {lane: (((lane >> 4) << 2) | ((lane >> 1) & 3), ((lane >> 3) & 1) *
 
 
 @functools.lru_cache(maxsize=None)  # the same text for every batch of the same products
-def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]:
+def _multiply_batch(places: Tuple[Tuple[int, int, int], ...],
+                    keeps: Tuple[Tuple[int, int], ...] = ()) -> Tuple[str, str]:
     """(definition, name) of ``void @tm.simdgroup_matrix_8x8.multiply_batch.<places>(ptr
     staged, ptr slots)``: for each product m in order, D = A*B + C from the staged matrices at
     byte offsets places[m] (C: product m's own third matrix or an earlier product's D), D
@@ -251,7 +317,10 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]
     the exchange's mask) count as zeros. Each 16-wide FMA takes two rows of a product
     (_multiply) or a row of two products of one A (_multiply_pair); D[r] = fma(A[r][7], B[7],
     ... fma(A[r][0], B[0], C[r])), the same operations, in the same order, as one lane
-    computing its elements."""
+    computing its elements. A C place at or past _KEPT is in the kept area (ptr kept); then
+    `keeps` lists (staged D, kept offset) pairs copied there once every D is computed. The
+    kept elements of lanes that did not take part are not cleared: an element of C reaches
+    only the same element of D, which only its own lane reads."""
     lines = ["%ignored = alloca <2 x float>, align 8",
              f"%mask.p = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %mask.p",
              "%all = icmp eq i32 %mask, -1", "br i1 %all, label %product, label %clear",
@@ -278,10 +347,19 @@ def _multiply_batch(places: Tuple[Tuple[int, int, int], ...]) -> Tuple[str, str]
         else:
             lines += _multiply(f"p{m}.", a, b, c, d)
             m += 1
+    for d, at in keeps:
+        for part in range(4):
+            value = f"%keep{at}.{part}"
+            lines += [f"{value}.s = getelementptr i8, ptr %staged, i32 {d + part * 64}",
+                      f"{value} = load <16 x float>, ptr {value}.s, align 4",
+                      f"{value}.k = getelementptr i8, ptr %kept, i32 {at + part * 64}",
+                      f"store <16 x float> {value}, ptr {value}.k, align 4"]
     lines += ["ret void"]
     name = f"{_MULTIPLY_BATCH}." + "_".join(".".join(str(at // _MATRIX_BYTES) for at in place) for place in places)
+    name += "".join(f".k{d // _MATRIX_BYTES}.{at // _MATRIX_BYTES}" for d, at in keeps)
+    parameters = "ptr %staged, ptr %slots" + (", ptr %kept" if keeps else "")
     body = "\n  ".join(lines)
-    return f"define internal void @{name}(ptr %staged, ptr %slots) noinline {{\nentry:\n  {body}\n}}", name
+    return f"define internal void @{name}({parameters}) noinline {{\nentry:\n  {body}\n}}", name
 
 
 def _multiply_pair(p: str, a: int, bs: Tuple[int, int], cs: Tuple[int, int], ds: Tuple[int, int]) -> List[str]:
@@ -291,8 +369,8 @@ def _multiply_pair(p: str, a: int, bs: Tuple[int, int], cs: Tuple[int, int], ds:
 
     def side_by_side(name: str, offsets: Tuple[int, int], row: int) -> List[str]:
         halves = [f"%{p}{name}{row}.{i}" for i in (0, 1)]
-        return [line for i, at in enumerate(offsets)
-                for line in (f"{halves[i]}.p = getelementptr i8, ptr %staged, i32 {at + row * 32}",
+        return [line for i, (base, at) in enumerate(map(_address, offsets))
+                for line in (f"{halves[i]}.p = getelementptr i8, ptr {base}, i32 {at + row * 32}",
                              f"{halves[i]} = load <8 x float>, ptr {halves[i]}.p, align 4")] + [
             f"%{p}{name}{row} = shufflevector <8 x float> {halves[0]}, <8 x float> {halves[1]}, "
             f"<16 x i32> <{', '.join(f'i32 {i}' for i in range(16))}>"]
@@ -329,8 +407,9 @@ def _multiply(p: str, a: int, b: int, c: int, d: int) -> List[str]:
         lines += [f"%{p}B{t}.p = getelementptr i8, ptr %staged, i32 {b + t * 32}",
                   f"%{p}B{t}.h = load <8 x float>, ptr %{p}B{t}.p, align 4",
                   f"%{p}B{t} = shufflevector <8 x float> %{p}B{t}.h, <8 x float> poison, <16 x i32> <{', '.join(f'i32 {i % 8}' for i in range(16))}>"]
+    c_base, c = _address(c)
     for r in range(0, 8, 2):
-        lines += [f"%{p}C{r}.p = getelementptr i8, ptr %staged, i32 {c + r * 32}",
+        lines += [f"%{p}C{r}.p = getelementptr i8, ptr {c_base}, i32 {c + r * 32}",
                   f"%{p}C{r} = load <16 x float>, ptr %{p}C{r}.p, align 4",
                   f"%{p}A{r}.p = getelementptr i8, ptr %staged, i32 {a + r * 32}",
                   f"%{p}A{r} = load <16 x float>, ptr %{p}A{r}.p, align 4"]

@@ -83,6 +83,11 @@ class Target:
         raise UnsupportedKernelError(f"{type(self).__name__} has no staged SIMD-group exchange "
                                      f"(simdgroup-matrix batches, tensor operations)")
 
+    def kept_matrices(self, area: int, bytes_: int) -> List[str]:
+        """%kept: `bytes_` bytes of the SIMD-group's memory numbered `area` that stays as
+        written between its exchanges (simdgroup-matrix accumulators a loop keeps there)."""
+        raise UnsupportedKernelError(f"{type(self).__name__} keeps no simdgroup matrices between exchanges")
+
     def reduce(self, combine: Callable[[str, str, str], List[str]], identity: str,
                type_name: str) -> Optional[Tuple[List[str], str]]:
         """(lines, result) of a reduction over every active lane of the first deposited

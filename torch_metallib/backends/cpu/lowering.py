@@ -43,7 +43,7 @@ from ...air.intrinsics import SIMD_WIDTH, define_intrinsic
 from ...air.module import define_intrinsics, internalize, retarget
 from ...air.private_arrays import clamp_private_array_indices
 from ...air.private_tensors import define_private_tensor
-from ...air.simdgroup_matrix import define_matrix, define_product_batch
+from ...air.simdgroup_matrix import define_kept_accumulator, define_matrix, define_product_batch
 from ...air.target import Target
 from ...air.tensor_ops import check_tensor_op_calls, define_tensor_op
 from ...reflection.ir_model import printed
@@ -85,6 +85,7 @@ def cpu_definition(ret: str, name: str, params: List[str],
                 ["declare void @llvm.trap()"])
     return (_host_intrinsic(ret, name, params) or define_atomic(ret, name, params)
             or define_matrix(ret, name, params, target) or define_product_batch(ret, name, params, target)
+            or define_kept_accumulator(ret, name, params, target)
             or define_collective(ret, name, params, target) or define_async_copy(ret, name, params, target)
             or define_tensor_op(ret, name, params, target) or define_private_tensor(ret, name, params))
 
@@ -243,7 +244,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     if cooperative:
         from .matrix_batches import batch_matrix_products  # only cooperative kernels need it
 
-        text = batch_matrix_products(text, unroll)
+        text = batch_matrix_products(text, unroll, keep_accumulators=lanes)
     target = LaneLoops() if lanes else COROUTINES
     text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target,
                              constructors)

@@ -23,6 +23,16 @@ uses a product's result moves with it when it is a pure computation (vector shuf
 arithmetic); anything else that needs a result ends the run before it, and so does any
 call that could wait (every call but LLVM's own intrinsics and the memory-less
 ``simdgroup_barrier(mem_none)``, a no-op here).
+
+In lane loops (`keep_accumulators`), a float accumulator that a loop passes from one run of
+its batch to the next stays in memory: where a product's C is (the lane elements of) a phi
+of the batch's own block, whose value from the loop's back edge is the D of a product of
+the same batch that accumulates onto that C, the product reads C from its SIMD-group's kept
+area (``k<j>`` in its word, ``kept<area>`` in the name) and the batch leaves product j's D
+there. The loop's first C is written there on the edge into the loop (``KEEP_PREFIX``), so
+lanes neither read D back nor stage C on every k-step. The batch's block runs once per
+iteration, so the area holds the previous iteration's D when the batch runs again; the
+elements are the same floats the lanes would have staged (float accumulators only).
 """
 
 import itertools
@@ -30,7 +40,7 @@ import re
 from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 from ...reflection.ir_model import DEFINITION, LOCAL, NAME, blocks, edit_function_bodies, opcode, split_operands
-from ...air.simdgroup_matrix import BATCH_PREFIX
+from ...air.simdgroup_matrix import BATCH_PREFIX, KEEP_PREFIX, _chain_start
 
 __all__ = ["batch_matrix_products", "BATCH_PREFIX", "MAX_BATCH"]
 
@@ -46,6 +56,10 @@ _KEEPS_FRAGMENT = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME
 _OTHER_ELEMENTS = re.compile(rf"(= shufflevector <64 x \w+> %{NAME}, )(<64 x \w+>) %{NAME}(, <64 x i32> <i32 0, i32 1[,>])")
 # A shuffle whose lane elements are a pair's: a fragment built from the lane's two elements.
 _WIDENS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <2 x \w+> (%{NAME}), .*<64 x i32> <i32 0, i32 1[,>]")
+# A shuffle of a fragment's lane elements (0 and 1) to a pair: the pair the lane holds.
+_NARROWS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME}), <64 x \w+> \S+, <2 x i32> <i32 0, i32 1>$")
+_BATCH_CALL = re.compile(rf"^(\s*(%{NAME}) = call (\{{[^}}]*\}}) @){re.escape(BATCH_PREFIX)}\.(\w+)\.([\w.]+)\((.*)\)$")
+_PHI_INCOMING = re.compile(rf"\[ ([^\[\]]+), %({NAME}) \]")
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
          "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
@@ -152,20 +166,97 @@ def _batch_block(lines: List[str], numbers: Iterator[int], declarations: Dict[st
     return out
 
 
-def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str, str]) -> List[str]:
+def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str, str], areas: Optional[Iterator[int]]) -> List[str]:
     out: List[str] = []
     for block in blocks(body).values():
         out += ([block.label] if block.label is not None else []) + _batch_block(block.lines, numbers, declarations)
+    return out if areas is None else _keep_accumulators(out, areas, declarations)
+
+
+def _keep_accumulators(body: List[str], areas: Iterator[int], declarations: Dict[str, str]) -> List[str]:
+    """`body` with the accumulators its loops pass from a batch to the same batch kept in
+    memory (the module's docstring)."""
+    found = blocks(body)
+    defined = {m.group(1): line for line in body for m in [DEFINITION.match(line)] if m}
+    edits: Dict[str, str] = {}  # a batch's call (each defines a value of its own) -> its replacement
+    entering: Dict[str, List[str]] = {}  # block -> keep calls before its terminator
+    for block in found.values():
+        for line in block.lines:
+            call = "@" + BATCH_PREFIX in line and _BATCH_CALL.match(line)
+            kept = call and _kept_products(block, call, found, defined)
+            if not kept:
+                continue
+            words, args = call.group(4).split("_"), split_operands(call.group(6))
+            area = next(areas)
+            for slot, (m, (j, initial, type_name, enter)) in enumerate(sorted(kept.items())):
+                words[m] = f"k{j}{words[m][1:]}"
+                args[3 * m + 2] = "<64 x float> poison"
+                keep = f"{KEEP_PREFIX}.{area}.{slot}.{len(kept)}"
+                entering.setdefault(enter, []).append(f"  call void @{keep}({type_name} {initial})")
+                declarations[keep] = f"declare void @{keep}({type_name})"
+            old, name = f"{BATCH_PREFIX}.{call.group(4)}.{call.group(5)}", f"{BATCH_PREFIX}.{'_'.join(words)}.kept{area}.{call.group(5)}"
+            declarations[name] = declarations[old].replace(f"@{old}(", f"@{name}(")
+            edits[line] = f"{call.group(1)}{name}({', '.join(args)})"
+    out: List[str] = []
+    for block in found.values():
+        lines = [edits.get(line, line) for line in block.lines]
+        end = _terminator(lines)
+        out += ([block.label] if block.label is not None else []) + lines[:end] + entering.get(block.name, []) + lines[end:]
     return out
 
 
-def batch_matrix_products(text: str, unroll: Callable[[str], str]) -> str:
+def _terminator(lines: List[str]) -> int:
+    """The index of a block's last instruction (its terminator)."""
+    return max(i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith(";"))
+
+
+def _kept_products(block, call, found, defined: Dict[str, str]) -> Dict[int, Tuple[int, str, str, str]]:
+    """Product m -> (j, the loop's first C, its type, the block entering the loop) for each
+    product of the batch `call` in `block` whose C is a phi of `block` that the loop's back
+    edge feeds from product j's D, j accumulating onto m's C (the module's docstring)."""
+    phis = {DEFINITION.match(line).group(1): line for line in block.phis()}
+    words, args = call.group(4).split("_"), split_operands(call.group(6))
+    if not phis or call.group(3) != "{ " + ", ".join(["<64 x float>"] * len(words)) + " }":
+        return {}
+
+    def root(value: str, patterns) -> str:  # the value whose lane elements `value` holds
+        while value in defined:
+            match = next((m for p in patterns for m in [p.match(defined[value])] if m), None)
+            if not match:
+                break
+            value = match.group(2)
+        return value
+
+    sources = [None if w[0] in "ck" else int(re.match(r"\d+", w).group(0)) for w in words]
+    kept: Dict[int, Tuple[int, str, str, str]] = {}
+    for m, word in enumerate(words):
+        phi = word.startswith("c") and phis.get(root(args[3 * m + 2].split(" ")[-1], (_KEEPS_FRAGMENT, _WIDENS_PAIR)))
+        incoming = phi and _PHI_INCOMING.findall(phi)
+        type_name = phi and phi.split(" = phi ")[1].split(" [")[0]
+        if not incoming or len(incoming) != 2 or type_name not in ("<2 x float>", "<64 x float>"):
+            continue
+        for (back, _), (initial, enter) in (incoming, incoming[::-1]):
+            if enter not in found and enter.isdigit() and "" in found:
+                enter = ""  # the entry block, printed without its label (numbered ones have theirs)
+            result = defined.get(root(back, (_KEEPS_FRAGMENT, _NARROWS_PAIR)), "")
+            extract = re.match(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} {re.escape(call.group(2))}, (\d+)$", result)
+            # The keep call goes before the entering block's branch (not into a switch's cases).
+            branch = enter in found and enter != block.name and found[enter].lines[_terminator(found[enter].lines)].lstrip().startswith("br ")
+            if extract and branch and _chain_start(sources, int(extract.group(1))) == m:
+                kept[m] = (int(extract.group(1)), initial, type_name, enter)
+                break
+    return kept
+
+
+def batch_matrix_products(text: str, unroll: Callable[[str], str], keep_accumulators: bool = False) -> str:
     """`text` with runs of independent products batched; the module is first unrolled
-    with `unroll` if it has products at all."""
+    with `unroll` if it has products at all. `keep_accumulators` (lane loops): loops keep
+    their float accumulators in memory between runs of a batch."""
     if "@air.simdgroup_matrix_8x8_multiply_accumulate." not in text:
         return text
     text = unroll(text)
     numbers = itertools.count()  # names the batches' results
+    areas = itertools.count() if keep_accumulators else None
     declarations: Dict[str, str] = {}
-    text = edit_function_bodies(text, lambda body: _batch_body(body, numbers, declarations))
+    text = edit_function_bodies(text, lambda body: _batch_body(body, numbers, declarations, areas))
     return text + "\n" + "\n".join(declarations.values()) + "\n"

@@ -83,6 +83,9 @@ _RET = re.compile(r"^\s*ret void")
 # lanes write before the deposit and read in the region after it.
 _STAGE = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
 _STAGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.staged\(\)")
+# A SIMD-group's kept area (simdgroup-matrix accumulators a loop keeps between its batches):
+# memory of its own in the context, the same in every region.
+_KEPT = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.kept\(i32 (\d+), i32 (\d+)\)")
 _THREAD = re.compile(r"= call i32 @tm_rt_thread_in_group\(\)( #\d+)?")
 _ALLOCA = re.compile(rf"^\s*(%{NAME}) = alloca (.*)$")
 # Dropped: stack save/restore around allocations, and lifetimes, which an allocation moved
@@ -365,6 +368,15 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     if staged:  # per SIMD-group, staged exchange and phase: as many bytes as the largest stages
         lines64 = (max(stage_bytes.values()) + 63) // 64
         fields.append(f"[{SIMD_WIDTH} x [{len(staged)} x [2 x [{lines64} x <16 x i32>]]]]")
+    kept_bytes: Dict[int, int] = {}
+    for line in body_lines:
+        asks = "@tm.lanes.kept(" in line and _KEPT.match(line)
+        if asks:
+            kept_bytes[int(asks.group(2))] = max(kept_bytes.get(int(asks.group(2)), 0), int(asks.group(3)))
+    kept_area = {area: i for i, area in enumerate(sorted(kept_bytes))}
+    kept_field = len(fields)
+    if kept_area:  # per SIMD-group and kept area: as many bytes as the largest asks
+        fields.append(f"[{SIMD_WIDTH} x [{len(kept_area)} x [{(max(kept_bytes.values()) + 63) // 64} x <16 x i32>]]]")
 
     def at(field_index: int, *indices: str) -> str:
         return (f"getelementptr inbounds {context_type}, ptr %ctx, i32 0, i32 {field_index}"
@@ -466,6 +478,9 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                         raise NotLanes("a staged exchange's memory is used away from its exchange")
                     value = phase_value(k, stage.re is _STAGE)
                     body.append(f"  {stage.group(1).strip()} = {at(staging_field, '%tm.simd', str(staged[k]), value)}")
+                elif marker and _KEPT.match(line):
+                    asks = _KEPT.match(line)
+                    body.append(f"  {asks.group(1).strip()} = {at(kept_field, '%tm.simd', str(kept_area[int(asks.group(2))]))}")
                 elif deposit:
                     k = b.marker
                     invariant.append(f"  %tm.area.{k} = {at(areas_field, '%tm.simd', str(site[k]), phase_value(k, True))}")

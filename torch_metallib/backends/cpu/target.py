@@ -25,7 +25,8 @@ RUNTIME_DECLARATIONS = ["declare void @tm_rt_barrier(i32)", THREAD_IN_GROUP,
                         "declare ptr @tm_rt_simd_exchange(ptr, i32, ptr, i32, i32)",
                         "declare ptr @tm_rt_simd_stage(i64, ptr, i32, i32)"]
 LANES_MARKERS = ["declare void @tm.lanes.barrier()", "declare void @tm.lanes.deposit(ptr, i32)",
-                 "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()"]
+                 "declare ptr @tm.lanes.exchanged()", "declare ptr @tm.lanes.stage(i64)", "declare ptr @tm.lanes.staged()",
+                 "declare ptr @tm.lanes.kept(i32, i32)"]
 
 
 class NotLanes(Exception):
@@ -119,14 +120,22 @@ class LaneLoops(_Memory):
     def staged_exchange(self, bytes_: str, fill: List[str]) -> List[str]:
         """The SIMD-group's staging memory of the exchange's phase (@tm.lanes.stage, filled
         through %staged.fill), then a deposit of no bytes; the region after it finds the
-        same memory as %staged (@tm.lanes.staged)."""
+        same memory as %staged (@tm.lanes.staged). %lane is taken again after the deposit
+        (the fill's is %lane.fill): the thread's index is at hand in every region, and a
+        lane's position kept across the wait would cost a store and a load per lane."""
         if not bytes_.isdigit():
             raise NotLanes("it stages an exchange of a run-time size (tensor operations)")
-        fill = [re.sub(r"%staged(?![-\w$.])", "%staged.fill", line) for line in fill]
-        return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + simd_position("urem", "%lane") + fill
+        fill = [re.sub(r"%(staged|lane)(?![-\w$.])", r"%\1.fill", line) for line in fill]
+        lane_fill = [line.replace("%thread", "%thread.fill") for line in simd_position("urem", "%lane.fill")]
+        return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + lane_fill + fill
                 + ["call void @tm.lanes.deposit(ptr null, i32 0)", "%slots = call ptr @tm.lanes.exchanged()",
                    "%staged = call ptr @tm.lanes.staged()", f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}",
-                   "%mask = load i32, ptr %maskp"] + self.claim())
+                   "%mask = load i32, ptr %maskp"] + simd_position("urem", "%lane") + self.claim())
+
+
+    def kept_matrices(self, area: int, bytes_: int) -> List[str]:
+        """The SIMD-group's kept area `area` in the context (@tm.lanes.kept)."""
+        return [f"%kept = call ptr @tm.lanes.kept(i32 {area}, i32 {bytes_})"]
 
 
 COROUTINES = Coroutines()  # stateless: the CPU's definitions where no scheme is given (the census)

@@ -408,27 +408,17 @@ def _agreeing_loop_region(bound="%n"):
             "tm.exit:", "  ret void", "}"]
 
 
-def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together():
+@pytest.mark.parametrize("bound", ["%n", "4", "16"])
+def test_a_loop_counter_lanes_agree_on_is_a_scalar_where_they_run_together(bound):
     """In a divergent part's convergent copy (its lanes agreed at every branch since they
     entered it) a value stored only there, only from values alike, and read only after the
-    part wrote it is one scalar: the loop's branch is a branch, no agreement checked."""
-    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region()))
+    part wrote it is one scalar: the loop's branch is a branch, no agreement checked. Every
+    part holding a loop has the copy, a short one (a thread's 4 reads) too."""
+    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region(bound)))
     assert vectorized == ["tm.region.0"] and not refused
     assert "  %j.slot.u = alloca i32" in text
     assert "  %u.j = load i32, ptr %j.slot.u" in text
     assert "  br i1 %u.more, label %head.u, label %done" in text
-
-
-@pytest.mark.parametrize("bound", ["4", "16"])
-def test_divergent_parts_without_a_long_loop_run_under_masks_only(bound):
-    """A divergent part whose loop leaves at a small constant count (a thread's 4 reads)
-    is emitted once, under masks: no convergent copy (it cost compile time for nothing
-    measurable), no agreement test; the lanes going into it go by their counters."""
-    text, vectorized, refused = vectorize_regions("\n".join(_agreeing_loop_region(bound)))
-    assert vectorized == ["tm.region.0"] and not refused
-    assert ".u:" not in text and "%j.slot.u" not in text
-    assert "call i1 @llvm.vector.reduce.and" not in text  # the lanes' agreement is not tested
-    assert f"  store <{WIDTH} x i32> %tm.to." in text and "br label %tm.part.pre" in text
 
 
 def test_lanes_going_apart_inside_a_loop_they_agreed_on(monkeypatch):

@@ -9,9 +9,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
-__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends", "long_loops"]
-
-SHORT_TRIPS = 16  # a loop leaving where a counter reaches a constant from 1 to this is short
+__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends"]
 
 
 
@@ -349,26 +347,6 @@ def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
                 head = position[target]
                 ends[head] = max(ends.get(head, head), _component_end(graph, position, head))
     return ends
-
-
-def long_loops(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
-               ends: Dict[int, int]) -> Set[str]:
-    """The heads of the loops that may run long: those leaving on a condition other than
-    a comparison with a constant from 1 to SHORT_TRIPS (a counter going up to it: MLX's
-    loops over a thread's 4 reads; one counting down to 0 may run long)."""
-    found = set()
-    for head, end in ends.items():
-        inside = set(order[head:end + 1])
-        for name in inside:
-            if all(s in inside for s in graph[name]):
-                continue
-            branch = re.match(r"^\s*br i1 (%[-\w.$]+),", lines_of[name][-1])
-            test = branch and next((line for line in lines_of[name]
-                                    if line.strip().startswith(f"{branch.group(1)} = icmp ")), None)
-            bound = test and re.search(r", (-?\d+)$", strip_metadata(test.strip()))
-            if not bound or not 0 < int(bound.group(1)) <= SHORT_TRIPS:
-                found.add(order[head])
-    return found
 
 
 def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:

@@ -58,7 +58,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
 from .regions import AGREEMENT_PHIS, SCAN
-from .vector_analysis import agreeing_slots, divergence, guess_strides, long_loops, loop_ends
+from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
@@ -244,10 +244,11 @@ class _Region:
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
         ends = loop_ends(graph, order)
-        # Only parts with a loop that may run long get convergent copies: there its blocks run
-        # many times, each under masks; elsewhere a copy costs compile time for little.
-        long = long_loops(order, graph, lines_of, ends)
-        self.copied = {id(p) for p in parts.values() if long & p.blocks}
+        # Only parts holding a loop get convergent copies: there its blocks run many times,
+        # each under masks (even a thread's 4 reads: without a copy MLX's looped softmax took
+        # 1.5x the time); elsewhere a copy costs compile time for little.
+        loops = {order[head] for head in ends}
+        self.copied = {id(p) for p in parts.values() if loops & p.blocks}
         agreeing = self.agreement = {key: found for key, found in agreeing_slots(
             order, graph, lines_of, self.slots, varying_slots, allocas - set(self.slots), parts).items()
             if key in self.copied} if self.copied else {}

@@ -118,9 +118,9 @@ class _Region:
     """One region function's body rewritten as vector lanes."""
 
     def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str],
-                 fields: Optional[Dict[str, Optional[int]]] = None):
+                 fields: Dict[str, Optional[int]]):
         self.blocks = ir_model.blocks(body)
-        self.fields = {} if fields is None else fields
+        self.fields = fields
         self.declarations = declarations
         self.out: List[str] = []
         self.counter = 0

@@ -523,7 +523,7 @@ def test_wide_device_accesses_ask_for_the_lines_of_lanes_two_simd_groups_on():
     assert f"call <{4 * WIDTH} x float> @llvm.masked.load.v{4 * WIDTH}f32.p1(" in text
     assert f"call <{WIDTH} x float> @llvm.masked.load.v{WIDTH}f32.p3(" in text  # wide, not prefetched
     assert f"call void @llvm.masked.store.v{WIDTH}f32.p0(" in text
-    read_span, write_span = 4 * WIDTH * 4, WIDTH * 4  # bytes the 16 lanes read and write
+    read_span, write_span = 4 * WIDTH * 4, WIDTH * 4  # bytes the lanes read and write
     offsets = {}
     for line in text.split("\n"):
         if " = getelementptr i8, ptr addrspace(1) " in line and ".pre." in line.split(" = ")[0]:
@@ -532,7 +532,7 @@ def test_wide_device_accesses_ask_for_the_lines_of_lanes_two_simd_groups_on():
                   for line in text.split("\n") if "call void @llvm.prefetch." in line]
     ahead = PREFETCH_LANES // WIDTH
     assert prefetches == ([(read_span * ahead + line, 0) for line in range(0, read_span, 64)]
-                          + [(write_span * ahead, 1)])
+                          + [(write_span * ahead + line, 1) for line in range(0, write_span, 64)])
     assert PREFETCH_LANES == 2 * 32
     assert "declare void @llvm.prefetch.p1(ptr addrspace(1), i32, i32, i32)" in text
 
@@ -560,3 +560,78 @@ def test_a_deposit_buffer_only_copied_right_after_its_store_is_not_written(read_
     assert f" = bitcast <{WIDTH} x float> %f to <{WIDTH} x i32>" in text
     assert f"call void @llvm.masked.scatter.v{WIDTH}i32.v{WIDTH}p0(<{WIDTH} x i32> " in text
     assert (f"call void @llvm.masked.scatter.v{WIDTH}f32.v{WIDTH}p0(<{WIDTH} x float> %f, " in text) == read_again
+
+
+def _special_floats(threads: int) -> torch.Tensor:
+    """Per SIMD-group: ordinary values; negatives among zeros of alternating sign (a maximum
+    that is a zero, whose sign the order decides); ordinary values with NaNs of two
+    payloads; positives among zeros of alternating sign and an infinity (a minimum that
+    is a zero); then again."""
+    g = torch.Generator().manual_seed(5)
+    lanes = torch.arange(32)
+    zeros = torch.where((lanes // 3) % 2 == 0, torch.tensor(0.0), torch.tensor(-0.0))
+    groups = [torch.randn(32, generator=g), torch.where(lanes % 3 == 0, zeros, -torch.rand(32, generator=g) - 1),
+              torch.randn(32, generator=g), torch.where(lanes % 3 == 1, zeros, torch.rand(32, generator=g) + 1)]
+    groups[3][30] = float("inf")
+    x = torch.cat(groups * (threads // 128 + 1))[:threads].contiguous()
+    bits = x.view(torch.int32)
+    bits[64 + 3], bits[64 + 9] = 0x7FC00001, 0x7FC00002  # NaNs in the third group
+    return x
+
+
+@pytest.mark.parametrize("threads,group", [(128, 64), (80, 40)])  # whole SIMD-groups, and partial ones
+@pytest.mark.parametrize("intrinsic,type_name", [
+    ("air.simd_max.f32", "float"), ("air.simd_min.f32", "float"), ("air.simd_sum.f32", "float"),
+    ("air.simd_product.f32", "float"), ("air.simd_max.s.i32", "i32"), ("air.simd_min.u.i32", "i32"),
+    ("air.simd_sum.s.i32", "i32"), ("air.simd_product.s.i32", "i32"), ("air.simd_xor.s.i32", "i32")])
+def test_simd_reductions_inside_a_region_give_the_lane_loops_bits(monkeypatch, intrinsic, type_name, threads, group):
+    """Vector lanes run a SIMD-group's exchange inside a region and reduce the deposited
+    vector in registers where the order cannot change the result (integers; a float
+    minimum or maximum without a NaN or a zero), a float sum or product of 32 lanes in the
+    fold's butterfly, else through the slots: the lane loops' bits for signed zeros, NaN
+    payloads and infinities, over whole and partial SIMD-groups."""
+    if type_name == "float" and ("max" in intrinsic or "min" in intrinsic):
+        x = _special_floats(threads)
+    elif type_name == "float":  # values whose sums and products the order changes in the last bits
+        x = 1 + torch.randn(threads, generator=torch.Generator().manual_seed(7)) / 3
+    else:
+        x = torch.randint(-2**31, 2**31, (threads,), generator=torch.Generator().manual_seed(6), dtype=torch.int32)
+        if "product" in intrinsic:
+            x = x % 5 - 2
+    out = torch.empty_like(x)
+    unsigned = ".u." in intrinsic
+    results, schemes = _schemes(lambda: air.simd_kernel(intrinsic, type_name, [type_name], unsigned=unsigned),
+                                monkeypatch, [out], x, out, threads=threads, group_size=group)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+
+
+def test_a_region_vector_lanes_refuse_with_an_exchange_inside_is_cut_at_its_exchanges(monkeypatch, caplog):
+    """A kernel whose exchange would be inside a region that vector lanes refuse (a call
+    they do not take: a saturating conversion, after a barrier) is cut at its exchanges as
+    well: that region stays a lane loop, the others are vector lanes, and the sums are the
+    lane loops'."""
+    body = ["%p = getelementptr float, ptr addrspace(1) %x, i64 %gid64", "%v = load float, ptr addrspace(1) %p",
+            "%m = call float @air.simd_sum.f32(float %v) #2", "%mp = getelementptr float, ptr addrspace(1) %first, "
+            "i64 %gid64", "store float %m, ptr addrspace(1) %mp", "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "%i = call i32 @llvm.fptosi.sat.i32.f32(float %v)", "%w = sitofp i32 %i to float",
+            "%s = call float @air.simd_sum.f32(float %w) #2",
+            "%op = getelementptr float, ptr addrspace(1) %out, i64 %gid64", "store float %s, ptr addrspace(1) %op"]
+    threads = 64
+    x = torch.randn(threads, generator=torch.Generator().manual_seed(8)) * 100
+    x[3], x[4] = float("nan"), 3e9
+    first, out = torch.empty(threads), torch.empty(threads)
+    make = lambda: air.library("refused", air.module_text(  # noqa: E731
+        "refused", body, [("x", "float", "air.read"), ("first", "float", "air.read_write"),
+                          ("out", "float", "air.read_write")],
+        _SIMD_SUM + ["declare i32 @llvm.fptosi.sat.i32.f32(float)", "declare void @air.wg.barrier(i32, i32) #1"],
+        collective=True))["refused"]
+    monkeypatch.setenv("TORCH_METALLIB_LOG", "debug")
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    with caplog.at_level(logging.DEBUG, logger="torch_metallib"):
+        results, schemes = _schemes(make, monkeypatch, [first, out], x, first, out, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    w = torch.where(x.isnan(), torch.tensor(0.0), x.clamp(-2**31, 2**31 - 128)).trunc()  # fptosi.sat
+    assert torch.allclose(results[1][1], torch.cat([w[:32].sum().expand(32), w[32:].sum().expand(32)]))
+    assert any("stays a lane loop: a call of @llvm.fptosi.sat" in record.getMessage() for record in caplog.records)

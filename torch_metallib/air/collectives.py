@@ -26,13 +26,13 @@ from .intrinsics import SIMD_WIDTH, element_type, is_float_type, overload_suffix
 from .target import MASK_OFFSET, RESULT_OFFSET, SITE_ORDER, SLOT_BYTES, WAIT_ALLOCA, Target
 
 __all__ = ["define_collective", "simd_position", "THREAD_IN_GROUP", "MASK_OFFSET", "SLOT_BYTES", "WAIT_ALLOCA",
-           "FOLD_PREFIX"]
+           "FOLD_PREFIX", "butterfly_of_halves", "reduction_identity"]
 
 # The running thread's index in its threadgroup: a function every target's runtime answers
 # (the CPU's in csrc/cpu/cooperative.cpp; the CUDA backend defines it from %tid and %ntid).
 THREAD_IN_GROUP = "declare i32 @tm_rt_thread_in_group()"
-# The functions a SIMD-group's float sum or product calls (_tree_or_in_order), of the
-# exchange's slots alone.
+# The functions a SIMD-group's reduction over its active lanes calls, of the exchange's slots
+# alone: a float sum or product (_tree_or_in_order), on lane loops the others (_in_order_function).
 FOLD_PREFIX = "tm.simd_fold."
 
 
@@ -98,7 +98,7 @@ def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) ->
         [f"declare {type_name} @{callee}({type_name}, {type_name})"]
 
 
-def _identity(op: str, signed: bool, type_name: str) -> Optional[str]:
+def reduction_identity(op: str, signed: bool, type_name: str) -> Optional[str]:
     if is_float_type(type_name):
         element = element_type(type_name)
         value = {"sum": "-0.0", "product": "1.0", "min": "0x7FF0000000000000", "max": "0xFFF0000000000000"}.get(op)
@@ -120,7 +120,7 @@ def _fold(op: str, signed: bool, type_name: str, condition, target: Target) -> T
     """(lines, declarations, result): `op` over the lanes j that took part and for which
     `condition(j)` (an IR i1 instruction, or None) holds, in lane order; a float sum or
     product over every lane of the SIMD-group in CUDA's order (_tree_or_in_order)."""
-    identity = _identity(op, signed, type_name)
+    identity = reduction_identity(op, signed, type_name)
     if target.blended_folds and condition(0) is None:  # over every active lane
         combine = functools.partial(_combine, op, signed, type_name)
         reduced = target.reduce(lambda a, b, out: combine(a, b, out)[0], identity, type_name)
@@ -129,6 +129,8 @@ def _fold(op: str, signed: bool, type_name: str, condition, target: Target) -> T
             return lines, combine("%a", "%b", "%r")[1][:1], result  # the step's declarations
     if condition(0) is None and op in ("sum", "product") and is_float_type(type_name):
         return _tree_or_in_order(op, type_name, identity, target)
+    if target.blended_folds and condition(0) is None:
+        return _in_order_function(op, signed, type_name, identity, target)
     if target.blended_folds:
         return _fold_blended(op, signed, type_name, condition, identity, target)
     return _fold_in_order(op, signed, type_name, condition, identity, target)
@@ -176,6 +178,22 @@ def _tree_or_in_order(op: str, type_name: str, identity: str, target: Target) ->
     return [f"%folded = call {type_name} @{name}(ptr %slots)"], [definition] + declarations, "%folded"
 
 
+def _in_order_function(op: str, signed: bool, type_name: str, identity: str,
+                       target: Target) -> Tuple[List[str], List[str], str]:
+    """`op` over the SIMD-group's active lanes in lane order (_fold_blended) as a function of
+    the exchange's slots alone (FOLD_PREFIX), named by what it computes (``smax.i32``,
+    ``max.f32``, ``and.i8``): a lane loop calls it once, and vector lanes compute it in
+    registers where the order cannot change the result (integers; floats without a NaN
+    or a zero among the values)."""
+    kind = (("s" if signed else "u") + op) if op in ("min", "max") and not is_float_type(type_name) else op
+    name = f"{FOLD_PREFIX}{kind}.{overload_suffix(type_name)}"
+    in_order, declarations, acc = _fold_blended(op, signed, type_name, lambda j: None, identity, target)
+    body = [f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp"] + in_order
+    definition = (f"define internal {type_name} @{name}(ptr %slots) nounwind willreturn memory(argmem: read) "
+                  "{\nentry:\n  " + "\n  ".join(body) + f"\n  ret {type_name} {acc}\n}}")
+    return [f"%folded = call {type_name} @{name}(ptr %slots)"], [definition] + declarations, "%folded"
+
+
 def _butterfly(op: str, type_name: str, target: Target) -> Tuple[List[str], str]:
     """(lines, result): `op` over all 32 lanes' values in a warp butterfly's order."""
     lines: List[str] = []
@@ -195,18 +213,29 @@ def _butterfly(op: str, type_name: str, target: Target) -> Tuple[List[str], str]
             lines.append(f"%t.{name}{j} = insertelement <{half} x {type_name}> {previous}, {type_name} "
                          f"%t{first + j}, i32 {j}")
             previous = f"%t.{name}{j}"
-    lines += _combine(op, False, f"<{half} x {type_name}>", f"%t.lo{half - 1}", f"%t.hi{half - 1}", f"%tv{half}")[0]
+    more, result = butterfly_of_halves(op, type_name, f"%t.lo{half - 1}", f"%t.hi{half - 1}", "%t")
+    return lines + more, result
+
+
+def butterfly_of_halves(op: str, type_name: str, low: str, high: str, prefix: str) -> Tuple[List[str], str]:
+    """(lines, result): a float sum or product (`op`) of 32 lanes' values of scalar
+    `type_name` in a warp butterfly's order, given them as two vectors of 16 (`low`: lanes
+    0-15, `high`: 16-31); the lines' names start with `prefix`. Vector lanes
+    (backends/cpu/vectorize.py) use it on a SIMD-group's values in registers."""
+    half = SIMD_WIDTH // 2
+    lines = _combine(op, False, f"<{half} x {type_name}>", low, high, f"{prefix}v{half}")[0]
     width = half
     while width > 1:  # the lower half of the lanes holds lane 0's partial results so far
         width //= 2
         wide = f"<{width * 2} x {type_name}>"
         for name, first in (("l", 0), ("h", width)):
             picked = ", ".join(f"i32 {first + j}" for j in range(width))
-            lines.append(f"%tv{width}.{name} = shufflevector {wide} %tv{width * 2}, {wide} poison, "
+            lines.append(f"{prefix}v{width}.{name} = shufflevector {wide} {prefix}v{width * 2}, {wide} poison, "
                          f"<{width} x i32> <{picked}>")
-        lines += _combine(op, False, f"<{width} x {type_name}>", f"%tv{width}.l", f"%tv{width}.h", f"%tv{width}")[0]
-    lines.append(f"%tree.r = extractelement <1 x {type_name}> %tv1, i32 0")
-    return lines, "%tree.r"
+        lines += _combine(op, False, f"<{width} x {type_name}>", f"{prefix}v{width}.l", f"{prefix}v{width}.h",
+                          f"{prefix}v{width}")[0]
+    lines.append(f"{prefix}.r = extractelement <1 x {type_name}> {prefix}v1, i32 0")
+    return lines, f"{prefix}.r"
 
 
 def prefix_lanes(inclusive: bool, quad: bool) -> List[str]:
@@ -369,7 +398,7 @@ def define_collective(ret: str, name: str, params: List[str], target: Target) ->
             # the first a wrong one after a branch that only the first warp took).
             lines += prefix_lanes(kind == "inclusive", quad)
             folded, declarations, result = _fold_blended(reduction, signed, value_type, lambda j: None,
-                                                         _identity(reduction, signed, value_type), target, "%mask.before")
+                                                         reduction_identity(reduction, signed, value_type), target, "%mask.before")
             lines += folded + [f"%r = bitcast {value_type} {result} to {value_type}"]
             return _definition(ret, name, params, lines), declarations
         if quad:  # lane j counts if it is in this lane's quad and before it

@@ -29,6 +29,7 @@ from torch_metallib import config, diagnostics
 from ...errors import TorchMetallibError
 from ...cache.disk_cache import cache_directory, read_entry, write_entry
 from ...cache.fingerprint import code_fingerprint
+from ...reflection import ir_model
 from ...reflection.bitcode import parse_bitcode
 from .archived import archived_object, form_of, host_cpu_features
 
@@ -220,9 +221,10 @@ def _build_object(function, constants: dict, symbol: str, cooperative: bool, che
 def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = False) -> bytes:
     """The object of a cooperative kernel as lane loops (regions.py), with `vector` those
     regions that allow it as vector lanes (vectorize.py); NotLanes where the kernel waits
-    in a way lane loops do not take."""
-    from .regions import build_regions, cut_at_markers  # only on a cache miss
-
+    in a way lane loops do not take. With vector lanes, the kernel is first cut at its
+    barriers only, its SIMD-group's exchanges inside regions that vector lanes run a
+    SIMD-group at a time; where one of those regions does not take vector lanes, it is
+    cut at every wait, as lane loops."""
     entry = f"__tm_lanes_{symbol}"
     text = lowered_ir(function, constants, symbol, True, lanes=True)
     context = llvm.create_context()
@@ -234,21 +236,13 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
             _inline_everything(modules[-1])
             _fold_constants(modules[-1].get_function(entry), scalars=True)
         with _phase("print host IR"):
-            text = str(modules[-1])
-        with _phase("lanes (Python text)"):
-            text = cut_at_markers(text, entry)
-        with _phase("parse host IR"):
-            modules.append(llvm.parse_assembly(text, context=context))
-        with _phase("inline + fold (passes)"):
-            demote = llvm.create_new_function_pass_manager()
-            demote.add_register_to_memory_pass()
-            demote.add_instruction_namer_pass()
-            demote.run(modules[-1].get_function(entry), _builder())
-        with _phase("print host IR"):
-            text = str(modules[-1])
-        with _phase("lanes (Python text)"):
-            text = build_regions(text, entry, symbol)
-        vectorized = vector and _parse_vector_lanes(function.name, text, symbol, context, modules)
+            inlined = str(modules[-1])
+        vectorized = vector and _exchanges_may_stay_inside(inlined, entry) and _parse_vector_lanes(
+            function.name, _regions(inlined, entry, symbol, context, modules, False), symbol, context, modules,
+            whole=True)
+        if not vectorized:
+            text = _regions(inlined, entry, symbol, context, modules, True)
+            vectorized = vector and _parse_vector_lanes(function.name, text, symbol, context, modules)
         if not vectorized:
             with _phase("parse host IR"):
                 modules.append(llvm.parse_assembly(text, context=context))
@@ -258,11 +252,43 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
         _close(modules, context)
 
 
-def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: list) -> bool:
+def _regions(inlined: str, entry: str, symbol: str, context, modules: list, exchanges: bool) -> str:
+    """build_regions' module of the kernel `inlined` (every function inlined into `entry`),
+    cut at every wait or, without `exchanges`, at its barriers only."""
+    from .regions import build_regions, cut_at_markers  # only on a cache miss
+
+    with _phase("lanes (Python text)"):
+        text = cut_at_markers(inlined, entry, exchanges)
+    with _phase("parse host IR"):
+        modules.append(llvm.parse_assembly(text, context=context))
+    with _phase("inline + fold (passes)"):
+        demote = llvm.create_new_function_pass_manager()
+        demote.add_register_to_memory_pass()
+        demote.add_instruction_namer_pass()
+        demote.run(modules[-1].get_function(entry), _builder())
+    with _phase("print host IR"):
+        text = str(modules[-1])
+    with _phase("lanes (Python text)"):
+        return build_regions(text, entry, symbol, exchanges_inside=not exchanges)
+
+
+def _exchanges_may_stay_inside(inlined: str, entry: str) -> bool:
+    """Whether the kernel `inlined` exchanges between its SIMD-group's lanes and nothing in
+    it already rules out vector lanes (which its regions with exchanges inside need)."""
+    from .vectorize import refuses  # only on a cache miss
+
+    found = ir_model.function(inlined.split("\n"), entry)
+    body = inlined.split("\n")[found.start:found.end]
+    return any("@tm.lanes.deposit(" in line for line in body) and not any(
+        "@tm.lanes.stage" in line or "@tm.lanes.kept(" in line or refuses(line) for line in body)
+
+
+def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: list, whole: bool = False) -> bool:
     """Appends to `modules` the lane-loop module `text` with the regions that allow it as
     vector lanes, and marks it so (``@__tm_vector_<symbol>``); False where no region
-    does, or vectorize.py fails or LLVM refuses what it wrote (a bug there: the lane loops
-    run, with a warning)."""
+    does (`whole`: where a region with an exchange inside does not), or vectorize.py fails
+    or LLVM refuses what it wrote (a bug there: the lane loops run, with a warning)."""
+    from .regions import MEET
     from .vectorize import vectorize_regions  # only on a cache miss
 
     try:
@@ -273,7 +299,7 @@ def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: l
     logger = diagnostics.get_logger()
     for region, why in refused.items():
         logger.debug("cpu: %s: %s stays a lane loop: %s", kernel, region, why)
-    if not vectorized:
+    if not vectorized or (whole and f"call void @{MEET}(" in vector_text):  # a lane loop can't meet inside
         return False
     try:
         with _phase("parse host IR"):

@@ -54,7 +54,7 @@ from .recompute import recompute, recomputable, slot_value
 from .target import NotLanes
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "SCAN", "AGREEMENT_PHIS", "KIND_START",
-           "KIND_BARRIER", "KIND_EXCHANGE"]
+           "KIND_BARRIER", "KIND_EXCHANGE", "MEET"]
 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
 SCAN = -2  # what a region returns where its lanes stopped at different points (kScanPoints in the runtime)
@@ -62,6 +62,7 @@ SCAN = -2  # what a region returns where its lanes stopped at different points (
 AGREEMENT_PHIS = ["  %tm.or = phi i32 [ 0, %tm.rentry ], [ %tm.or.next, %tm.latch ]",
                   "  %tm.and = phi i32 [ -1, %tm.rentry ], [ %tm.and.next, %tm.latch ]"]
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
+MEET = "tm.lanes.meet"  # where a region's lanes have all deposited into an exchange inside it
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
 # ... and this many more: arrays a multiple of 4 KB long put a thread's values in one L1 set,
 # which a region keeping more values than the cache has ways evicts in turn (the steel GEMM
@@ -105,9 +106,11 @@ def _function_span(lines: List[str], entry: str) -> Tuple[int, int]:
     return found.start, found.end
 
 
-def cut_at_markers(text: str, entry: str) -> str:
+def cut_at_markers(text: str, entry: str, exchanges: bool = True) -> str:
     """`text` with a block ending after every marker in function `entry` (the code after
-    marker k in block ``tm.after.k``) and the running thread's index read from %t32."""
+    marker k in block ``tm.after.k``) and the running thread's index read from %t32;
+    without `exchanges`, after barriers only (a SIMD-group's exchanges then happen inside
+    a region: see build_regions)."""
     lines = text.split("\n")
     start, end = _function_span(lines, entry)
     if any("@tm.lanes." in line and " call " in f" {line}" for line in lines[:start] + lines[end:]):
@@ -126,7 +129,7 @@ def cut_at_markers(text: str, entry: str) -> str:
             raise NotLanes("it allocates thread memory of a run-time size")
         line = _THREAD.sub("= add i32 %t32, 0", line)
         body.append(line)
-        if _BARRIER.match(line) or _DEPOSIT.match(line):
+        if _BARRIER.match(line) or (exchanges and _DEPOSIT.match(line)):
             markers += 1
             body += [f"  br label %tm.after.{markers}", f"tm.after.{markers}:"]
             moved[block] = f"tm.after.{markers}"
@@ -182,9 +185,10 @@ def _blocks(body: List[str]) -> List[_Block]:
     found = ir_model.blocks([line for line in body if line.strip() and not line.lstrip().startswith(";")])
     targets = ir_model.successors(found)
     result = [_Block(name or "entry", block.lines, targets[name]) for name, block in found.items()]
-    for b in result:
-        if any(_BARRIER.match(line) or _DEPOSIT.match(line) for line in b.lines):
-            b.marker = int(b.successors[0][len("tm.after."):])
+    for b in result:  # a block cut_at_markers ended (an exchange it did not cut at is no marker)
+        after = b.successors and re.fullmatch(r"tm\.after\.(\d+)", b.successors[0])
+        if after and any(_BARRIER.match(line) or _DEPOSIT.match(line) for line in b.lines):
+            b.marker = int(after.group(1))
     return result
 
 
@@ -263,9 +267,16 @@ def _alloca_type(rest: str) -> Tuple[str, int]:
     return type_name, align
 
 
-def build_regions(text: str, entry: str, symbol: str) -> str:
+def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = False) -> str:
     """The module `text` (cut_at_markers, then reg2mem) with `entry` replaced by its region
-    functions and the table the runtime reads, ``@__tm_lanes_<symbol>``."""
+    functions and the table the runtime reads, ``@__tm_lanes_<symbol>``.
+
+    `exchanges_inside` (cut_at_markers without `exchanges`): a SIMD-group's exchange stays
+    inside its region, for vector lanes that run the whole SIMD-group at once
+    (vectorize.py): each lane copies its deposit into the slots, ``@tm.lanes.meet(slots)``
+    marks where the lanes have all deposited (vector lanes write there the mask of those
+    that took part), and the lanes read the slots right after. As a loop over lanes, one
+    lane after another, such a region would be wrong: vectorize.py must take it."""
     lines = text.split("\n")
     start, end = _function_span(lines, entry)
     blocks = _blocks(lines[start + 1:end])
@@ -341,7 +352,11 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     field = {name: i for i, name in enumerate(context)}
     exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
     site = {k: i for i, k in enumerate(exchanges)}
-    sites = max(len(exchanges), 1)
+    # An exchange inside a region: its slots are the context's, of its own site and phase 0.
+    inside = [(b.label, i) for b in blocks for i, line in enumerate(b.lines)
+              if exchanges_inside and "@tm.lanes.deposit(" in line and _DEPOSIT.match(line)]
+    inside_site = {at_line: len(exchanges) + i for i, at_line in enumerate(inside)}
+    sites = max(len(exchanges) + len(inside), 1)
     phases_field, areas_field, staging_field = len(context), len(context) + 1, len(context) + 2
     stage_bytes = _stage_bytes(blocks)
     staged = {k: i for i, k in enumerate(sorted(stage_bytes))}  # staged exchange -> its staging area
@@ -444,6 +459,7 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                     for line in copy(n, f"{n}.ctx", n, f"%tm.out.{number}.{n[1:]}")]
         invariant = ["  %tm.simd = lshr i32 %tm.begin, 5"]
         prepared: Set[Tuple[int, bool]] = set()
+        prepared_inside: Set[int] = set()
 
         def phase_value(k: int, deposit: bool) -> str:
             """Exchange `k`'s phase (see phase), its lines added before the loop once."""
@@ -454,18 +470,26 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
             return value
         body: List[str] = []
         read = None  # the name of this region's exchanged slots
+        met = None  # the slots of the exchange inside the region the lanes just deposited into
+        slots_inside: Dict[str, str] = {}  # the name an exchange inside the region read its slots as -> them
         for label in labels:
             b = by_label[label]
             body.append(f"{label}:")
-            for line in b.lines:
+            for i, line in enumerate(b.lines):
                 if (" alloca " in line and _ALLOCA.match(line)) or ("@llvm." in line and _STACK.search(line)):
                     continue
                 marker = "@tm.lanes." in line  # most lines are none of these: one test, not five patterns
                 exchanged = marker and _EXCHANGED.match(line)
                 deposit = marker and _DEPOSIT.match(line)
                 stage = marker and (_STAGE.match(line) or _STAGED.match(line))
-                fold = read and "@" + FOLD_PREFIX in line and _FOLD.match(line)
-                if exchanged:
+                fold = (read or slots_inside) and "@" + FOLD_PREFIX in line and _FOLD.match(line)
+                if exchanged and met:
+                    slots_inside[exchanged.group(1).strip()] = met
+                    body.append(f"  {exchanged.group(1).strip()} = getelementptr i8, ptr {met}, i32 0")
+                    met = None
+                elif fold and fold.group(4) in slots_inside:  # the slots themselves: vector lanes see whose
+                    body.append(f"  {fold.group(1)} = call {fold.group(2)} @{fold.group(3)}(ptr {slots_inside[fold.group(4)]})")
+                elif exchanged:
                     read = exchanged.group(1).strip()
                     body.append(f"  {read} = getelementptr i8, ptr %tm.read, i32 0")
                 elif fold and fold.group(4) == read:  # once, before the loop: the same for every lane
@@ -481,6 +505,18 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
                 elif marker and _KEPT.match(line):
                     asks = _KEPT.match(line)
                     body.append(f"  {asks.group(1).strip()} = {at(kept_field, '%tm.simd', str(kept_area[int(asks.group(2))]))}")
+                elif deposit and (label, i) in inside_site:
+                    j = inside_site[(label, i)]
+                    met = f"%tm.area.i{j}"
+                    if j not in prepared_inside:
+                        prepared_inside.add(j)
+                        invariant.append(f"  {met} = {at(areas_field, '%tm.simd', str(j), '0')}")
+                    body.append(f"  %tm.slot.i{j} = getelementptr inbounds [{SIMD_WIDTH} x [{SLOT_BYTES} x i8]], "
+                                f"ptr {met}, i32 0, i32 %tm.lane")
+                    if int(deposit.group(2)):
+                        body.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr align 4 %tm.slot.i{j}, "
+                                    f"ptr align 4 {deposit.group(1)}, i64 {deposit.group(2)}, i1 false)")
+                    body.append(f"  call void @{MEET}(ptr {met})")
                 elif deposit:
                     k = b.marker
                     invariant.append(f"  %tm.area.{k} = {at(areas_field, '%tm.simd', str(site[k]), phase_value(k, True))}")
@@ -554,6 +590,8 @@ def build_regions(text: str, entry: str, symbol: str) -> str:
     if "%tm.xphase = type" not in text:
         types.append(f"%tm.xphase = type {{ [{SIMD_WIDTH} x <16 x i32>], i32, i32 }}  ; ExchangePhase: slots, mask, claimed")
     declarations = [] if "@llvm.memcpy.p0.p0.i64(" in text else ["declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)"]
+    if inside:
+        declarations.append(f"declare void @{MEET}(ptr)")
     # Types before their first use (a GEP's type must be known where it is parsed), after
     # the header (source_filename must come first).
     header = next(i for i, line in enumerate(lines) if line.startswith("target triple")) + 1

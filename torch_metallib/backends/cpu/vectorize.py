@@ -1,5 +1,5 @@
 """A lane-loop region (regions.py) as vector lanes: the loop over a SIMD-group's threads
-run WIDTH threads at a time, each thread a lane of LLVM vectors.
+run WIDTH (32) threads at a time, a whole SIMD-group, each thread a lane of LLVM vectors.
 
 A region's per-thread body is in reg2mem's form (every value used outside its block goes
 through memory), so each block can be widened on its own:
@@ -45,10 +45,20 @@ through memory), so each block can be widened on its own:
   the block just stored there, where it did: a buffer only stored to and copied from at
   once is then not written); other memory intrinsics run per lane under the mask.
 
+* Exchanges inside a region (build_regions' `exchanges_inside`: a kernel cut at its
+  barriers only): the lanes of the mask copy their deposits into the slots, then
+  ``@tm.lanes.meet`` writes the mask of their lanes where the runtime would, so what reads
+  the slots (shuffles, broadcasts, ballots) reads what every lane deposited. A reduction
+  of the slots (a fold, collectives.py) of the vector just deposited is computed from it
+  in registers where the order cannot change the result: integers, and a float minimum
+  or maximum without a NaN or a zero among the values, as vector reductions; a float sum
+  or product of all 32 lanes as the fold's own butterfly; else the fold reads the slots.
+  The blocks run in a weak topological order, the order the runtime ranks waits by: lanes
+  inside a loop or a divergent `if` meet before the lanes past it, as in the lane loops.
+
 Anything else (atomics, phis, aggregate or vector values other than copies, other calls)
 raises NotVector: that region stays a lane loop (decided at compile time, logged at debug
-level). Lanes do not meet inside a region (that happens at its markers), so running them
-together gives each lane the results it gets alone.
+level); where it holds an exchange, the kernel is cut at its exchanges too (jit.py).
 """
 
 import re
@@ -57,15 +67,20 @@ from typing import Dict, List, Optional, Set, Tuple
 from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL, NAME
 from .reconvergence import weak_topological_order
-from .regions import AGREEMENT_PHIS, SCAN
+from ...air.collectives import FOLD_PREFIX, butterfly_of_halves, reduction_identity
+from ...air.intrinsics import SIMD_WIDTH
+from ...air.target import MASK_OFFSET
+from .regions import AGREEMENT_PHIS, MEET, SCAN
 from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
 
-__all__ = ["WIDTH", "NotVector", "vectorize_regions"]
+__all__ = ["WIDTH", "NotVector", "vectorize_regions", "refuses"]
 
-WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones)
+# Lanes per vector: a whole SIMD-group, so that its lanes meet at an exchange inside a region
+# (two AVX-512 registers of 32-bit values).
+WIDTH = SIMD_WIDTH
 # Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
@@ -85,6 +100,11 @@ _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
                       r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
+
+
+def refuses(line: str) -> bool:
+    """Whether vector lanes refuse any region holding the line `line` (_REFUSED)."""
+    return bool(_REFUSED.search(line))
 
 
 def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
@@ -159,6 +179,10 @@ class _Region:
         # bytes, its type, the vector stored), so a copy from there right after (a deposit)
         # takes the vector.
         self.last_store: Optional[Tuple[str, int, str, str]] = None
+        # A deposit that the block just copied from a vector (_small_copy): (the vector, its type);
+        # and after its exchange met inside the region: the slots -> (the vector, its type, the mask).
+        self.last_deposit: Optional[Tuple[str, str]] = None
+        self.in_registers: Dict[str, Tuple[str, str, str, str]] = {}
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -195,7 +219,7 @@ class _Region:
 
     def reduce(self, operation: str, element: str, value: str) -> str:
         name = self.fresh("r")
-        function = f"llvm.vector.reduce.{operation}.v{WIDTH}{element}"
+        function = f"llvm.vector.reduce.{operation}.v{WIDTH}{mangled(element)}"
         self.declare(function, f"declare {element} @{function}(<{WIDTH} x {element}>)")
         self.out.append(f"  {name} = call {element} @{function}(<{WIDTH} x {element}> {value})")
         return name
@@ -312,7 +336,7 @@ class _Region:
             lines = self._renamed(lines, ".u")
         tag = f"{k}u" if copy else str(k)
         out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
-        self.mask, self.converged, self.last_store = f"%tm.m.{tag}", True, None
+        self.mask, self.converged, self.last_store, self.in_registers = f"%tm.m.{tag}", True, None, {}
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         line = strip_metadata(lines[-1].strip())
@@ -551,7 +575,7 @@ class _Region:
         after = f"tm.c.{k}.0"
         out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
                 f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
-        self.mask, self.last_store = f"%tm.m.{k}", None
+        self.mask, self.last_store, self.in_registers = f"%tm.m.{k}", None, {}
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
@@ -612,6 +636,8 @@ class _Region:
         code = words[0] if words[0] not in ("tail", "notail") else words[1]
         if " atomic " in f" {text} " or " volatile " in f" {text} " or code in ("atomicrmw", "cmpxchg", "fence"):
             raise NotVector(f"an atomic or volatile access ({code})")
+        if code != "call":
+            self.last_deposit = None  # a meet follows its deposit's copy at once
         if code == "load":
             return self._load(name, text)
         if code == "store":
@@ -1133,6 +1159,7 @@ class _Region:
     # --- calls -------------------------------------------------------------------------
     def _call(self, name: Optional[str], line: str, text: str) -> None:
         stored, self.last_store = self.last_store, None
+        deposit, self.last_deposit = self.last_deposit, None
         function = ir_model.callee(line)
         if function is None:
             raise NotVector("a call through a pointer")
@@ -1143,6 +1170,14 @@ class _Region:
         return_type = head.split()[-1]
         intrinsic = re.match(r"llvm\.([a-z]+(?:\.sat)?)\.", function)
         base = intrinsic.group(1) if intrinsic else None
+        if function == MEET:
+            return self._meet(arguments, deposit)
+        if function.startswith(FOLD_PREFIX) and not self.is_varying(arguments_text):
+            held = self.in_registers.get(arguments[0][1]) if len(arguments) == 1 else None
+            if held and SCALAR.match(return_type) and scalar_bytes(held[1]) == scalar_bytes(return_type):
+                return self._fold_in_registers(name, line, function, return_type, held)
+            self._uniform(name, line, False)  # a SIMD-group's reduction of the slots: once
+            return None
         memory = bool(_MEMORY_CALLS.search(line))
         if not memory and (base in ELEMENTWISE or base in PER_LANE) and not self.is_varying(arguments_text):
             self._uniform(name, line, True)
@@ -1156,6 +1191,76 @@ class _Region:
         if memory:
             return self._per_lane(None, function, "void", arguments, masked=True)
         raise NotVector(f"a call of @{function}")
+
+    def _meet(self, arguments, deposit: Optional[Tuple[str, str]]) -> None:
+        """The lanes of the mask have all deposited into the exchange whose slots are the
+        argument: the mask of their lanes in the SIMD-group goes where the slots' readers
+        look for it (the runtime's work where an exchange ends a region). `deposit`: the
+        vector of the lanes' values just copied into the slots, kept for their folds."""
+        (_, slots), = arguments
+        if self.is_varying(slots):
+            raise NotVector("an exchange's slots differ between lanes")
+        vector = f"<{WIDTH} x i32>"
+        lanes, bits, taking, where = (self.fresh(tag) for tag in ("ml", "mb", "mt", "mp"))
+        self.out += [f"  {lanes} = and {vector} %t32, splat (i32 {SIMD_WIDTH - 1})",
+                     f"  {bits} = shl {vector} splat (i32 1), {lanes}",
+                     f"  {taking} = select <{WIDTH} x i1> {self.mask}, {vector} {bits}, {vector} zeroinitializer"]
+        mask = self.reduce("or", "i32", taking)
+        self.out += [f"  {where} = getelementptr i8, ptr {slots}, i32 {MASK_OFFSET}", f"  store i32 {mask}, ptr {where}"]
+        if deposit:
+            self.in_registers[slots] = (*deposit, mask, self.mask)
+
+    def _fold_in_registers(self, name: str, line: str, function: str, type_name: str,
+                           held: Tuple[str, str, str, str]) -> None:
+        """A SIMD-group's reduction (`function`, a fold of the slots, in `line`) of
+        `type_name` values the lanes just deposited, `held` in registers (the vector, as an
+        integer of their size, the mask of the lanes that took part, and as lanes): where
+        the order cannot change the result, a vector reduction (integers; a float minimum
+        or maximum without a NaN or a zero among the values); a float sum or product of all
+        32 lanes, the fold's butterfly on the vector's two halves (the same operations, so
+        the same bits); else the fold."""
+        vector, held_type, mask, lanes = held
+        if held_type != type_name:
+            vector = self.fresh("as")
+            self.out.append(f"  {vector} = bitcast <{WIDTH} x {held_type}> {held[0]} to <{WIDTH} x {type_name}>")
+        kind = function[len(FOLD_PREFIX):].split(".")[0]
+        wide = f"<{WIDTH} x {type_name}>"
+        floating = type_name in ("half", "bfloat", "float", "double")
+        if not floating or kind in ("min", "max"):
+            op = kind[1:] if kind in ("smin", "smax", "umin", "umax") else kind
+            kept = self.fresh("kept")
+            identity = reduction_identity(op, kind in ("smin", "smax"), type_name)
+            self.out.append(f"  {kept} = select <{WIDTH} x i1> {lanes}, {wide} {vector}, {wide} splat ({type_name} "
+                            f"{identity})")
+            reduction = ("f" + kind) if floating else {"sum": "add", "product": "mul"}.get(kind, kind)
+            if not floating:
+                result = self.reduce(reduction, type_name, kept)
+                self.out.append(f"  {name} = bitcast {type_name} {result} to {type_name}")
+                self.uniform.add(name)
+                return None
+            ordered = self.fresh("nz")  # neither a NaN nor a zero (a lane not taking part: an infinity)
+            self.out.append(f"  {ordered} = fcmp one {wide} {kept}, zeroinitializer")
+            fast = self.reduce("and", "i1", ordered)
+            reduced = lambda: self.reduce(reduction, type_name, kept)  # noqa: E731
+        else:
+            fast = self.fresh("full")
+            self.out.append(f"  {fast} = icmp eq i32 {mask}, -1")
+
+            def reduced() -> str:
+                low, high, half = self.fresh("lo"), self.fresh("hi"), SIMD_WIDTH // 2
+                picks = [", ".join(f"i32 {first + j}" for j in range(half)) for first in (0, half)]
+                self.out += [f"  {low} = shufflevector {wide} {vector}, {wide} poison, <{half} x i32> <{picks[0]}>",
+                             f"  {high} = shufflevector {wide} {vector}, {wide} poison, <{half} x i32> <{picks[1]}>"]
+                lines, result = butterfly_of_halves(kind, type_name, low, high, self.fresh("bf"))
+                self.out.extend(f"  {tree_line}" for tree_line in lines)
+                return result
+        tree, memory, joined = self.label("tree"), self.label("slots"), self.label("folded")
+        self.out += [f"  br i1 {fast}, label %{tree}, label %{memory}", f"{tree}:"]
+        result = reduced()
+        self.out += [f"  br label %{joined}", f"{memory}:", f"  {name}.slots = {line.split(' = ', 1)[1]}",
+                     f"  br label %{joined}", f"{joined}:",
+                     f"  {name} = phi {type_name} [ {result}, %{tree} ], [ {name}.slots, %{memory} ]"]
+        self.uniform.add(name)
 
     def _small_copy(self, function: str, arguments, stored: Optional[Tuple[str, int, str, str]]) -> bool:
         """A copy of 1, 2, 4 or 8 bytes (a deposit's value into its slot) as one integer
@@ -1173,6 +1278,7 @@ class _Region:
         else:
             self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
         self._instruction(f"store {integer} {value}, {target_type} {target}, align 1")
+        self.last_deposit = (value, integer) if value in self.varying else None
         return True
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:

@@ -1,6 +1,7 @@
 """Small AIR kernels written on the fly, one per intrinsic variant under test: each thread
 loads its operands from input buffers, calls the intrinsic once and stores the result.
-The modules carry the AIR metadata a kernel needs (same module flags and node shapes as
+The modules carry the AIR metadata a kernel needs (written by the package's
+``reflection.kernel_module``: the module flags and node shapes of
 tests/fixtures/vector_add_float.ll, which mirrors Apple's compiler output), so they go
 through load, reflection, binding and the CPU backend like any Apple-built kernel.
 
@@ -15,6 +16,7 @@ from typing import List
 import llvmlite.binding as llvm
 
 import torch_metallib as tm
+from torch_metallib.reflection.kernel_module import buffer_node, builtin_node, kernel_module
 
 # LLVM element type -> (Metal type name, bytes, LLVM type in memory)
 _ELEMENTS = {
@@ -23,43 +25,6 @@ _ELEMENTS = {
     "i8": ("char", 1, "i8"), "i1": ("bool", 1, "i8"),
 }
 _UNSIGNED = {"i64": "ulong", "i32": "uint", "i16": "ushort", "i8": "uchar"}
-_HEADER = """source_filename = "{name}"
-target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-f32:32:32-f64:64:64-v16:16:16-v24:32:32-v32:32:32-v48:64:64-v64:64:64-v96:128:128-v128:128:128-v192:256:256-v256:256:256-v512:512:512-v1024:1024:1024-n8:16:32"
-target triple = "air64_v26-apple-macosx14.0.0"
-
-@llvm.global_ctors = appending global [0 x {{ i32, ptr, ptr }}] zeroinitializer
-"""
-_FOOTER = """
-attributes #0 = {{ convergent mustprogress nounwind "frame-pointer"="all" "min-legal-vector-width"="0" "no-builtins" "no-trapping-math"="true" "stack-protector-buffer-size"="8" }}
-attributes #1 = {{ {intrinsic_attributes} }}
-
-!llvm.module.flags = !{{!0, !1, !2, !3, !4, !5, !6, !7, !8}}
-!llvm.ident = !{{!9}}
-!air.version = !{{!10}}
-!air.language_version = !{{!11}}
-!air.compile_options = !{{!12, !13, !14}}
-!air.kernel = !{{!15}}
-
-!0 = !{{i32 2, !"SDK Version", [2 x i32] [i32 26, i32 5]}}
-!1 = !{{i32 1, !"wchar_size", i32 4}}
-!2 = !{{i32 7, !"frame-pointer", i32 2}}
-!3 = !{{i32 7, !"air.max_device_buffers", i32 31}}
-!4 = !{{i32 7, !"air.max_constant_buffers", i32 31}}
-!5 = !{{i32 7, !"air.max_threadgroup_buffers", i32 31}}
-!6 = !{{i32 7, !"air.max_textures", i32 128}}
-!7 = !{{i32 7, !"air.max_read_write_textures", i32 8}}
-!8 = !{{i32 7, !"air.max_samplers", i32 16}}
-!9 = !{{!"Apple metal version 32023.883 (metalfe-32023.883)"}}
-!10 = !{{i32 2, i32 6, i32 0}}
-!11 = !{{!"Metal", i32 3, i32 1, i32 0}}
-!12 = !{{!"air.compile.denorms_disable"}}
-!13 = !{{!"air.compile.fast_math_disable"}}
-!14 = !{{!"air.compile.framebuffer_fetch_enable"}}
-!15 = !{{ptr @{name}, !16, !17}}
-!16 = !{{}}
-!17 = !{{{argument_refs}}}
-{argument_nodes}
-"""
 
 
 def _split(type_name: str):
@@ -129,29 +94,16 @@ def module_text(name: str, body: List[str], arguments, declarations: List[str], 
     (also as %gid64), and runs `body`. Calls to the intrinsics should carry attribute #2."""
     signature = [f'ptr addrspace(1) noundef "air-buffer-no-alias" %{argument}' for argument, _, _ in arguments]
     signature.append("i32 noundef %gid")
-    argument_nodes, refs = [], []
-    for index, (argument, element, access) in enumerate(arguments):
-        size = _ELEMENTS[element][1]
-        refs.append(f"!{18 + index}")
-        argument_nodes.append(
-            f'!{18 + index} = !{{i32 {index}, !"air.buffer", !"air.location_index", i32 {index}, i32 1, '
-            f'!"{access}", !"air.address_space", i32 1, !"air.arg_type_size", i32 {size}, '
-            f'!"air.arg_type_align_size", i32 {size}, !"air.arg_type_name", !"{_metal_name(element, unsigned)}", '
-            f'!"air.arg_name", !"{argument}"}}')
-    position = len(arguments)
-    refs.append(f"!{18 + position}")
-    argument_nodes.append(f'!{18 + position} = !{{i32 {position}, !"air.thread_position_in_grid", '
-                          f'!"air.arg_type_name", !"uint", !"air.arg_name", !"gid"}}')
-    attributes = ("convergent mustprogress nounwind willreturn" if collective
-                  else "mustprogress nofree nosync nounwind willreturn memory(none)")
-    text = _HEADER.format(name=name)
-    text += (f"\ndefine weak_odr void @{name}({', '.join(signature)}) local_unnamed_addr #0 {{\n"
-             f"entry:\n  %gid64 = zext i32 %gid to i64\n  " + "\n  ".join(body) + "\n  ret void\n}\n\n"
-             + "\n".join(declarations) + "\n"
-             f"attributes #2 = {{ {'convergent ' if collective else ''}nounwind willreturn }}\n")
-    text += _FOOTER.format(name=name, intrinsic_attributes=attributes, argument_refs=", ".join(refs),
-                           argument_nodes="\n".join(argument_nodes))
-    return text
+    nodes = [buffer_node(index, argument, _metal_name(element, unsigned), _ELEMENTS[element][1], slot=index,
+                         access=access) for index, (argument, element, access) in enumerate(arguments)]
+    nodes.append(builtin_node(len(arguments), "air.thread_position_in_grid", "gid"))
+    definitions = (f"define weak_odr void @{name}({', '.join(signature)}) local_unnamed_addr #0 {{\n"
+                   "entry:\n  %gid64 = zext i32 %gid to i64\n  " + "\n  ".join(body) + "\n  ret void\n}\n\n"
+                   + "\n".join(declarations))
+    declared = ("convergent mustprogress nounwind willreturn" if collective
+                else "mustprogress nofree nosync nounwind willreturn memory(none)")
+    called = f"{'convergent ' if collective else ''}nounwind willreturn"
+    return kernel_module(name, definitions, nodes, True, [declared, called])
 
 
 def library(name: str, text: str):

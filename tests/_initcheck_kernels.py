@@ -13,7 +13,7 @@ mirrors)."""
 import llvmlite.binding as llvm
 
 import torch_metallib as tm
-from _air_modules import _FOOTER, _HEADER
+from torch_metallib.reflection.kernel_module import buffer_node, builtin_node, kernel_module
 
 _TILE = "@_ZZ9initcheckE4tile"
 
@@ -84,28 +84,30 @@ join:
 """,
 }
 
-_ARGUMENT_NODES = """!18 = !{i32 0, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"in"}
-!19 = !{i32 1, !"air.buffer", !"air.location_index", i32 1, i32 1, !"air.read_write", !"air.address_space", i32 1, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"out"}
-!20 = !{i32 2, !"air.buffer", !"air.location_index", i32 0, i32 1, !"air.read_write", !"air.address_space", i32 3, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, !"air.arg_type_name", !"float", !"air.arg_name", !"scratch"}
-!21 = !{i32 3, !"air.thread_position_in_threadgroup", !"air.arg_type_name", !"uint", !"air.arg_name", !"lid"}
-!22 = !{i32 4, !"air.thread_position_in_grid", !"air.arg_type_name", !"uint", !"air.arg_name", !"gid"}"""
+_ARGUMENT_NODES = [
+    buffer_node(0, "in", "float", 4, slot=0, access="air.read"),
+    buffer_node(1, "out", "float", 4, slot=1, access="air.read_write"),
+    buffer_node(2, "scratch", "float", 4, slot=0, access="air.read_write", space=3),
+    builtin_node(3, "air.thread_position_in_threadgroup", "lid"),
+    builtin_node(4, "air.thread_position_in_grid", "gid"),
+]
 
-# The module around a body: tests/_air_modules.py's header and metadata (Apple's module
-# flags), this kernel's signature, threadgroup variable and argument nodes.
-_MODULE = _HEADER + """@_ZZ9initcheckE4tile = internal unnamed_addr addrspace(3) global [64 x float] undef, align 4
+# This kernel's threadgroup variable and signature around a body.
+_DEFINITIONS = """@_ZZ9initcheckE4tile = internal unnamed_addr addrspace(3) global [64 x float] undef, align 4
 
 define weak_odr void @{name}(ptr addrspace(1) noundef "air-buffer-no-alias" %in, ptr addrspace(1) noundef "air-buffer-no-alias" %out, ptr addrspace(3) noundef "air-buffer-no-alias" %scratch, i32 noundef %lid, i32 noundef %gid) local_unnamed_addr #0 {{
 entry:
 {body}}}
 
 declare void @air.wg.barrier(i32, i32) local_unnamed_addr #1
-attributes #2 = {{ convergent nounwind willreturn }}
-""" + _FOOTER
+"""
+# Attribute groups #1 (the barrier's declaration) and #2 (its calls).
+_BARRIER_ATTRIBUTES = ["convergent mustprogress nounwind willreturn", "convergent nounwind willreturn"]
+
 
 def module_text(name: str) -> str:
-    return _MODULE.format(name=name, body=_PROLOGUE.replace("@TILE", _TILE) + KERNELS[name],
-                          intrinsic_attributes="convergent mustprogress nounwind willreturn",
-                          argument_refs="!18, !19, !20, !21, !22", argument_nodes=_ARGUMENT_NODES)
+    definitions = _DEFINITIONS.format(name=name, body=_PROLOGUE.replace("@TILE", _TILE) + KERNELS[name])
+    return kernel_module(name, definitions, _ARGUMENT_NODES, True, _BARRIER_ATTRIBUTES)
 
 
 def library() -> tm.Library:

@@ -25,63 +25,15 @@ threadgroup memory in one kernel:
         }
     }
 
-Both follow the module layout of the fixtures (triple, datalayout, module flags,
-``!air.kernel`` nodes as Apple's compiler writes them; see tests/fixtures/README.md).
+Both are written in the fixtures' module layout (triple, datalayout, module flags,
+``!air.kernel`` nodes as Apple's compiler writes them) by ``reflection.kernel_module``.
 """
 
 import llvmlite.binding as llvm
 
+from ..reflection.kernel_module import buffer_node, builtin_node, kernel_module
+
 __all__ = ["KERNELS", "module_text", "self_test_library_bytes"]
-
-_PROLOGUE = """source_filename = "{name}"
-target datalayout = "e-p:64:64:64-i1:8:8-i8:8:8-i16:16:16-i32:32:32-i64:64:64-f32:32:32-f64:64:64-v16:16:16-v24:32:32-v32:32:32-v48:64:64-v64:64:64-v96:128:128-v128:128:128-v192:256:256-v256:256:256-v512:512:512-v1024:1024:1024-n8:16:32"
-target triple = "air64_v26-apple-macosx14.0.0"
-
-@llvm.global_ctors = appending global [0 x {{ i32, ptr, ptr }}] zeroinitializer
-"""
-
-_EPILOGUE = """
-attributes #0 = {{ {convergent}mustprogress nounwind "frame-pointer"="all" "min-legal-vector-width"="0" "no-builtins" "no-trapping-math"="true" "stack-protector-buffer-size"="8" }}
-attributes #1 = {{ convergent mustprogress nounwind willreturn }}
-attributes #2 = {{ convergent nounwind willreturn }}
-
-!llvm.module.flags = !{{!0, !1, !2, !3, !4, !5, !6, !7, !8}}
-!llvm.ident = !{{!9}}
-!air.version = !{{!10}}
-!air.language_version = !{{!11}}
-!air.compile_options = !{{!12, !13, !14}}
-!air.kernel = !{{!15}}
-
-!0 = !{{i32 2, !"SDK Version", [2 x i32] [i32 26, i32 5]}}
-!1 = !{{i32 1, !"wchar_size", i32 4}}
-!2 = !{{i32 7, !"frame-pointer", i32 2}}
-!3 = !{{i32 7, !"air.max_device_buffers", i32 31}}
-!4 = !{{i32 7, !"air.max_constant_buffers", i32 31}}
-!5 = !{{i32 7, !"air.max_threadgroup_buffers", i32 31}}
-!6 = !{{i32 7, !"air.max_textures", i32 128}}
-!7 = !{{i32 7, !"air.max_read_write_textures", i32 8}}
-!8 = !{{i32 7, !"air.max_samplers", i32 16}}
-!9 = !{{!"Apple metal version 32023.883 (metalfe-32023.883)"}}
-!10 = !{{i32 2, i32 6, i32 0}}
-!11 = !{{!"Metal", i32 3, i32 1, i32 0}}
-!12 = !{{!"air.compile.denorms_disable"}}
-!13 = !{{!"air.compile.fast_math_disable"}}
-!14 = !{{!"air.compile.framebuffer_fetch_enable"}}
-!15 = !{{ptr @{name}, !16, !17}}
-!16 = !{{}}
-!17 = !{{{argument_refs}}}
-"""
-
-
-def _buffer(position, slot, access, space, type_name, name):
-    return (f'!{{i32 {position}, !"air.buffer", !"air.location_index", i32 {slot}, i32 1, !"air.{access}", '
-            f'!"air.address_space", i32 {space}, !"air.arg_type_size", i32 4, !"air.arg_type_align_size", i32 4, '
-            f'!"air.arg_type_name", !"{type_name}", !"air.arg_name", !"{name}"}}')
-
-
-def _builtin(position, builtin, name):
-    return f'!{{i32 {position}, !"air.{builtin}", !"air.arg_type_name", !"uint", !"air.arg_name", !"{name}"}}'
-
 
 _VECTOR_ADD = """
 define weak_odr void @vector_add_float(ptr addrspace(1) noundef "air-buffer-no-alias" %a, ptr addrspace(1) noundef "air-buffer-no-alias" %b, ptr addrspace(1) noundef "air-buffer-no-alias" %out, i32 noundef %index) local_unnamed_addr #0 {
@@ -151,33 +103,30 @@ declare void @air.wg.barrier(i32, i32) local_unnamed_addr #1
 # name -> (function IR, argument nodes in parameter order, convergent)
 KERNELS = {
     "vector_add_float": (_VECTOR_ADD, [
-        _buffer(0, 0, "read", 1, "float", "a"),
-        _buffer(1, 1, "read", 1, "float", "b"),
-        _buffer(2, 2, "read_write", 1, "float", "out"),
-        _builtin(3, "thread_position_in_grid", "index"),
+        buffer_node(0, "a", "float", 4, slot=0, access="air.read"),
+        buffer_node(1, "b", "float", 4, slot=1, access="air.read"),
+        buffer_node(2, "out", "float", 4, slot=2, access="air.read_write"),
+        builtin_node(3, "air.thread_position_in_grid", "index"),
     ], False),
     "group_sum_int": (_GROUP_SUM, [
-        _buffer(0, 0, "read", 1, "int", "in"),
-        _buffer(1, 1, "read_write", 1, "int", "out"),
-        _buffer(2, 0, "read_write", 3, "int", "partial"),
-        _builtin(3, "thread_position_in_grid", "gid"),
-        _builtin(4, "threadgroup_position_in_grid", "group"),
-        _builtin(5, "thread_index_in_simdgroup", "lane"),
-        _builtin(6, "simdgroup_index_in_threadgroup", "sg"),
-        _builtin(7, "simdgroups_per_threadgroup", "nsg"),
+        buffer_node(0, "in", "int", 4, slot=0, access="air.read"),
+        buffer_node(1, "out", "int", 4, slot=1, access="air.read_write"),
+        buffer_node(2, "partial", "int", 4, slot=0, access="air.read_write", space=3),
+        builtin_node(3, "air.thread_position_in_grid", "gid"),
+        builtin_node(4, "air.threadgroup_position_in_grid", "group"),
+        builtin_node(5, "air.thread_index_in_simdgroup", "lane"),
+        builtin_node(6, "air.simdgroup_index_in_threadgroup", "sg"),
+        builtin_node(7, "air.simdgroups_per_threadgroup", "nsg"),
     ], True),
 }
+# Attribute groups #1 (the intrinsics' declarations) and #2 (their calls).
+_INTRINSIC_ATTRIBUTES = ["convergent mustprogress nounwind willreturn", "convergent nounwind willreturn"]
 
 
 def module_text(name: str) -> str:
     """The complete AIR module (LLVM IR text) of kernel `name`."""
     function, arguments, convergent = KERNELS[name]
-    first = 18
-    nodes = "".join(f"!{first + i} = {node}\n" for i, node in enumerate(arguments))
-    refs = ", ".join(f"!{first + i}" for i in range(len(arguments)))
-    return (_PROLOGUE.format(name=name) + function
-            + _EPILOGUE.format(name=name, argument_refs=refs, convergent="convergent " if convergent else "")
-            + nodes)
+    return kernel_module(name, function, arguments, convergent, _INTRINSIC_ATTRIBUTES)
 
 
 def self_test_library_bytes() -> bytes:

@@ -12,12 +12,12 @@ reflection, ``air/`` and ``backends/`` share it.
 """
 
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Container, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 __all__ = ["NAME", "LOCAL", "LABEL", "DEFINITION", "CALLEE", "Function", "Block", "Phi", "functions", "function",
            "unquoted", "unescape", "parameters", "split_operands", "branches", "reachable", "edit_functions",
-           "edit_function_bodies", "blocks", "successors", "retarget_phis", "defined_name", "opcode", "result_type",
-           "callee", "used_names", "substitute", "renamed"]
+           "edit_function_bodies", "blocks", "successors", "predecessors", "reachable_blocks", "retarget_phis",
+           "defined_name", "opcode", "result_type", "callee", "used_names", "substitute", "renamed"]
 
 NAME = r'(?:[-\w$.]+|"[^"]*")'  # an identifier as LLVM prints it, bare or quoted
 LOCAL = re.compile(rf'(?<![-\w$."])%{NAME}')  # a local value or label where a line uses it
@@ -260,6 +260,30 @@ def blocks(body: List[str]) -> Dict[str, Block]:
 def successors(found: Dict[str, Block]) -> Dict[str, List[str]]:
     """Block name -> the blocks of `found` its terminator branches to: the control-flow graph."""
     return {name: [s for s in block.successors() if s in found] for name, block in found.items()}
+
+
+def predecessors(graph: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """Block name -> the blocks that branch to it: `graph` (every successor one of its
+    blocks, as ``successors`` gives it) reversed."""
+    into: Dict[str, List[str]] = {name: [] for name in graph}
+    for name, outs in graph.items():
+        for out in outs:
+            into[out].append(name)
+    return into
+
+
+def reachable_blocks(graph: Dict[str, List[str]], starts: Iterable[str],
+                     avoiding: Container[str] = frozenset()) -> Set[str]:
+    """The blocks a walk along `graph`'s edges from `starts` reaches without entering one of
+    `avoiding`: `starts` (those not avoided) and every block after them."""
+    found = {start for start in starts if start not in avoiding}
+    work = list(found)
+    while work:
+        for after in graph[work.pop()]:
+            if after not in found and after not in avoiding:
+                found.add(after)
+                work.append(after)
+    return found
 
 
 # --- instructions ----------------------------------------------------------------------------

@@ -40,13 +40,7 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
         divergent: Set[str] = set()
         regions = []
         for branch in branches:
-            join = post[branch]
-            region, stack = set(), [s for s in graph[branch] if s != join]
-            while stack:
-                name = stack.pop()
-                if name not in region and name != join:
-                    region.add(name)
-                    stack.extend(graph[name])
+            region = ir_model.reachable_blocks(graph, graph[branch], avoiding={post[branch]})
             regions.append(region)
             divergent |= region
         found = {slot for slot, (varying, blocks) in stored.items() if varying or blocks & divergent}
@@ -352,23 +346,8 @@ def loop_ends(graph: Dict[str, List[str]], order: List[str]) -> Dict[int, int]:
 def _component_end(graph: Dict[str, List[str]], position: Dict[str, int], head: int) -> int:
     """The last position of the blocks on a cycle through the block at `head`, among the
     blocks from `head` on."""
-    names = [n for n, p in position.items() if p >= head]
     start = next(n for n, p in position.items() if p == head)
-    forward, stack = {start}, [start]
-    while stack:
-        for successor in graph[stack.pop()]:
-            if position[successor] >= head and successor not in forward:
-                forward.add(successor)
-                stack.append(successor)
-    reverse: Dict[str, List[str]] = {n: [] for n in names}
-    for n in names:
-        for successor in graph[n]:
-            if successor in reverse:
-                reverse[successor].append(n)
-    backward, stack = {start}, [start]
-    while stack:
-        for predecessor in reverse[stack.pop()]:
-            if predecessor not in backward:
-                backward.add(predecessor)
-                stack.append(predecessor)
+    before = {n for n, p in position.items() if p < head}
+    forward = ir_model.reachable_blocks(graph, [start], avoiding=before)
+    backward = ir_model.reachable_blocks(ir_model.predecessors(graph), [start], avoiding=before)
     return max(position[n] for n in forward & backward)

@@ -21,7 +21,7 @@ import re
 from typing import Dict, List, Set
 
 from ...air.intrinsics import parse_declaration
-from ...reflection.ir_model import LABEL, blocks, function, successors
+from ...reflection.ir_model import LABEL, blocks, function, predecessors, reachable_blocks, successors
 
 __all__ = ["converge_top_level_collectives", "CONVERGED_SUFFIX", "MASK_PARAMETER"]
 
@@ -34,35 +34,15 @@ _ENTRY_MASK = "%tm.entry.mask"
 _DECLARATIONS = ["declare i32 @llvm.nvvm.activemask()", "declare i32 @llvm.nvvm.vote.ballot.sync(i32, i1)"]
 
 
-def _reachable(graph: Dict[str, List[str]], start: str) -> Set[str]:
-    """The blocks `start` can reach (itself included)."""
-    found, work = {start}, [start]
-    while work:
-        for after in graph[work.pop()]:
-            if after not in found:
-                found.add(after)
-                work.append(after)
-    return found
-
-
-def _reversed(graph: Dict[str, List[str]]) -> Dict[str, List[str]]:
-    """Each block's predecessors."""
-    into: Dict[str, List[str]] = {name: [] for name in graph}
-    for name, outs in graph.items():
-        for out in outs:
-            into[out].append(name)
-    return into
-
-
 def _top_level(graph: Dict[str, List[str]], meets: Set[str], block: str) -> bool:
     """Whether every lane of the warp that has not returned reaches `block` together (see
     the module's docstring); `meets`: the blocks that call a wait."""
-    if any(block in _reachable(graph, after) for after in graph[block]):
+    if block in reachable_blocks(graph, graph[block]):
         return False  # on a cycle: lanes may reach it a different number of times
-    reaching = _reachable(_reversed(graph), block)  # the blocks that can reach it
+    reaching = reachable_blocks(predecessors(graph), [block])  # the blocks that can reach it
     for name in reaching - {block}:
         for away in graph[name]:
-            if away not in reaching and _reachable(graph, away) & meets:
+            if away not in reaching and reachable_blocks(graph, [away]) & meets:
                 return False
     return True
 

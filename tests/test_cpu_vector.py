@@ -11,6 +11,7 @@ lane loops (an atomic), named in the log.
 """
 
 import logging
+import re
 import struct
 
 import pytest
@@ -19,6 +20,8 @@ import torch
 import _air_modules as air
 import torch_metallib as tm
 from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, radix_scan_kernel
+from torch_metallib.backends.cpu import jit as cpu_jit
+from torch_metallib.backends.cpu.regions import KIND_BARRIER, KIND_START, KIND_WHOLE_GROUP
 from torch_metallib.backends.cpu.vectorize import PREFETCH_LANES, WIDTH, vectorize_regions
 
 
@@ -635,3 +638,54 @@ def test_a_region_vector_lanes_refuse_with_an_exchange_inside_is_cut_at_its_exch
     w = torch.where(x.isnan(), torch.tensor(0.0), x.clamp(-2**31, 2**31 - 128)).trunc()  # fptosi.sat
     assert torch.allclose(results[1][1], torch.cat([w[:32].sum().expand(32), w[32:].sum().expand(32)]))
     assert any("stays a lane loop: a call of @llvm.fptosi.sat" in record.getMessage() for record in caplog.records)
+
+
+def test_row_sum_runs_its_two_regions_over_the_whole_threadgroup(mlx_path, monkeypatch, tmp_path):
+    """MLX's row sum with vector lanes: cut at its one barrier only (its SIMD-group sums
+    inside the regions), and neither region keeps anything of a SIMD-group's own, so the
+    runtime runs each over all the threadgroup's threads at once (KIND_WHOLE_GROUP); the
+    sums are torch's."""
+    monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    monkeypatch.setattr(cpu_jit, "_compiled", {})  # compiled afresh, so its IR is written
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path))
+    rows, size = 8, 4096
+    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(12))
+    out = torch.empty(rows)
+    kernel = tm.load(mlx_path)["row_reduce_simple_sumfloat32"]
+    kernel(x, out, size, rows, threads=(1024, rows // 4, 1), group_size=1024)
+    assert kernel.cpu_scheme == "vector"
+    torch.testing.assert_close(out, x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+    (folder,) = tmp_path.iterdir()
+    table = re.search(r"^@__tm_lanes_\w+ = constant .*$", (folder / "lanes.ll").read_text(), re.MULTILINE).group(0)
+    kinds = [int(kind) for kind in re.findall(r"ptr @tm\.region\.\d+, i32 (\d+)", table)]
+    assert kinds == [KIND_START + KIND_WHOLE_GROUP, KIND_BARRIER + KIND_WHOLE_GROUP]
+
+
+@pytest.mark.parametrize("every", [3, 32])  # a third of the lanes; lane 1 of each SIMD-group alone
+def test_a_loop_some_lanes_run_writes_their_rows_whole(monkeypatch, every):
+    """A loop that only some lanes run (gid % every == 1) writes 4 elements of the lane's
+    row: the lanes that never entered it keep no counter, so their addresses are anything,
+    and the check for a wide access looks at the lanes that run it only. The same bits as
+    the lane loops, and the rows written where expected, the others untouched."""
+    body = ["%xp = getelementptr float, ptr addrspace(1) %x, i64 %gid64", "%v = load float, ptr addrspace(1) %xp",
+            "%s = call float @air.simd_sum.f32(float %v) #2",  # a cooperative kernel
+            "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %s, ptr addrspace(1) %zp",
+            "%r = urem i32 %gid, " + str(every), "%mine = icmp eq i32 %r, 1", "br i1 %mine, label %start, label %out",
+            "start:", "br label %head",
+            "head:", "%i = phi i32 [ 0, %start ], [ %i1, %head ]", "%row = shl i32 %gid, 2", "%at = add i32 %row, %i",
+            "%at64 = zext i32 %at to i64", "%iv = sitofp i32 %i to float", "%w = fadd float %v, %iv",
+            "%op = getelementptr float, ptr addrspace(1) %y, i64 %at64", "store float %w, ptr addrspace(1) %op",
+            "%i1 = add i32 %i, 1", "%more = icmp ult i32 %i1, 4", "br i1 %more, label %head, label %out", "out:"]
+    threads = 75
+    x = torch.randn(threads, generator=torch.Generator().manual_seed(4))
+    y, z = torch.empty(4 * threads), torch.empty(threads)
+    make = _kernel(f"some_rows_{every}", body, [("x", "float", "air.read"), ("y", "float", "air.read_write"),
+                                                ("z", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y, z], x, y, z, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    expected = torch.full((threads, 4), -7.0)
+    mine = torch.arange(threads) % every == 1
+    expected[mine] = x[mine, None] + torch.arange(4.0)
+    assert torch.equal(results[1][0].view(threads, 4), expected)

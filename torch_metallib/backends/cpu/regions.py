@@ -54,7 +54,7 @@ from .recompute import recompute, recomputable, slot_value
 from .target import NotLanes
 
 __all__ = ["NotLanes", "cut_at_markers", "build_regions", "DONE", "SCAN", "AGREEMENT_PHIS", "KIND_START",
-           "KIND_BARRIER", "KIND_EXCHANGE", "MEET"]
+           "KIND_BARRIER", "KIND_EXCHANGE", "KIND_WHOLE_GROUP", "MEET"]
 
 DONE = -1  # points[t] of a thread that returned (0xFFFFFFFF in the runtime)
 SCAN = -2  # what a region returns where its lanes stopped at different points (kScanPoints in the runtime)
@@ -62,6 +62,10 @@ SCAN = -2  # what a region returns where its lanes stopped at different points (
 AGREEMENT_PHIS = ["  %tm.or = phi i32 [ 0, %tm.rentry ], [ %tm.or.next, %tm.latch ]",
                   "  %tm.and = phi i32 [ -1, %tm.rentry ], [ %tm.and.next, %tm.latch ]"]
 KIND_START, KIND_BARRIER, KIND_EXCHANGE = 0, 1, 2
+# Added to a region's kind where it keeps nothing of its SIMD-group's own (no exchange, staging
+# or kept area): the runtime runs it over all the threadgroup's threads at once when they all
+# stand at it, making its set-up (the launch's values, addresses) once, not per SIMD-group.
+KIND_WHOLE_GROUP = 4
 MEET = "tm.lanes.meet"  # where a region's lanes have all deposited into an exchange inside it
 MAX_THREADS = 1024  # Metal's threadgroup limit: context arrays have this many elements
 # ... and this many more: arrays a multiple of 4 KB long put a thread's values in one L1 set,
@@ -416,6 +420,7 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
     first_metadata = 1 + max((int(n) for n in re.findall(r"!(\d+)\b", text)), default=0)
     metadata = [f'!{first_metadata} = !{{!"llvm.loop.vectorize.enable", i1 false}}']
     functions: List[str] = []
+    whole_group: Set[int] = set()  # the regions of KIND_WHOLE_GROUP
     for r, labels in enumerate(members):
         local = [n for n in allocas if n not in field and r in used_in[n]]
         kept = [n for n in context if r in used_in[n]]
@@ -510,7 +515,8 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
                     met = f"%tm.area.i{j}"
                     if j not in prepared_inside:
                         prepared_inside.add(j)
-                        invariant.append(f"  {met} = {at(areas_field, '%tm.simd', str(j), '0')}")
+                        # the first SIMD-group's: every run of a region has the exchange to itself
+                        invariant.append(f"  {met} = {at(areas_field, '0', str(j), '0')}")
                     body.append(f"  %tm.slot.i{j} = getelementptr inbounds [{SIMD_WIDTH} x [{SLOT_BYTES} x i8]], "
                                 f"ptr {met}, i32 0, i32 %tm.lane")
                     if int(deposit.group(2)):
@@ -571,11 +577,14 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
                 "tm.exit:", "  %tm.same = icmp eq i32 %tm.or.next, %tm.and.next",
                 f"  %tm.agreed = select i1 %tm.same, i32 %tm.or.next, i32 {SCAN}", "  ret i32 %tm.agreed", "}"]
         functions.append("\n".join(out))
+        if r not in site and sum(line.count("%tm.simd") for line in out) == 1:  # its definition alone
+            whole_group.add(r)
         metadata.append(f"!{first_metadata + 1 + r} = distinct !{{!{first_metadata + 1 + r}, !{first_metadata}}}")
 
     order = weak_topological_order({b.label: b.successors for b in blocks}, blocks[0].label)
     position = {label: i for i, label in enumerate(order)}
-    kinds = [KIND_START] + [KIND_EXCHANGE if k in site else KIND_BARRIER for k in range(1, count + 1)]
+    kinds = [(KIND_START if r == 0 else KIND_EXCHANGE if r in site else KIND_BARRIER)
+             + (KIND_WHOLE_GROUP if r in whole_group else 0) for r in range(count + 1)]
     ranks = [0] + [position.get(markers[k].label, len(order)) + 1 for k in range(1, count + 1)]
     entries = ", ".join(f"{{ ptr, i32, i32 }} {{ ptr @tm.region.{r}, i32 {kinds[r]}, i32 {ranks[r]} }}"
                         for r in range(count + 1))

@@ -854,15 +854,27 @@ class _Region:
             spacing = stride // size
             if stride % size or spacing not in SPACINGS:
                 continue
+            # Every lane of the mask at its place from its first lane k, lane 0's address
+            # being k's less k strides (the others' may be anything: a lane masked off
+            # touches no memory; k is 0 where every lane runs).
             frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
-            expected, equal = self.fresh("pe"), self.fresh("eq")
+            bits, lead, at_lead, back = self.fresh("pb"), self.fresh("pk"), self.fresh("pa"), self.fresh("pn")
+            expected, equal, fine = self.fresh("pe"), self.fresh("eq"), self.fresh("pm")
             vector = f"<{WIDTH} x {pointer_type}>"
             self.out += [f"  {frozen} = freeze {vector} {name}",
-                         f"  {first} = extractelement {vector} {frozen}, i64 0",
+                         f"  {bits} = bitcast <{WIDTH} x i1> {self.mask} to i{WIDTH}",
+                         f"  {lead}.z = call i{WIDTH} @llvm.cttz.i{WIDTH}(i{WIDTH} {bits}, i1 false)",
+                         f"  {lead} = and i{WIDTH} {lead}.z, {WIDTH - 1}",  # no lane: lane 0
+                         f"  {at_lead} = extractelement {vector} {frozen}, i{WIDTH} {lead}",
+                         f"  {back} = mul i{WIDTH} {lead}, {-stride}",
+                         f"  {first} = getelementptr i8, {pointer_type} {at_lead}, i{WIDTH} {back}",
                          f"  {expected} = getelementptr i8, {pointer_type} {first}, "
                          f"{self.lanes_constant('i64', stride)}",
-                         f"  {equal} = icmp eq {vector} {frozen}, {expected}"]
-            all_equal = self.reduce("and", "i1", equal)
+                         f"  {equal} = icmp eq {vector} {frozen}, {expected}",
+                         f"  {fine} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> {equal}, "
+                         f"<{WIDTH} x i1> splat (i1 true)"]
+            self.declare(f"llvm.cttz.i{WIDTH}", f"declare i{WIDTH} @llvm.cttz.i{WIDTH}(i{WIDTH}, i1)")
+            all_equal = self.reduce("and", "i1", fine)
             self.out.append(f"  {ok} = freeze i1 {all_equal}")
             self.checked[(name, size)] = (frozen, first, ok, spacing)
 

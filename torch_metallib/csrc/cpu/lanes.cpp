@@ -15,6 +15,8 @@ namespace {
 constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kDone = 0xFFFFFFFFu;
 constexpr uint32_t kBarrier = 1;
+constexpr uint32_t kKind = 3;           // a region's kind: its start, after a barrier or after an exchange
+constexpr uint32_t kWholeGroup = 4;     // ... and a flag: it runs the lanes of any run of whole SIMD-groups
 constexpr uint64_t kPhaseBytes = 2112;  // %tm.xphase: 32 slots of 64 bytes, mask, claimed; 64-aligned
 constexpr uint64_t kMaskOffset = 2048;
 
@@ -72,7 +74,7 @@ std::vector<uint32_t> exchange_sites(const LanesTable& table) {
   std::vector<uint32_t> sites(table.regions, 0);
   for (uint32_t r = 1, site = 0; r < table.regions; ++r) {
     sites[r] = site;
-    site += table.region[r].kind != kBarrier;
+    site += (table.region[r].kind & kKind) != kBarrier;
   }
   return sites;
 }
@@ -115,10 +117,16 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     if ((known == kScanPoints ? points[begin] : known) == r)
       known = table.region[r].function(context, addresses, dims, group, begin, end, points);
   };
-  auto every_simd = [&](uint32_t r) {
+  // Region r for every SIMD-group at it; all threads at r: in one run where the region takes
+  // several SIMD-groups (no exchange of its own: its set-up is then made once, not per group).
+  auto every_simd = [&](uint32_t r, bool all_at_r) {
+    if (all_at_r && (table.region[r].kind & kWholeGroup)) {
+      std::fill(agreed, agreed + simds, table.region[r].function(context, addresses, dims, group, 0, count, points));
+      return;
+    }
     for (uint32_t begin = 0; begin < count; begin += kSimdWidth) region(r, begin, std::min(count, begin + kSimdWidth));
   };
-  every_simd(0);
+  every_simd(0, true);
   for (;;) {
     // Each SIMD-group completes its exchanges until its lanes wait at a barrier or returned.
     for (uint32_t s = 0; s < simds; ++s) {
@@ -132,7 +140,7 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
                            : together           ? points[begin]
                                                 : first_point_of_many(table, points, begin, end);
         agreed[s] = together ? p : kScanPoints;
-        if (p == kDone || table.region[p].kind == kBarrier) break;
+        if (p == kDone || (table.region[p].kind & kKind) == kBarrier) break;
         uint32_t mask = together ? uint32_t(~uint64_t(0) >> (64 - (end - begin))) : 0;
         for (uint32_t t = begin; !together && t < end; ++t) mask |= uint32_t(points[t] == p) << (t - begin);
         const uint32_t site = sites[p];
@@ -154,7 +162,8 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
     uint32_t p = agree ? agreed[0] : first_point(table, points, 0, count);
     if (p == kDone) return;
     uint32_t waiting = count, done = 0;
-    if (!agree && !uniform(points, 0, count)) {
+    const bool all_at_p = agree || uniform(points, 0, count);
+    if (!all_at_p) {
       waiting = 0;
       for (uint32_t t = 0; t < count; ++t) {
         waiting += points[t] == p;
@@ -162,7 +171,7 @@ void run_group(LanesRun& run, const LanesTable& table, const std::vector<uint32_
       }
     }
     if (strict_barriers && done > 0) throw ExecutionError(deadlock_message(kernel, dims, group, waiting, count, done));
-    every_simd(p);  // the barrier opens for the threads at it (the lowest, where threads diverged)
+    every_simd(p, all_at_p);  // the barrier opens for the threads at it (the lowest, where threads diverged)
   }
 }
 

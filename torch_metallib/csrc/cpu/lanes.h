@@ -30,7 +30,7 @@ struct LanesTable {
   uint32_t regions;
   struct Region {
     RegionFunction function;
-    uint32_t kind;  // 0: the start, 1: after a barrier, 2: after an exchange
+    uint32_t kind;  // 0: the start, 1: after a barrier, 2: after an exchange; + 4: runs several SIMD-groups at once
     uint32_t rank;  // its marker's place in a weak topological order: lowest goes first
   } region[1];      // `regions` of them
 };

@@ -277,8 +277,9 @@ def _exchanges_may_stay_inside(inlined: str, entry: str) -> bool:
     it already rules out vector lanes (which its regions with exchanges inside need)."""
     from .vectorize import refuses  # only on a cache miss
 
-    found = ir_model.function(inlined.split("\n"), entry)
-    body = inlined.split("\n")[found.start:found.end]
+    lines = inlined.split("\n")
+    found = ir_model.function(lines, entry)
+    body = lines[found.start:found.end]
     return any("@tm.lanes.deposit(" in line for line in body) and not any(
         "@tm.lanes.stage" in line or "@tm.lanes.kept(" in line or refuses(line) for line in body)
 

@@ -84,6 +84,7 @@ _EXCHANGED = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.exchanged\(\)")
 _FOLD = re.compile(rf"^\s*(%{NAME}) = (?:tail )?call (<\d+ x \w+>|\S+) @({re.escape(FOLD_PREFIX)}[-\w$.]+)"
                    rf"\(ptr (%{NAME})\)$")
 _RET = re.compile(r"^\s*ret void")
+_SIMD = re.compile(r"%tm\.simd(?![-\w$.])")  # the region's SIMD-group (of its first lane)
 # A staged exchange (simdgroup-matrix products): the SIMD-group's staging memory, where
 # lanes write before the deposit and read in the region after it.
 _STAGE = re.compile(rf"^(\s*%{NAME}) = call ptr @tm\.lanes\.stage\(i64 ([^)]+)\)")
@@ -356,7 +357,8 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
     field = {name: i for i, name in enumerate(context)}
     exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
     site = {k: i for i, k in enumerate(exchanges)}
-    # An exchange inside a region: its slots are the context's, of its own site and phase 0.
+    # An exchange inside a region: its slots are the context's, of its own site, the first
+    # SIMD-group's and phase 0 (every run of a region has the exchange to itself).
     inside = [(b.label, i) for b in blocks for i, line in enumerate(b.lines)
               if exchanges_inside and "@tm.lanes.deposit(" in line and _DEPOSIT.match(line)]
     inside_site = {at_line: len(exchanges) + i for i, at_line in enumerate(inside)}
@@ -492,7 +494,7 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
                     slots_inside[exchanged.group(1).strip()] = met
                     body.append(f"  {exchanged.group(1).strip()} = getelementptr i8, ptr {met}, i32 0")
                     met = None
-                elif fold and fold.group(4) in slots_inside:  # the slots themselves: vector lanes see whose
+                elif fold and fold.group(4) in slots_inside:  # of the slots themselves: vector lanes know whose
                     body.append(f"  {fold.group(1)} = call {fold.group(2)} @{fold.group(3)}(ptr {slots_inside[fold.group(4)]})")
                 elif exchanged:
                     read = exchanged.group(1).strip()
@@ -515,7 +517,6 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
                     met = f"%tm.area.i{j}"
                     if j not in prepared_inside:
                         prepared_inside.add(j)
-                        # the first SIMD-group's: every run of a region has the exchange to itself
                         invariant.append(f"  {met} = {at(areas_field, '0', str(j), '0')}")
                     body.append(f"  %tm.slot.i{j} = getelementptr inbounds [{SIMD_WIDTH} x [{SLOT_BYTES} x i8]], "
                                 f"ptr {met}, i32 0, i32 %tm.lane")
@@ -577,7 +578,7 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
                 "tm.exit:", "  %tm.same = icmp eq i32 %tm.or.next, %tm.and.next",
                 f"  %tm.agreed = select i1 %tm.same, i32 %tm.or.next, i32 {SCAN}", "  ret i32 %tm.agreed", "}"]
         functions.append("\n".join(out))
-        if r not in site and sum(line.count("%tm.simd") for line in out) == 1:  # its definition alone
+        if r not in site and sum(len(_SIMD.findall(line)) for line in out) == 1:  # its definition alone
             whole_group.add(r)
         metadata.append(f"!{first_metadata + 1 + r} = distinct !{{!{first_metadata + 1 + r}, !{first_metadata}}}")
 

@@ -1227,10 +1227,11 @@ class _Region:
         """A SIMD-group's reduction (`function`, a fold of the slots, in `line`) of
         `type_name` values the lanes just deposited, `held` in registers (the vector, as an
         integer of their size, the mask of the lanes that took part, and as lanes): where
-        the order cannot change the result, a vector reduction (integers; a float minimum
-        or maximum without a NaN or a zero among the values); a float sum or product of all
-        32 lanes, the fold's butterfly on the vector's two halves (the same operations, so
-        the same bits); else the fold."""
+        the order cannot change the result, a vector reduction (integers; a float or double
+        minimum or maximum without a NaN or a zero among the values); a float sum or product
+        of all 32 lanes, the fold's butterfly on the vector's two halves (the same
+        operations, so the same bits); else the fold (half and bfloat minima and maxima
+        too: their vector reductions are not ones every LLVM target selects)."""
         vector, held_type, mask, lanes = held
         if held_type != type_name:
             vector = self.fresh("as")
@@ -1238,6 +1239,8 @@ class _Region:
         kind = function[len(FOLD_PREFIX):].split(".")[0]
         wide = f"<{WIDTH} x {type_name}>"
         floating = type_name in ("half", "bfloat", "float", "double")
+        if floating and kind in ("min", "max") and type_name not in ("float", "double"):
+            return self._uniform(name, line, False)
         if not floating or kind in ("min", "max"):
             op = kind[1:] if kind in ("smin", "smax", "umin", "umax") else kind
             kept = self.fresh("kept")

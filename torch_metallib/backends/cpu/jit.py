@@ -290,11 +290,11 @@ def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: l
     does (`whole`: where a region with an exchange inside does not), or vectorize.py fails
     or LLVM refuses what it wrote (a bug there: the lane loops run, with a warning)."""
     from .regions import MEET
-    from .vectorize import vectorize_regions  # only on a cache miss
+    from .vectorize import GROUP_WIDTH, WIDTH, vectorize_regions  # only on a cache miss
 
     try:
         with _phase("vector lanes (Python text)"):
-            vector_text, vectorized, refused = vectorize_regions(text)
+            vector_text, vectorized, refused = vectorize_regions(text, GROUP_WIDTH if whole else WIDTH)
     except Exception as error:  # noqa: BLE001 - an opt-in rewrite: any bug of it falls back
         return _vector_failed(kernel, f"{type(error).__name__}: {error}")
     logger = diagnostics.get_logger()

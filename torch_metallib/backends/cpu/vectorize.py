@@ -1,5 +1,6 @@
 """A lane-loop region (regions.py) as vector lanes: the loop over a SIMD-group's threads
-run WIDTH (32) threads at a time, a whole SIMD-group, each thread a lane of LLVM vectors.
+run `width` threads at a time (WIDTH; a whole SIMD-group, GROUP_WIDTH, where its exchanges
+are inside the regions), each thread a lane of LLVM vectors.
 
 A region's per-thread body is in reg2mem's form (every value used outside its block goes
 through memory), so each block can be widened on its own:
@@ -8,7 +9,7 @@ through memory), so each block can be widened on its own:
   uniform, and so is an instruction without side effects whose operands all are (a load
   from a uniform address included: lanes that race on it differ on every target). They stay
   scalar (computed once before the loop over lanes where that is safe); everything else
-  becomes a vector of WIDTH lanes.
+  becomes a vector of `width` lanes.
 * Divergence (divergence): a branch on a varying value diverges until its immediate
   post-dominator; a reg2mem value stored in a divergent block, or a varying one, varies,
   to a fixed point. The others stay scalar, so a loop that every lane runs alike is a
@@ -29,7 +30,7 @@ through memory), so each block can be widened on its own:
   under the mask; in convergent ones the lanes masked off have finished, so LLVM keeps it
   in registers); a thread's private arrays of one scalar type are interleaved element by
   element (one element of every lane's copy is read and written as a whole vector), its
-  other allocations are WIDTH copies. An access through a varying address is one masked
+  other allocations are `width` copies. An access through a varying address is one masked
   vector access where the lanes' addresses are consecutive, or a wide one where they are 2
   or 4 elements apart (known for the context's and the points' per-thread arrays and an
   interleaved array's elements, else checked at run time where the address is computed or
@@ -37,8 +38,8 @@ through memory), so each block can be widened on its own:
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
   the lane loop does. A wide access to device memory also prefetches the lines of the
   lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index
-  divided by a uniform width is the first lane's division and a carry for the others where
-  the width is at least WIDTH.
+  divided by a uniform divisor is the first lane's division and a carry for the others
+  where the divisor is at least the number of lanes.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
   deposit into its exchange slot) is an integer load and store of the lanes (of the vector
@@ -76,11 +77,12 @@ from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_e
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
 
-__all__ = ["WIDTH", "NotVector", "vectorize_regions", "refuses"]
+__all__ = ["WIDTH", "GROUP_WIDTH", "NotVector", "vectorize_regions", "refuses"]
 
-# Lanes per vector: a whole SIMD-group, so that its lanes meet at an exchange inside a region
-# (two AVX-512 registers of 32-bit values).
-WIDTH = SIMD_WIDTH
+WIDTH = 16  # lanes per vector: 16 x 32 bits, an AVX-512 register (two AVX2 ones)
+# ... and in regions with exchanges inside: a whole SIMD-group, whose lanes meet there (the
+# steel GEMM's regions, whose matrix products stay lane loops, took 1.1x the time with 32).
+GROUP_WIDTH = SIMD_WIDTH
 # Lanes' elements 2 or 4 apart are read and written as one wide access (a few registers and a
 # shuffle); further apart, the wide access and its shuffle cost more than a gather.
 SPACINGS = (1, 2, 4)
@@ -107,9 +109,10 @@ def refuses(line: str) -> bool:
     return bool(_REFUSED.search(line))
 
 
-def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
-    """`text` (build_regions' module) with every region that allows it run as vector lanes:
-    (the module, the regions vectorized, region -> why the others were not)."""
+def vectorize_regions(text: str, width: int = WIDTH) -> Tuple[str, List[str], Dict[str, str]]:
+    """`text` (build_regions' module) with every region that allows it run as vector lanes,
+    `width` of them at a time: (the module, the regions vectorized, region -> why the others
+    were not)."""
     lines = text.split("\n")
     out: List[str] = []
     done, vectorized, refused = 0, [], {}
@@ -121,7 +124,7 @@ def vectorize_regions(text: str) -> Tuple[str, List[str], Dict[str, str]]:
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
             continue
         try:
-            body = _Region(found.body, declarations, types, fields).build(region.group(1))
+            body = _Region(found.body, declarations, types, fields, width).build(region.group(1))
         except NotVector as why:
             refused[region.group(2)] = str(why)
             continue
@@ -138,7 +141,8 @@ class _Region:
     """One region function's body rewritten as vector lanes."""
 
     def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str],
-                 fields: Dict[str, Optional[int]]):
+                 fields: Dict[str, Optional[int]], width: int):
+        self.width = width  # lanes per vector
         self.blocks = ir_model.blocks(body)
         self.fields = fields
         self.declarations = declarations
@@ -153,7 +157,7 @@ class _Region:
         self.strides: Dict[str, int] = {}  # pointer -> the bytes between its lanes' addresses, where known
         self.guesses: Dict[str, int] = {}  # value -> its likely difference between lanes (guess_strides)
         self.data: Set[str] = set()  # values computed from data (guess_strides)
-        self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <WIDTH x type>)
+        self.varying: Dict[str, str] = {}  # local -> its scalar type (the value is <width x type>)
         self.slots: Dict[str, str] = {}  # reg2mem's allocations -> their scalar type (a vector in memory)
         self.private: Set[str] = set()  # pointers into a lane's copy of another allocation
         self.deposited: Set[str] = set()  # allocations only stored to and copied from at once (_only_deposited)
@@ -199,9 +203,9 @@ class _Region:
         if value in self.copies:
             raise NotVector("an aggregate is used other than to be copied")
         name = self.fresh("s")
-        self.out += [f"  {name}.i = insertelement <{WIDTH} x {type_name}> poison, {type_name} {value}, i64 0",
-                     f"  {name} = shufflevector <{WIDTH} x {type_name}> {name}.i, <{WIDTH} x {type_name}> poison, "
-                     f"<{WIDTH} x i32> zeroinitializer"]
+        self.out += [f"  {name}.i = insertelement <{self.width} x {type_name}> poison, {type_name} {value}, i64 0",
+                     f"  {name} = shufflevector <{self.width} x {type_name}> {name}.i, <{self.width} x {type_name}> poison, "
+                     f"<{self.width} x i32> zeroinitializer"]
         return name
 
     def is_varying(self, text: str) -> bool:
@@ -215,13 +219,13 @@ class _Region:
 
     def lanes_constant(self, type_name: str, scale: int = 1) -> str:
         """The typed vector <0, scale, 2 scale, ...>."""
-        return f"<{WIDTH} x {type_name}> <" + ", ".join(f"{type_name} {i * scale}" for i in range(WIDTH)) + ">"
+        return f"<{self.width} x {type_name}> <" + ", ".join(f"{type_name} {i * scale}" for i in range(self.width)) + ">"
 
     def reduce(self, operation: str, element: str, value: str) -> str:
         name = self.fresh("r")
-        function = f"llvm.vector.reduce.{operation}.v{WIDTH}{mangled(element)}"
-        self.declare(function, f"declare {element} @{function}(<{WIDTH} x {element}>)")
-        self.out.append(f"  {name} = call {element} @{function}(<{WIDTH} x {element}> {value})")
+        function = f"llvm.vector.reduce.{operation}.v{self.width}{mangled(element)}"
+        self.declare(function, f"declare {element} @{function}(<{self.width} x {element}>)")
+        self.out.append(f"  {name} = call {element} @{function}(<{self.width} x {element}> {value})")
         return name
 
     def label(self, tag: str) -> str:
@@ -295,17 +299,17 @@ class _Region:
                 out.append(line)
         self.before_loop |= self.uniform
         hoist_at = len(out)
-        out += [f"  %tm.vpc = alloca <{WIDTH} x i32>, align 64", f"  %tm.vlive = alloca <{WIDTH} x i1>",
+        out += [f"  %tm.vpc = alloca <{self.width} x i32>, align 64", f"  %tm.vlive = alloca <{self.width} x i1>",
                 "  %tm.vor = alloca i32", "  %tm.vand = alloca i32", "  store i32 0, ptr %tm.vor",
                 "  store i32 -1, ptr %tm.vand",
                 "  br label %tm.vloop", "tm.vloop:",
                 "  %tm.v0 = phi i32 [ %tm.begin, %tm.rentry ], [ %tm.vnext, %tm.vlatch ]"]
         start = self.vec("i32", "%tm.v0")
-        out += [f"  %t32 = add <{WIDTH} x i32> {start}, {self.lanes_constant('i32').split(' ', 3)[3]}"]
+        out += [f"  %t32 = add <{self.width} x i32> {start}, {self.lanes_constant('i32').split(' ', 3)[3]}"]
         self.varying["%t32"] = "i32"
         end = self.vec("i32", "%tm.end")
-        out += [f"  %tm.alive = icmp ult <{WIDTH} x i32> %t32, {end}",
-                f"  store <{WIDTH} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
+        out += [f"  %tm.alive = icmp ult <{self.width} x i32> %t32, {end}",
+                f"  store <{self.width} x i1> %tm.alive, ptr %tm.vlive", "  br label %tm.vstart"]
         emitted: Set[int] = set()
         for name in order:
             part = parts.get(name)
@@ -316,7 +320,7 @@ class _Region:
                 self._divergent_part(part, order, number, ends, lines_of)
                 for member in sorted(part.blocks, key=number.get) if id(part) in self.copied else ():
                     self._convergent_block(member, number, parts, lines_of[member], copy=True)
-        out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {WIDTH}",
+        out += ["tm.vlatch:", f"  %tm.vnext = add nuw i32 %tm.v0, {self.width}",
                 "  %tm.vmore = icmp ult i32 %tm.vnext, %tm.end",
                 f"  br i1 %tm.vmore, label %tm.vloop, label %tm.exit{latch_end.group(1) if latch_end else ''}",
                 "tm.exit:"] + (self._agreement() if returns == "i32" else ["  ret void"])
@@ -335,7 +339,7 @@ class _Region:
         if copy:
             lines = self._renamed(lines, ".u")
         tag = f"{k}u" if copy else str(k)
-        out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{WIDTH} x i1>, ptr %tm.vlive"]
+        out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{self.width} x i1>, ptr %tm.vlive"]
         self.mask, self.converged, self.last_store, self.in_registers = f"%tm.m.{tag}", True, None, {}
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
@@ -363,8 +367,8 @@ class _Region:
         """The running lanes go on in the divergent part named `first`, each at the block
         `chosen` (a vector of block numbers) names; the others' counters say they left."""
         running = self.fresh("to")
-        self.out += [f"  {running} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i32> {chosen}, "
-                     f"<{WIDTH} x i32> splat (i32 {EXIT})", f"  store <{WIDTH} x i32> {running}, ptr %tm.vpc",
+        self.out += [f"  {running} = select <{self.width} x i1> {self.mask}, <{self.width} x i32> {chosen}, "
+                     f"<{self.width} x i32> splat (i32 {EXIT})", f"  store <{self.width} x i32> {running}, ptr %tm.vpc",
                      f"  br label %tm.part.{first}"]
 
     def _branch(self, line: str, number: Dict[str, int], parts, edge) -> None:
@@ -399,16 +403,16 @@ class _Region:
                 self._leave_agreement()
                 return self._enter_part(self._targets(line, number), inside[0].first)
             chosen = self._targets(line, number)
-            vector = f"<{WIDTH} x i32>"
+            vector = f"<{self.width} x i32>"
             running = self.fresh("to")
-            out.append(f"  {running} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, "
+            out.append(f"  {running} = select <{self.width} x i1> {self.mask}, {vector} {chosen}, "
                        f"{vector} splat (i32 {EXIT})")
             lead = self.reduce("umin", "i32", running)
             same, off, agreeing = self.fresh("same"), self.fresh("off"), self.fresh("same")
             lead_vector = self.vec("i32", lead)
             out += [f"  {same} = icmp eq {vector} {running}, {lead_vector}",
-                    f"  {off} = xor <{WIDTH} x i1> {self.mask}, splat (i1 true)",
-                    f"  {agreeing} = or <{WIDTH} x i1> {same}, {off}"]
+                    f"  {off} = xor <{self.width} x i1> {self.mask}, splat (i1 true)",
+                    f"  {agreeing} = or <{self.width} x i1> {same}, {off}"]
             agree = self.reduce("and", "i1", agreeing)
             together = self.label("agree")
             out += [f"  br i1 {agree}, label %{together}, label %{apart}", f"{together}:",
@@ -425,14 +429,14 @@ class _Region:
         for slot in sorted(self.agreeing):
             value, type_name = self.fresh("agreed"), self.slots[slot]
             self.out.append(f"  {value} = load {type_name}, ptr {slot}.u")
-            self.out.append(f"  store <{WIDTH} x {type_name}> {self.vec(type_name, value)}, ptr {slot}")
+            self.out.append(f"  store <{self.width} x {type_name}> {self.vec(type_name, value)}, ptr {slot}")
 
     def _agree_on(self, condition: str, taken: str, not_taken: str, apart: str) -> None:
         """Branches to `taken` where `condition` holds for every lane of the mask, to
         `not_taken` where for none, else to `apart`."""
         held, missing = self.fresh("held"), self.fresh("held")
-        self.out += [f"  {held} = and <{WIDTH} x i1> {condition}, {self.mask}",
-                     f"  {missing} = xor <{WIDTH} x i1> {held}, {self.mask}"]
+        self.out += [f"  {held} = and <{self.width} x i1> {condition}, {self.mask}",
+                     f"  {missing} = xor <{self.width} x i1> {held}, {self.mask}"]
         some = self.reduce("or", "i1", held)
         short = self.reduce("or", "i1", missing)
         mixed = self.label("mixed")
@@ -470,9 +474,9 @@ class _Region:
                 out += [f"tm.c.{k}.0:", f"  br label %{following}"]
             for j, head in enumerate(checks):
                 pc, offset, inside = self.fresh("pc"), self.fresh("in"), self.fresh("in")
-                out += [f"tm.c.{k}.{j}:", f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
-                        f"  {offset} = sub <{WIDTH} x i32> {pc}, splat (i32 {head})",
-                        f"  {inside} = icmp ule <{WIDTH} x i32> {offset}, splat (i32 {k - head})"]
+                out += [f"tm.c.{k}.{j}:", f"  {pc} = load <{self.width} x i32>, ptr %tm.vpc",
+                        f"  {offset} = sub <{self.width} x i32> {pc}, splat (i32 {head})",
+                        f"  {inside} = icmp ule <{self.width} x i32> {offset}, splat (i32 {k - head})"]
                 again = self.reduce("or", "i1", inside)
                 after = f"tm.c.{k}.{j + 1}" if j + 1 < len(checks) else following
                 out.append(f"  br i1 {again}, label %tm.g.{head}, label %{after}")
@@ -481,9 +485,9 @@ class _Region:
             out.append("  br label %tm.vlatch")
             return
         pc, live = self.fresh("pc"), self.fresh("live")
-        out += [f"  {pc} = load <{WIDTH} x i32>, ptr %tm.vpc",
-                f"  {live} = icmp eq <{WIDTH} x i32> {pc}, splat (i32 {number[part.join]})",
-                f"  store <{WIDTH} x i1> {live}, ptr %tm.vlive"]
+        out += [f"  {pc} = load <{self.width} x i32>, ptr %tm.vpc",
+                f"  {live} = icmp eq <{self.width} x i32> {pc}, splat (i32 {number[part.join]})",
+                f"  store <{self.width} x i1> {live}, ptr %tm.vlive"]
         any_live = self.reduce("or", "i1", live)
         out.append(f"  br i1 {any_live}, label %{part.join}, label %tm.vlatch")
 
@@ -549,12 +553,12 @@ class _Region:
         align = re.search(r"align (\d+)", rest)
         align = int(align.group(1)) if align else 1
         if name in self.slots:
-            self.out.append(f"  {name} = alloca <{WIDTH} x {type_name}>, align {max(align, 64)}")
+            self.out.append(f"  {name} = alloca <{self.width} x {type_name}>, align {max(align, 64)}")
             return
         if name in self.interleaved:
             leaf = self.interleaved[name]
             count = scalar_count(type_name)
-            self.out += [f"  {name}.w = alloca [{count * WIDTH} x {leaf}], align {max(align, 64)}",
+            self.out += [f"  {name}.w = alloca [{count * self.width} x {leaf}], align {max(align, 64)}",
                          f"  {name} = getelementptr {leaf}, ptr {name}.w, {self.lanes_constant('i64')}"]
             self.varying[name] = "ptr"
             self.elements[name] = leaf
@@ -562,8 +566,8 @@ class _Region:
             return
         if not re.fullmatch(r"(\[\d+ x )*[^\s\[\]{}<>]+\]*", type_name):
             raise NotVector(f"an allocation of {type_name}")
-        self.out += [f"  {name}.w = alloca [{WIDTH} x {type_name}], align {max(align, 16)}",
-                     f"  {name} = getelementptr [{WIDTH} x {type_name}], ptr {name}.w, i64 0, "
+        self.out += [f"  {name}.w = alloca [{self.width} x {type_name}], align {max(align, 16)}",
+                     f"  {name} = getelementptr [{self.width} x {type_name}], ptr {name}.w, i64 0, "
                      f"{self.lanes_constant('i64')}"]
         self.varying[name] = "ptr"
         self.private.add(name)
@@ -573,8 +577,8 @@ class _Region:
         """Block `name` of a divergent part, for the lanes whose counter is its number `k`."""
         out = self.out
         after = f"tm.c.{k}.0"
-        out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{WIDTH} x i32>, ptr %tm.vpc",
-                f"  %tm.m.{k} = icmp eq <{WIDTH} x i32> %tm.pcin.{k}, splat (i32 {k})"]
+        out += [f"tm.g.{k}:", f"  %tm.pcin.{k} = load <{self.width} x i32>, ptr %tm.vpc",
+                f"  %tm.m.{k} = icmp eq <{self.width} x i32> %tm.pcin.{k}, splat (i32 {k})"]
         self.mask, self.last_store, self.in_registers = f"%tm.m.{k}", None, {}
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
@@ -587,15 +591,15 @@ class _Region:
         """The lanes of the mask go on at the block the terminator names for each; the
         others' counters are `others`."""
         chosen = self._targets(line, number)
-        after, vector = self.fresh("pc"), f"<{WIDTH} x i32>"
-        self.out += [f"  {after} = select <{WIDTH} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
+        after, vector = self.fresh("pc"), f"<{self.width} x i32>"
+        self.out += [f"  {after} = select <{self.width} x i1> {self.mask}, {vector} {chosen}, {vector} {others}",
                      f"  store {vector} {after}, ptr %tm.vpc"]
 
     def _targets(self, line: str, number: Dict[str, int]) -> str:
         """The number of the block terminator `line` goes to, per lane (a vector)."""
         def target(label: str) -> int:
             return EXIT if label == "tm.latch" else number[label]
-        vector = f"<{WIDTH} x i32>"
+        vector = f"<{self.width} x i32>"
         branch = re.match(rf"^br label %({NAME})$", line)
         conditional = re.match(rf"^br i1 ([^,]+), label %({NAME}), label %({NAME})$", line)
         if branch:
@@ -605,7 +609,7 @@ class _Region:
             ids = [target(conditional.group(2)), target(conditional.group(3))]
             chosen = self.fresh("to")
             if self.is_varying(condition):
-                self.out.append(f"  {chosen} = select <{WIDTH} x i1> {condition}, {vector} splat (i32 {ids[0]}), "
+                self.out.append(f"  {chosen} = select <{self.width} x i1> {condition}, {vector} splat (i32 {ids[0]}), "
                                 f"{vector} splat (i32 {ids[1]})")
             else:  # uniform: every lane takes the same edge
                 self.out.append(f"  {chosen}.u = select i1 {condition}, i32 {ids[0]}, i32 {ids[1]}")
@@ -618,8 +622,8 @@ class _Region:
             chosen = f"splat (i32 {target(default)})"
             for case, label in re.findall(rf"{re.escape(kind)} ([^,]+), label %({NAME})", rest):
                 test, picked = self.fresh("case"), self.fresh("to")
-                self.out += [f"  {test} = icmp eq <{WIDTH} x {kind}> {value}, splat ({kind} {case})",
-                             f"  {picked} = select <{WIDTH} x i1> {test}, {vector} splat (i32 {target(label)}), "
+                self.out += [f"  {test} = icmp eq <{self.width} x {kind}> {value}, splat ({kind} {case})",
+                             f"  {picked} = select <{self.width} x i1> {test}, {vector} splat (i32 {target(label)}), "
                              f"{vector} {chosen}"]
                 chosen = picked
         elif line == "unreachable":
@@ -663,14 +667,14 @@ class _Region:
         if code in _CASTS:
             operand, target = rest.rsplit(" to ", 1)
             type_name, value = typed(operand)
-            self._define(name, target.strip(), f"{head} <{WIDTH} x {type_name}> {self.vec(type_name, value)} "
-                         f"to <{WIDTH} x {target.strip()}>")
+            self._define(name, target.strip(), f"{head} <{self.width} x {type_name}> {self.vec(type_name, value)} "
+                         f"to <{self.width} x {target.strip()}>")
             return None
         if code in ("icmp", "fcmp"):
             predicate, rest = rest.split(" ", 1)
             parts = split_operands(rest)
             type_name, left = typed(parts[0])
-            self._define(name, "i1", f"{head} {predicate} <{WIDTH} x {type_name}> {self.vec(type_name, left)}, "
+            self._define(name, "i1", f"{head} {predicate} <{self.width} x {type_name}> {self.vec(type_name, left)}, "
                          f"{self.vec(type_name, parts[1])}")
             return None
         parts = split_operands(rest)
@@ -678,14 +682,14 @@ class _Region:
             _, condition = typed(parts[0])
             type_name, left = typed(parts[1])
             _, right = typed(parts[2])
-            vector = f"<{WIDTH} x {type_name}>"
-            self._define(name, type_name, f"{head} <{WIDTH} x i1> {self.vec('i1', condition)}, "
+            vector = f"<{self.width} x {type_name}>"
+            self._define(name, type_name, f"{head} <{self.width} x i1> {self.vec('i1', condition)}, "
                          f"{vector} {self.vec(type_name, left)}, {vector} {self.vec(type_name, right)}")
             return None
         type_name, first = typed(parts[0])
         if not SCALAR.match(type_name):
             raise NotVector(f"a value of type {type_name}")
-        vector = f"<{WIDTH} x {type_name}>"
+        vector = f"<{self.width} x {type_name}>"
         if code in ("fneg", "freeze"):
             self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}")
             return None
@@ -694,7 +698,7 @@ class _Region:
         second = self.vec(type_name, parts[1])
         if code in _DIVISIONS:  # lanes masked off divide by one
             safe = self.fresh("div")
-            self.out.append(f"  {safe} = select <{WIDTH} x i1> {self.mask}, {vector} {second}, "
+            self.out.append(f"  {safe} = select <{self.width} x i1> {self.mask}, {vector} {second}, "
                             f"{vector} splat ({type_name} 1)")
             second = safe
         self._define(name, type_name, f"{head} {vector} {self.vec(type_name, first)}, {second}")
@@ -704,25 +708,25 @@ class _Region:
         """The lanes' thread indices (the first lane's plus 0, 1, ...) divided by a uniform
         `divisor` (a thread's position from its index): the first lane's quotient and
         remainder once, the lanes after it passing the divisor at most once where it is
-        at least WIDTH, else a division per lane. (A divisor of 0, which the kernel may not
+        at least self.width, else a division per lane. (A divisor of 0, which the kernel may not
         divide by, gives some value without trapping.)"""
         d, q0, r0, wide, room = (self.fresh(tag) for tag in ("dd", "dq", "dr", "dw", "dm"))
         fast, slow, joined = self.label("fewwraps"), self.label("perlane"), self.label("divided")
-        vector, lanes = f"<{WIDTH} x i32>", self.lanes_constant("i32").split(" ", 3)[3]
+        vector, lanes = f"<{self.width} x i32>", self.lanes_constant("i32").split(" ", 3)[3]
         zero = self.fresh("dz")
         self.out += [f"  {zero} = icmp eq i32 {divisor}, 0", f"  {d} = select i1 {zero}, i32 1, i32 {divisor}",
                      f"  {q0} = udiv i32 %tm.v0, {d}", f"  {r0} = urem i32 %tm.v0, {d}",
-                     f"  {wide} = icmp uge i32 {d}, {WIDTH}", f"  br i1 {wide}, label %{fast}, label %{slow}",
+                     f"  {wide} = icmp uge i32 {d}, {self.width}", f"  br i1 {wide}, label %{fast}, label %{slow}",
                      f"{fast}:", f"  {room} = sub i32 {d}, {r0}"]
         wraps, rooms = self.fresh("dx"), self.vec("i32", room)  # lane i passes the divisor where i >= d - r0
         self.out.append(f"  {wraps} = icmp uge {vector} {lanes}, {rooms}")
         if code == "urem":
             after, before, first = self.fresh("da"), self.fresh("db"), self.vec("i32", r0)
             self.out += [f"  {after} = sub {vector} {lanes}, {rooms}", f"  {before} = add {vector} {first}, {lanes}",
-                         f"  {name}.f = select <{WIDTH} x i1> {wraps}, {vector} {after}, {vector} {before}"]
+                         f"  {name}.f = select <{self.width} x i1> {wraps}, {vector} {after}, {vector} {before}"]
         else:
             step, first = self.fresh("ds"), self.vec("i32", q0)
-            self.out += [f"  {step} = zext <{WIDTH} x i1> {wraps} to {vector}",
+            self.out += [f"  {step} = zext <{self.width} x i1> {wraps} to {vector}",
                          f"  {name}.f = add {vector} {first}, {step}"]
         self.out += [f"  br label %{joined}", f"{slow}:"]
         divisors = self.vec("i32", d)
@@ -756,12 +760,12 @@ class _Region:
         if base in self.elements:
             return self._element_address(name, source, base, parts[2:])
         if base in self.varying:
-            operands = [f"<{WIDTH} x {pointer_type}> {base}"]
+            operands = [f"<{self.width} x {pointer_type}> {base}"]
         else:
             operands = [f"{pointer_type} {base}"]
         for part in parts[2:]:
             type_name, value = typed(part)
-            operands.append(f"<{WIDTH} x {type_name}> {value}" if value in self.varying else part)
+            operands.append(f"<{self.width} x {type_name}> {value}" if value in self.varying else part)
         if base in self.private:
             self.private.add(name)
         if base in self.strides and not any(self.is_varying(p) for p in parts[2:]):
@@ -797,22 +801,22 @@ class _Region:
             moved, lanes = self.fresh("p0"), self.fresh("pf")
             offsets = ", ".join(indices)
             self.out += [f"  {moved} = getelementptr {source}, {pointer_type} {first}, {offsets}",
-                         f"  {lanes} = getelementptr {source}, <{WIDTH} x {pointer_type}> {frozen}, "
+                         f"  {lanes} = getelementptr {source}, <{self.width} x {pointer_type}> {frozen}, "
                          f"{offsets}"]
             self.checked[(name, size)] = (lanes, moved, ok, spacing)
 
     def _element_address(self, name: str, source: str, base: str, indices: List[str]) -> None:
-        """An address into an interleaved allocation: the element's index times WIDTH past
+        """An address into an interleaved allocation: the element's index times self.width past
         the lane's first element."""
         terms = []
         for depth, part in enumerate(indices):
             type_name, value = typed(part)
-            stride = scalar_count(indexed(source, depth)) * WIDTH
+            stride = scalar_count(indexed(source, depth)) * self.width
             wide, scaled = self.fresh("ix"), self.fresh("ix")
             extend = "sext" if type_name != "i64" else "bitcast"
             if value in self.varying:
-                self.out += [f"  {wide} = {extend} <{WIDTH} x {type_name}> {value} to <{WIDTH} x i64>",
-                             f"  {scaled} = mul <{WIDTH} x i64> {wide}, splat (i64 {stride})"]
+                self.out += [f"  {wide} = {extend} <{self.width} x {type_name}> {value} to <{self.width} x i64>",
+                             f"  {scaled} = mul <{self.width} x i64> {wide}, splat (i64 {stride})"]
                 self.varying[scaled] = "i64"
             else:
                 self.out += [f"  {wide} = {extend} {type_name} {value} to i64", f"  {scaled} = mul i64 {wide}, {stride}"]
@@ -823,12 +827,12 @@ class _Region:
         for term in terms[1:]:
             added = self.fresh("ix")
             if varying:
-                self.out.append(f"  {added} = add <{WIDTH} x i64> {self.vec('i64', total)}, {self.vec('i64', term)}")
+                self.out.append(f"  {added} = add <{self.width} x i64> {self.vec('i64', total)}, {self.vec('i64', term)}")
                 self.varying[added] = "i64"
             else:
                 self.out.append(f"  {added} = add i64 {total}, {term}")
             total = added
-        offset = f"<{WIDTH} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
+        offset = f"<{self.width} x i64> {self.vec('i64', total)}" if varying else f"i64 {total}"
         leaf = self.elements[name] = self.elements[base]
         size = scalar_bytes(leaf)
         # One element of every lane's copy (a uniform offset from lanes' consecutive
@@ -837,9 +841,9 @@ class _Region:
         if consecutive:
             first = self.fresh("p0")
             self.checked[(name, size)] = (name, first, "true", 1)
-        self._define(name, "ptr", f"getelementptr {leaf}, <{WIDTH} x ptr> {base}, {offset}")
+        self._define(name, "ptr", f"getelementptr {leaf}, <{self.width} x ptr> {base}, {offset}")
         if consecutive:
-            self.out.append(f"  {first} = extractelement <{WIDTH} x ptr> {name}, i64 0")
+            self.out.append(f"  {first} = extractelement <{self.width} x ptr> {name}, i64 0")
 
     def _check_consecutive(self, name: str, pointer_type: str) -> None:
         """For each size accessed through pointer `name`: whether its lanes' addresses are
@@ -860,20 +864,20 @@ class _Region:
             frozen, first, ok = self.fresh("pf"), self.fresh("p0"), self.fresh("ok")
             bits, lead, at_lead, back = self.fresh("pb"), self.fresh("pk"), self.fresh("pa"), self.fresh("pn")
             expected, equal, fine = self.fresh("pe"), self.fresh("eq"), self.fresh("pm")
-            vector = f"<{WIDTH} x {pointer_type}>"
+            vector = f"<{self.width} x {pointer_type}>"
             self.out += [f"  {frozen} = freeze {vector} {name}",
-                         f"  {bits} = bitcast <{WIDTH} x i1> {self.mask} to i{WIDTH}",
-                         f"  {lead}.z = call i{WIDTH} @llvm.cttz.i{WIDTH}(i{WIDTH} {bits}, i1 false)",
-                         f"  {lead} = and i{WIDTH} {lead}.z, {WIDTH - 1}",  # no lane: lane 0
-                         f"  {at_lead} = extractelement {vector} {frozen}, i{WIDTH} {lead}",
-                         f"  {back} = mul i{WIDTH} {lead}, {-stride}",
-                         f"  {first} = getelementptr i8, {pointer_type} {at_lead}, i{WIDTH} {back}",
+                         f"  {bits} = bitcast <{self.width} x i1> {self.mask} to i{self.width}",
+                         f"  {lead}.z = call i{self.width} @llvm.cttz.i{self.width}(i{self.width} {bits}, i1 false)",
+                         f"  {lead} = and i{self.width} {lead}.z, {self.width - 1}",  # no lane: lane 0
+                         f"  {at_lead} = extractelement {vector} {frozen}, i{self.width} {lead}",
+                         f"  {back} = mul i{self.width} {lead}, {-stride}",
+                         f"  {first} = getelementptr i8, {pointer_type} {at_lead}, i{self.width} {back}",
                          f"  {expected} = getelementptr i8, {pointer_type} {first}, "
                          f"{self.lanes_constant('i64', stride)}",
                          f"  {equal} = icmp eq {vector} {frozen}, {expected}",
-                         f"  {fine} = select <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> {equal}, "
-                         f"<{WIDTH} x i1> splat (i1 true)"]
-            self.declare(f"llvm.cttz.i{WIDTH}", f"declare i{WIDTH} @llvm.cttz.i{WIDTH}(i{WIDTH}, i1)")
+                         f"  {fine} = select <{self.width} x i1> {self.mask}, <{self.width} x i1> {equal}, "
+                         f"<{self.width} x i1> splat (i1 true)"]
+            self.declare(f"llvm.cttz.i{self.width}", f"declare i{self.width} @llvm.cttz.i{self.width}(i{self.width}, i1)")
             all_equal = self.reduce("and", "i1", fine)
             self.out.append(f"  {ok} = freeze i1 {all_equal}")
             self.checked[(name, size)] = (frozen, first, ok, spacing)
@@ -893,7 +897,7 @@ class _Region:
             self.out.append(f"  {name} = load {type_name}, ptr {pointer}.u")
             return
         if pointer in self.slots:
-            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {pointer}")
+            self.out.append(f"  {name} = load <{self.width} x {type_name}>, ptr {pointer}")
             self.varying[name] = type_name
             if type_name.startswith("ptr"):  # an address reloaded in a loop: checked once (LLVM hoists it out)
                 self._check_consecutive(name, type_name)
@@ -906,7 +910,7 @@ class _Region:
             return
         own = self._own_element(pointer, type_name)
         if own:  # every lane's copy of one element of its private array: no mask needed to read it
-            self.out.append(f"  {name} = load <{WIDTH} x {type_name}>, ptr {own}")
+            self.out.append(f"  {name} = load <{self.width} x {type_name}>, ptr {own}")
         else:
             self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
         self.varying[name] = type_name
@@ -921,7 +925,7 @@ class _Region:
         align = next((p for p in parts[2:] if p.startswith("align ")), "align 1").split()[1]
         if value in self.copies:
             return self._copy(value, type_name, pointer_type, pointer)
-        vector = f"<{WIDTH} x {type_name}>"
+        vector = f"<{self.width} x {type_name}>"
         if pointer in self.agreeing:
             if self.is_varying(value):
                 raise NotVector(f"a varying value stored to {pointer} where lanes agree")  # agreeing_slots prevents it
@@ -938,7 +942,7 @@ class _Region:
         if pointer in self.slots:
             old, new = self.fresh("old"), self.fresh("new")
             self.out += [f"  {old} = load {vector}, ptr {pointer}",
-                         f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {self.vec(type_name, value)}, "
+                         f"  {new} = select <{self.width} x i1> {self.mask}, {vector} {self.vec(type_name, value)}, "
                          f"{vector} {old}",
                          f"  store {vector} {new}, ptr {pointer}"]
             return None
@@ -954,7 +958,7 @@ class _Region:
             return None
         own = self._own_element(pointer, type_name)
         if own:
-            self._masked_private_store(f"<{WIDTH} x {type_name}>", self.vec(type_name, value), own)
+            self._masked_private_store(f"<{self.width} x {type_name}>", self.vec(type_name, value), own)
         else:
             data = self.vec(type_name, value)
             self._masked_access(type_name, pointer_type, pointer, align, data=data)
@@ -997,15 +1001,15 @@ class _Region:
         varying `pointer`: one masked access where its lanes' addresses are consecutive, a
         wide one (its elements `spacing` apart) where they are evenly spaced (self.checked;
         where that was checked at run time, else the next), else a masked gather or scatter."""
-        vector, pointers = f"<{WIDTH} x {type_name}>", f"<{WIDTH} x {pointer_type}>"
+        vector, pointers = f"<{self.width} x {type_name}>", f"<{self.width} x {pointer_type}>"
         element, space = mangled(type_name), mangled(pointer_type)
-        lanes = f"<{WIDTH} x i1> {self.mask}"
+        lanes = f"<{self.width} x i1> {self.mask}"
         if loaded is not None:
-            apart_call = f"llvm.masked.gather.v{WIDTH}{element}.v{WIDTH}{space}"
-            self.declare(apart_call, f"declare {vector} @{apart_call}({pointers}, i32, <{WIDTH} x i1>, {vector})")
+            apart_call = f"llvm.masked.gather.v{self.width}{element}.v{self.width}{space}"
+            self.declare(apart_call, f"declare {vector} @{apart_call}({pointers}, i32, <{self.width} x i1>, {vector})")
         else:
-            apart_call = f"llvm.masked.scatter.v{WIDTH}{element}.v{WIDTH}{space}"
-            self.declare(apart_call, f"declare void @{apart_call}({vector}, {pointers}, i32, <{WIDTH} x i1>)")
+            apart_call = f"llvm.masked.scatter.v{self.width}{element}.v{self.width}{space}"
+            self.declare(apart_call, f"declare void @{apart_call}({vector}, {pointers}, i32, <{self.width} x i1>)")
 
         def apart(addresses: str, result: str) -> str:
             if loaded is not None:
@@ -1017,7 +1021,7 @@ class _Region:
             self.out.append(apart(self.vec(pointer_type, pointer), loaded))
             return
         frozen, first, ok, spacing = checked
-        total = WIDTH * spacing
+        total = self.width * spacing
         wide, mask = f"<{total} x {type_name}>", self._spaced_mask(spacing)
         whole = f"llvm.masked.{'load' if loaded is not None else 'store'}.v{total}{element}.{space}"
         known = ok == "true"  # no run-time check: the wide access only
@@ -1030,12 +1034,12 @@ class _Region:
             self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
             if spacing == 1:
                 self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
-                                f"<{WIDTH} x i1> {mask}, {vector} zeroinitializer)")
+                                f"<{self.width} x i1> {mask}, {vector} zeroinitializer)")
             else:  # every lane's element of a wide load
                 self.out += [f"  {loaded}.w = call {wide} @{whole}({pointer_type} {first}, i32 {align}, "
                              f"<{total} x i1> {mask}, {wide} zeroinitializer)",
-                             f"  {together} = shufflevector {wide} {loaded}.w, {wide} poison, <{WIDTH} x i32> <"
-                             + ", ".join(f"i32 {lane * spacing}" for lane in range(WIDTH)) + ">"]
+                             f"  {together} = shufflevector {wide} {loaded}.w, {wide} poison, <{self.width} x i32> <"
+                             + ", ".join(f"i32 {lane * spacing}" for lane in range(self.width)) + ">"]
         else:
             self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
             self._prefetch(pointer_type, first, total * scalar_bytes(type_name), write=True)
@@ -1061,7 +1065,7 @@ class _Region:
             return
         call = f"llvm.prefetch.{mangled(pointer_type)}"
         self.declare(call, f"declare void @{call}({pointer_type}, i32, i32, i32)")
-        ahead = span * PREFETCH_LANES // WIDTH
+        ahead = span * PREFETCH_LANES // self.width
         for line in range(0, span, 64):
             at = self.fresh("pre")
             self.out += [f"  {at} = getelementptr i8, {pointer_type} {first}, i64 {ahead + line}",
@@ -1094,10 +1098,10 @@ class _Region:
     def _copy_interleaved(self, leaf: str, count: int, source: str, target: str, first: str) -> None:
         """Copies arrays of `count` `leaf`s between the lanes' consecutive arrays from
         `first` on and interleaved allocation `source` or `target`."""
-        vector, total = f"<{WIDTH} x {leaf}>", WIDTH * count
+        vector, total = f"<{self.width} x {leaf}>", self.width * count
         wide = f"<{total} x {leaf}>"
         spread = self.fresh("wm")  # each lane's mask bit for each of its elements
-        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> poison, <{total} x i32> <"
+        self.out.append(f"  {spread} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> poison, <{total} x i32> <"
                         + ", ".join(f"i32 {i // count}" for i in range(total)) + ">")
         if target in self.interleaved:
             load = f"llvm.masked.load.v{total}{mangled(leaf)}.p0"
@@ -1107,18 +1111,18 @@ class _Region:
                             f"{wide} zeroinitializer)")
             for e in range(count):
                 element, at = self.fresh("we"), self.fresh("wa")
-                self.out += [f"  {element} = shufflevector {wide} {loaded}, {wide} poison, <{WIDTH} x i32> <"
-                             + ", ".join(f"i32 {lane * count + e}" for lane in range(WIDTH)) + ">",
-                             f"  {at} = getelementptr {leaf}, ptr {target}.w, i64 {e * WIDTH}"]
+                self.out += [f"  {element} = shufflevector {wide} {loaded}, {wide} poison, <{self.width} x i32> <"
+                             + ", ".join(f"i32 {lane * count + e}" for lane in range(self.width)) + ">",
+                             f"  {at} = getelementptr {leaf}, ptr {target}.w, i64 {e * self.width}"]
                 self.varying[element] = leaf
                 self._masked_private_store(vector, element, at)
             return
         parts = []
         for e in range(count):
             element, at = self.fresh("we"), self.fresh("wa")
-            self.out += [f"  {at} = getelementptr {leaf}, ptr {source}.w, i64 {e * WIDTH}",
+            self.out += [f"  {at} = getelementptr {leaf}, ptr {source}.w, i64 {e * self.width}",
                          f"  {element} = load {vector}, ptr {at}"]
-            parts.append((WIDTH, element))
+            parts.append((self.width, element))
         while len(parts) > 1:  # concatenated pairwise (padded to a power of two)
             if len(parts) % 2:
                 parts.append((parts[-1][0], "poison"))
@@ -1132,7 +1136,7 @@ class _Region:
         size, concatenated = parts[0]
         interleaved = self.fresh("wi")
         self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
-                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * WIDTH + i // count}"
+                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * self.width + i // count}"
                                                          for i in range(total)) + ">")
         store = f"llvm.masked.store.v{total}{mangled(leaf)}.p0"
         self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
@@ -1143,10 +1147,10 @@ class _Region:
         if spacing == 1:
             return self.mask
         spread = self.fresh("sm")
-        self.out.append(f"  {spread} = shufflevector <{WIDTH} x i1> {self.mask}, <{WIDTH} x i1> zeroinitializer, "
-                        f"<{WIDTH * spacing} x i32> <" + ", ".join(
-                            f"i32 {i // spacing}" if i % spacing == 0 else f"i32 {WIDTH}"
-                            for i in range(WIDTH * spacing)) + ">")
+        self.out.append(f"  {spread} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> zeroinitializer, "
+                        f"<{self.width * spacing} x i32> <" + ", ".join(
+                            f"i32 {i // spacing}" if i % spacing == 0 else f"i32 {self.width}"
+                            for i in range(self.width * spacing)) + ">")
         return spread
 
     def _masked_private_store(self, vector: str, value: str, at: str) -> None:
@@ -1156,7 +1160,7 @@ class _Region:
             return
         old, new = self.fresh("old"), self.fresh("new")
         self.out += [f"  {old} = load {vector}, ptr {at}",
-                     f"  {new} = select <{WIDTH} x i1> {self.mask}, {vector} {value}, {vector} {old}",
+                     f"  {new} = select <{self.width} x i1> {self.mask}, {vector} {value}, {vector} {old}",
                      f"  store {vector} {new}, ptr {at}"]
 
     def _copy_elements(self, type_name: str, source_type: str, source: str, target_type: str, target: str) -> None:
@@ -1212,11 +1216,13 @@ class _Region:
         (_, slots), = arguments
         if self.is_varying(slots):
             raise NotVector("an exchange's slots differ between lanes")
-        vector = f"<{WIDTH} x i32>"
+        if self.width != SIMD_WIDTH:
+            raise NotVector(f"an exchange inside a region of {self.width} lanes, not the SIMD-group's {SIMD_WIDTH}")
+        vector = f"<{self.width} x i32>"
         lanes, bits, taking, where = (self.fresh(tag) for tag in ("ml", "mb", "mt", "mp"))
         self.out += [f"  {lanes} = and {vector} %t32, splat (i32 {SIMD_WIDTH - 1})",
                      f"  {bits} = shl {vector} splat (i32 1), {lanes}",
-                     f"  {taking} = select <{WIDTH} x i1> {self.mask}, {vector} {bits}, {vector} zeroinitializer"]
+                     f"  {taking} = select <{self.width} x i1> {self.mask}, {vector} {bits}, {vector} zeroinitializer"]
         mask = self.reduce("or", "i32", taking)
         self.out += [f"  {where} = getelementptr i8, ptr {slots}, i32 {MASK_OFFSET}", f"  store i32 {mask}, ptr {where}"]
         if deposit:
@@ -1235,9 +1241,9 @@ class _Region:
         vector, held_type, mask, lanes = held
         if held_type != type_name:
             vector = self.fresh("as")
-            self.out.append(f"  {vector} = bitcast <{WIDTH} x {held_type}> {held[0]} to <{WIDTH} x {type_name}>")
+            self.out.append(f"  {vector} = bitcast <{self.width} x {held_type}> {held[0]} to <{self.width} x {type_name}>")
         kind = function[len(FOLD_PREFIX):].split(".")[0]
-        wide = f"<{WIDTH} x {type_name}>"
+        wide = f"<{self.width} x {type_name}>"
         floating = type_name in ("half", "bfloat", "float", "double")
         if floating and kind in ("min", "max") and type_name not in ("float", "double"):
             return self._uniform(name, line, False)
@@ -1245,7 +1251,7 @@ class _Region:
             op = kind[1:] if kind in ("smin", "smax", "umin", "umax") else kind
             kept = self.fresh("kept")
             identity = reduction_identity(op, kind in ("smin", "smax"), type_name)
-            self.out.append(f"  {kept} = select <{WIDTH} x i1> {lanes}, {wide} {vector}, {wide} splat ({type_name} "
+            self.out.append(f"  {kept} = select <{self.width} x i1> {lanes}, {wide} {vector}, {wide} splat ({type_name} "
                             f"{identity})")
             reduction = ("f" + kind) if floating else {"sum": "add", "product": "mul"}.get(kind, kind)
             if not floating:
@@ -1288,7 +1294,7 @@ class _Region:
             return False
         integer, value = f"i{8 * int(length)}", self.fresh("cp")
         if stored and stored[:2] == (source, int(length)):
-            self.out.append(f"  {value} = bitcast <{WIDTH} x {stored[2]}> {stored[3]} to <{WIDTH} x {integer}>")
+            self.out.append(f"  {value} = bitcast <{self.width} x {stored[2]}> {stored[3]} to <{self.width} x {integer}>")
             self.varying[value] = integer
         else:
             self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
@@ -1297,7 +1303,7 @@ class _Region:
         return True
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
-        vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{WIDTH}{m.group(1)}", function)
+        vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{self.width}{m.group(1)}", function)
         if vector_name == function:
             raise NotVector(f"a call of @{function}")
         operands, types = [], []
@@ -1306,24 +1312,24 @@ class _Region:
                 operands.append(f"i1 {value}")
                 types.append("i1")
             else:
-                operands.append(f"<{WIDTH} x {type_name}> {self.vec(type_name, value)}")
-                types.append(f"<{WIDTH} x {type_name}>")
-        self.declare(vector_name, f"declare <{WIDTH} x {return_type}> @{vector_name}({', '.join(types)})")
-        self._define(name, return_type, f"call <{WIDTH} x {return_type}> @{vector_name}({', '.join(operands)})")
+                operands.append(f"<{self.width} x {type_name}> {self.vec(type_name, value)}")
+                types.append(f"<{self.width} x {type_name}>")
+        self.declare(vector_name, f"declare <{self.width} x {return_type}> @{vector_name}({', '.join(types)})")
+        self._define(name, return_type, f"call <{self.width} x {return_type}> @{vector_name}({', '.join(operands)})")
 
     def _per_lane(self, name: Optional[str], function: str, return_type: str, arguments, masked: bool) -> None:
         """Each lane calls the scalar function; `masked`: only the lanes of the mask do."""
         declared = f"declare {return_type} @{function}({', '.join(t for t, _ in arguments)})"
         self.declare(function, declared)
         varying = [value in self.varying for _, value in arguments]
-        result = f"<{WIDTH} x {return_type}>"
+        result = f"<{self.width} x {return_type}>"
         previous = "poison"
-        for lane in range(WIDTH):
+        for lane in range(self.width):
             values = []
             for (type_name, value), vary in zip(arguments, varying):
                 if vary:
                     element = self.fresh("x")
-                    self.out.append(f"  {element} = extractelement <{WIDTH} x {type_name}> {value}, i64 {lane}")
+                    self.out.append(f"  {element} = extractelement <{self.width} x {type_name}> {value}, i64 {lane}")
                     if not masked:
                         frozen = self.fresh("x")
                         self.out.append(f"  {frozen} = freeze {type_name} {element}")
@@ -1334,7 +1340,7 @@ class _Region:
             call = f"call {return_type} @{function}({', '.join(values)})"
             if masked:
                 active, run, next_label = self.fresh("on"), self.label("lane"), self.label("lanedone")
-                self.out += [f"  {active} = extractelement <{WIDTH} x i1> {self.mask}, i64 {lane}",
+                self.out += [f"  {active} = extractelement <{self.width} x i1> {self.mask}, i64 {lane}",
                              f"  br i1 {active}, label %{run}, label %{next_label}", f"{run}:", f"  {call}",
                              f"  br label %{next_label}", f"{next_label}:"]
                 continue

@@ -1,7 +1,8 @@
 """Cooperative kernels shared by the CPU tests (tests/test_cpu_cooperative.py) and the GPU
 backends' (tests/test_cuda.py, test_cuda_lowering.py, test_metal_sim.py, test_mps.py): the
 fixtures' threadgroup sum, MLX's softmax, logsumexp and norms as MLX launches them, and
-PyTorch's layer_norm_looped and radix_scan, with their checks against torch."""
+PyTorch's layer_norm_looped and radix_scan, with their checks against torch; MLX's row sum
+with the CPU's lane-loop module of it (tests/test_cpu_lanes.py, test_cpu_vector.py)."""
 
 import torch
 
@@ -138,3 +139,24 @@ def check_layer_norm(mlx_lib, looped):
     mlx_lib[name](x, w, b, out, 1e-5, size, 1, 1, threads=rows * group, group_size=group)
     expected = torch.nn.functional.layer_norm(x.double(), (size,), w.double(), b.double(), 1e-5)
     assert (out.double() - expected).abs().max() <= 2e-5
+
+
+# --- MLX's row sum on the CPU, with its lane-loop module as text ---------------------------------
+
+def mlx_row_sum_lanes_ir(mlx, monkeypatch, tmp_path, rows: int, size: int, group: int, seed: int):
+    """(kernel, its lane-loop module as text): MLX's row_reduce_simple_sumfloat32 compiled
+    afresh (its IR written under `tmp_path`) and run on `rows` x `size` values, checked
+    against torch."""
+    from torch_metallib.backends.cpu import jit as cpu_jit
+
+    monkeypatch.setenv("TORCH_METALLIB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(cpu_jit, "_compiled", {})
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path / "dump"))
+    x = torch.randn(rows, size, generator=_generator(seed))
+    out = torch.empty(rows)
+    kernel = tm.load(mlx)["row_reduce_simple_sumfloat32"]
+    kernel(x, out, size, rows, threads=(group, rows // 4, 1), group_size=group)
+    torch.testing.assert_close(out, x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
+    (folder,) = (tmp_path / "dump").iterdir()
+    return kernel, (folder / "lanes.ll").read_text()
+

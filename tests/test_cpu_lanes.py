@@ -16,8 +16,7 @@ import torch
 
 import _air_modules as air
 import torch_metallib as tm
-from _cooperative import MLX_ROW_GROUP
-from torch_metallib.backends.cpu import jit as cpu_jit
+from _cooperative import MLX_ROW_GROUP, mlx_row_sum_lanes_ir
 from torch_metallib.backends.cpu.recompute import recompute, recomputable
 from torch_metallib.backends.cpu.regions import ARRAY_SKEW, MAX_THREADS
 
@@ -193,18 +192,8 @@ def test_row_sum_keeps_no_launch_value_across_its_waits(mlx_bytes, tmp_path, mon
     what the threads computed (8 arrays, not 15 with the output's address and two 64-byte
     buffers among them); a SIMD-group's sum adds lane after lane with no select (a lane
     that did not take part adds -0.0)."""
-    monkeypatch.setenv("TORCH_METALLIB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(cpu_jit, "_compiled", {})
-    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path / "dump"))
-    rows, size = 16, 3000
-    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(5))
-    out = torch.empty(rows)
-    kernel = tm.load(mlx_bytes)["row_reduce_simple_sumfloat32"]
-    kernel(x, out, size, rows, threads=(768, rows // 4, 1), group_size=768)
+    kernel, lanes = mlx_row_sum_lanes_ir(mlx_bytes, monkeypatch, tmp_path, 16, 3000, 768, seed=5)
     assert kernel.cpu_scheme == "lanes"
-    torch.testing.assert_close(out, x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
-    (folder,) = (tmp_path / "dump").iterdir()
-    lanes = (folder / "lanes.ll").read_text()
     context = re.search(r"^%tm\.ctx\.\w+ = type \{(.*)\}$", lanes, re.MULTILINE).group(1)
     assert "ptr" not in context and "[64 x i8]" not in context
     assert context.count(f"[{MAX_THREADS + ARRAY_SKEW} x ") == 8

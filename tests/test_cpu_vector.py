@@ -19,8 +19,7 @@ import torch
 
 import _air_modules as air
 import torch_metallib as tm
-from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, radix_scan_kernel
-from torch_metallib.backends.cpu import jit as cpu_jit
+from _cooperative import MLX_ROW_GROUP, layer_norm_looped_kernel, mlx_row_sum_lanes_ir, radix_scan_kernel
 from torch_metallib.backends.cpu.regions import KIND_BARRIER, KIND_START, KIND_WHOLE_GROUP
 from torch_metallib.backends.cpu.vectorize import PREFETCH_LANES, WIDTH, vectorize_regions
 
@@ -646,18 +645,9 @@ def test_row_sum_runs_its_two_regions_over_the_whole_threadgroup(mlx_path, monke
     runtime runs each over all the threadgroup's threads at once (KIND_WHOLE_GROUP); the
     sums are torch's."""
     monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
-    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
-    monkeypatch.setattr(cpu_jit, "_compiled", {})  # compiled afresh, so its IR is written
-    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path))
-    rows, size = 8, 4096
-    x = torch.randn(rows, size, generator=torch.Generator().manual_seed(12))
-    out = torch.empty(rows)
-    kernel = tm.load(mlx_path)["row_reduce_simple_sumfloat32"]
-    kernel(x, out, size, rows, threads=(1024, rows // 4, 1), group_size=1024)
+    kernel, lanes = mlx_row_sum_lanes_ir(mlx_path, monkeypatch, tmp_path, 8, 4096, 1024, seed=12)
     assert kernel.cpu_scheme == "vector"
-    torch.testing.assert_close(out, x.double().sum(-1).float(), rtol=1e-5, atol=1e-4)
-    (folder,) = tmp_path.iterdir()
-    table = re.search(r"^@__tm_lanes_\w+ = constant .*$", (folder / "lanes.ll").read_text(), re.MULTILINE).group(0)
+    table = re.search(r"^@__tm_lanes_\w+ = constant .*$", lanes, re.MULTILINE).group(0)
     kinds = [int(kind) for kind in re.findall(r"ptr @tm\.region\.\d+, i32 (\d+)", table)]
     assert kinds == [KIND_START + KIND_WHOLE_GROUP, KIND_BARRIER + KIND_WHOLE_GROUP]
 

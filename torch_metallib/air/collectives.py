@@ -99,6 +99,8 @@ def _combine(op: str, signed: bool, type_name: str, a: str, b: str, out: str) ->
 
 
 def reduction_identity(op: str, signed: bool, type_name: str) -> Optional[str]:
+    """The IR constant `op` (sum, product, min, max, and, or, xor) leaves a value of
+    `type_name` unchanged with: what a lane that takes no part contributes."""
     if is_float_type(type_name):
         element = element_type(type_name)
         value = {"sum": "-0.0", "product": "1.0", "min": "0x7FF0000000000000", "max": "0xFFF0000000000000"}.get(op)

@@ -6,8 +6,9 @@ torch as the lane loops do; the second call of each goes through the native laun
 which names the scheme too. Apple-built MLX kernels of every cooperative family the lane
 loops take, PyTorch's own (layer_norm_looped, radix_scan), and hand-written kernels for
 what vector lanes must get right: divergent `if`s nested, loops whose trip count differs
-per lane, an early return, a lane masked off dividing by zero, and the regions that stay
-lane loops (an atomic), named in the log.
+per lane, an early return, a lane masked off dividing by zero, SIMD-group reductions inside
+a region (signed zeros, NaNs, partial SIMD-groups), a loop only some lanes run, and the
+regions that stay lane loops (an atomic, a call they do not take), named in the log.
 """
 
 import logging

@@ -172,11 +172,17 @@ def _tree_or_in_order(op: str, type_name: str, identity: str, target: Target) ->
     name = f"{FOLD_PREFIX}{op}.{overload_suffix(type_name)}"
     tree, result = _butterfly(op, type_name, target)
     in_order, declarations, acc = _fold_blended(op, False, type_name, lambda j: None, identity, target)
-    body = ([f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp",
-             "%tree.full = icmp eq i32 %mask, -1", "br i1 %tree.full, label %tree, label %in.order", "tree:"]
+    body = (["%tree.full = icmp eq i32 %mask, -1", "br i1 %tree.full, label %tree, label %in.order", "tree:"]
             + tree + [f"ret {type_name} {result}", "in.order:"] + in_order + [f"ret {type_name} {acc}"])
+    return _slots_function(name, type_name, body, declarations)
+
+
+def _slots_function(name: str, type_name: str, body: List[str], declarations: List[str]):
+    """(lines, declarations, result) of a fold defined as function `name` of the exchange's
+    slots alone: `body` (its lines after %mask is loaded, returning a `type_name`)."""
+    lines = [f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp"] + body
     definition = (f"define internal {type_name} @{name}(ptr %slots) nounwind willreturn memory(argmem: read) "
-                  "{\nentry:\n  " + "\n  ".join(body) + "\n}")
+                  "{\nentry:\n  " + "\n  ".join(lines) + "\n}")
     return [f"%folded = call {type_name} @{name}(ptr %slots)"], [definition] + declarations, "%folded"
 
 
@@ -190,10 +196,7 @@ def _in_order_function(op: str, signed: bool, type_name: str, identity: str,
     kind = (("s" if signed else "u") + op) if op in ("min", "max") and not is_float_type(type_name) else op
     name = f"{FOLD_PREFIX}{kind}.{overload_suffix(type_name)}"
     in_order, declarations, acc = _fold_blended(op, signed, type_name, lambda j: None, identity, target)
-    body = [f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}", "%mask = load i32, ptr %maskp"] + in_order
-    definition = (f"define internal {type_name} @{name}(ptr %slots) nounwind willreturn memory(argmem: read) "
-                  "{\nentry:\n  " + "\n  ".join(body) + f"\n  ret {type_name} {acc}\n}}")
-    return [f"%folded = call {type_name} @{name}(ptr %slots)"], [definition] + declarations, "%folded"
+    return _slots_function(name, type_name, in_order + [f"ret {type_name} {acc}"], declarations)
 
 
 def _butterfly(op: str, type_name: str, target: Target) -> Tuple[List[str], str]:

@@ -60,6 +60,7 @@ _WIDENS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <2 x \w+> (%{NAME}), 
 _NARROWS_PAIR = re.compile(rf"^\s*(%{NAME}) = shufflevector <64 x \w+> (%{NAME}), <64 x \w+> \S+, <2 x i32> <i32 0, i32 1>$")
 _BATCH_CALL = re.compile(rf"^(\s*(%{NAME}) = call (\{{[^}}]*\}}) @){re.escape(BATCH_PREFIX)}\.(\w+)\.([\w.]+)\((.*)\)$")
 _PHI_INCOMING = re.compile(rf"\[ ([^\[\]]+), %({NAME}) \]")
+_EXTRACT = re.compile(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} (%{NAME}), (\d+)$")  # (the aggregate, the index)
 # Instructions without side effects whose operands are values: they can move down a block.
 _PURE = {"extractelement", "insertelement", "shufflevector", "extractvalue", "insertvalue", "bitcast",
          "fneg", "fadd", "fsub", "fmul", "fdiv", "frem", "add", "sub", "mul", "and", "or", "xor", "shl",
@@ -176,6 +177,8 @@ def _batch_body(body: List[str], numbers: Iterator[int], declarations: Dict[str,
 def _keep_accumulators(body: List[str], areas: Iterator[int], declarations: Dict[str, str]) -> List[str]:
     """`body` with the accumulators its loops pass from a batch to the same batch kept in
     memory (the module's docstring)."""
+    if not any("@" + BATCH_PREFIX in line for line in body):
+        return body
     found = blocks(body)
     defined = {m.group(1): line for line in body for m in [DEFINITION.match(line)] if m}
     edits: Dict[str, str] = {}  # a batch's call (each defines a value of its own) -> its replacement
@@ -239,11 +242,12 @@ def _kept_products(block, call, found, defined: Dict[str, str]) -> Dict[int, Tup
             if enter not in found and enter.isdigit() and "" in found:
                 enter = ""  # the entry block, printed without its label (numbered ones have theirs)
             result = defined.get(root(back, (_KEEPS_FRAGMENT, _NARROWS_PAIR)), "")
-            extract = re.match(rf"^\s*%{NAME} = extractvalue \{{[^}}]*\}} {re.escape(call.group(2))}, (\d+)$", result)
+            extract = _EXTRACT.match(result)
+            extract = extract if extract and extract.group(1) == call.group(2) else None
             # The keep call goes before the entering block's branch (not into a switch's cases).
             branch = enter in found and enter != block.name and found[enter].lines[_terminator(found[enter].lines)].lstrip().startswith("br ")
-            if extract and branch and _chain_start(sources, int(extract.group(1))) == m:
-                kept[m] = (int(extract.group(1)), initial, type_name, enter)
+            if extract and branch and _chain_start(sources, int(extract.group(2))) == m:
+                kept[m] = (int(extract.group(2)), initial, type_name, enter)
                 break
     return kept
 

@@ -130,8 +130,7 @@ class LaneLoops(_Memory):
         return ([f"%staged.fill = call ptr @tm.lanes.stage(i64 {bytes_})"] + lane_fill + fill
                 + ["call void @tm.lanes.deposit(ptr null, i32 0)", "%slots = call ptr @tm.lanes.exchanged()",
                    "%staged = call ptr @tm.lanes.staged()", f"%maskp = getelementptr i8, ptr %slots, i32 {MASK_OFFSET}",
-                   "%mask = load i32, ptr %maskp"] + simd_position("urem", "%lane") + self.claim())
-
+                   "%mask = load i32, ptr %maskp"] + self._lane() + self.claim())
 
     def kept_matrices(self, area: int, bytes_: int) -> List[str]:
         """The SIMD-group's kept area `area` in the context (@tm.lanes.kept)."""

@@ -9,7 +9,7 @@ from ...reflection import ir_model
 from ...reflection.ir_model import LOCAL
 from .vector_ir import ELEMENTWISE, FLAGS, PER_LANE, indexed_type, type_size, split_operands, strip_metadata, typed
 
-__all__ = ["divergence", "agreeing_slots", "guess_strides", "loop_ends"]
+__all__ = ["line_facts", "divergence", "agreeing_slots", "guess_strides", "loop_ends"]
 
 
 
@@ -24,17 +24,17 @@ class Part:
         self.blocks, self.first, self.join = blocks, first, None
 
 
-def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], slots: Dict[str, str],
-                private: Set[str]) -> Tuple[Set[str], Dict[str, Part]]:
+def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], facts,
+               slots: Dict[str, str], private: Set[str]) -> Tuple[Set[str], Dict[str, Part]]:
     """(the reg2mem values that vary between lanes, block -> the divergent part that holds
     it): a branch on a varying value diverges until its immediate post-dominator; a value
     stored in a divergent block, or varying, varies (to a fixed point). Where the parts do
-    not each have one join, every block but the start is one divergent part."""
+    not each have one join, every block but the start is one divergent part (`facts`:
+    line_facts of the blocks)."""
     exits = {name for name in order if any("label %tm.latch" in line or line.strip() == "unreachable"
                                            for line in lines_of[name][-1:])}
     post = _post_dominators(order, graph, exits)
     varying_slots: Set[str] = set()
-    facts = _facts(order, lines_of)
     while True:
         branches, stored = _varying_branches(facts, slots, varying_slots, private)
         divergent: Set[str] = set()
@@ -57,7 +57,7 @@ def divergence(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str
     return varying_slots, parts
 
 
-def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]],
+def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict[str, List[str]], facts,
                    slots: Dict[str, str], varying_slots: Set[str], private: Set[str],
                    parts: Dict[str, Part]) -> Dict[int, Set[str]]:
     """id(part) -> the varying reg2mem values that lanes running a divergent part together
@@ -65,7 +65,6 @@ def agreeing_slots(order: List[str], graph: Dict[str, List[str]], lines_of: Dict
     alike: stored only in the part, only values alike given the others (a loop counter),
     read nowhere before the part writes them (on entering it, after it). Scalars there."""
     live = _live_slots(order, graph, lines_of, slots)
-    facts = _facts(order, lines_of)
     _, stored = _varying_branches(facts, slots, varying_slots, private)
     found: Dict[int, Set[str]] = {}
     for part in {id(p): p for p in parts.values()}.values():
@@ -167,7 +166,7 @@ def _post_dominators(order: List[str], graph: Dict[str, List[str]], exits: Set[s
     return immediate
 
 
-def _facts(order: List[str], lines_of: Dict[str, List[str]]) -> List[Tuple[str, list]]:
+def line_facts(order: List[str], lines_of: Dict[str, List[str]]) -> List[Tuple[str, list]]:
     """Each block's lines as what _varying_branches reads of them (parsed once: the fixed
     points over divergence read them many times): (block, [(kind, result, used, pointer,
     stored)]), kind "store", "load", "impure" (a call), "branch" or ""."""
@@ -198,7 +197,7 @@ def _varying_branches(facts: List[Tuple[str, list]], slots: Dict[str, str], vary
                       private: Set[str]):
     """(blocks ending in a branch on a varying value, slot -> (a varying value stored to
     it, the blocks storing to it)), where reg2mem's `varying_slots` and the addresses of
-    the lanes' `private` allocations vary (`facts`: the region's lines, _facts)."""
+    the lanes' `private` allocations vary (`facts`: the region's lines, line_facts)."""
     varying = {"%t32"} | private
     stored: Dict[str, Tuple[bool, Set[str]]] = {slot: (False, set()) for slot in slots}
     branches = []
@@ -226,8 +225,8 @@ def _pure_call(text: str) -> bool:
 
 
 def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[str, str], uniform: Set[str],
-                   types: Dict[str, str], arrays: Set[str] = frozenset(),
-                   fields: Optional[Dict[str, Optional[int]]] = None) -> Tuple[Dict[str, int], Set[str]]:
+                   types: Dict[str, str], arrays: Set[str],
+                   fields: Dict[str, Optional[int]]) -> Tuple[Dict[str, int], Set[str]]:
     """(value -> how much it likely grows from one lane to the next (bytes for addresses),
     the values computed from data): the thread index grows by one, through sums, products
     and shifts by constants, remainders and masks (exact within a SIMD-group for small
@@ -243,7 +242,6 @@ def guess_strides(order: List[str], lines_of: Dict[str, List[str]], slots: Dict[
     slot_guess: Dict[str, Optional[int]] = {}
     root: Dict[str, str] = {name: name for name in arrays}  # an address into a private array -> the array
     data: Set[str] = set()
-    fields = {} if fields is None else fields
     field_of: Dict[str, str] = {}  # a thread's own element of a context field -> the field's index
     stored_fields: Dict[str, Optional[int]] = {}
 

@@ -72,7 +72,7 @@ from ...air.collectives import FOLD_PREFIX, butterfly_of_halves, reduction_ident
 from ...air.intrinsics import SIMD_WIDTH
 from ...air.target import MASK_OFFSET
 from .regions import AGREEMENT_PHIS, MEET, SCAN
-from .vector_analysis import agreeing_slots, divergence, guess_strides, loop_ends
+from .vector_analysis import agreeing_slots, divergence, guess_strides, line_facts, loop_ends
 from .vector_ir import (ELEMENTWISE, FLAGS, PER_LANE, SCALAR, NotVector, array_elements, indexed, indexed_type,
                         leaf_type, mangled, only_accessed_as, scalar_bytes, scalar_count, split_operands,
                         strip_metadata, type_size, typed)
@@ -267,7 +267,8 @@ class _Region:
         self._classify_allocations(rentry.instructions(), every)
         self.uniform |= {"%ctx", "%args", "%dims", "%g32", "%tm.begin", "%tm.end", "%tm.points", "%tm.read"}
         allocas = {ir_model.defined_name(line) for line in rentry.instructions() if " = alloca " in line}
-        varying_slots, parts = divergence(order, graph, lines_of, self.slots, allocas - set(self.slots))
+        facts = line_facts(order, lines_of)  # parsed once for both analyses
+        varying_slots, parts = divergence(order, graph, lines_of, facts, self.slots, allocas - set(self.slots))
         # Reg2mem's values that every lane holds alike stay scalar (stored only where every
         # lane runs, only uniform values).
         self.scalar_slots = {n for n in self.slots if n not in varying_slots}
@@ -276,10 +277,10 @@ class _Region:
         # each under masks (even a thread's 4 reads: without a copy MLX's looped softmax took
         # 1.5x the time); elsewhere a copy costs compile time for little.
         loops = {order[head] for head in ends}
-        self.copied = {id(p) for p in parts.values() if loops & p.blocks}
-        agreeing = self.agreement = {key: found for key, found in agreeing_slots(
-            order, graph, lines_of, self.slots, varying_slots, allocas - set(self.slots), parts).items()
-            if key in self.copied} if self.copied else {}
+        with_copies = {name: p for name, p in parts.items() if loops & p.blocks}
+        self.copied = {id(p) for p in with_copies.values()}
+        agreeing = self.agreement = agreeing_slots(order, graph, lines_of, facts, self.slots, varying_slots,
+                                                   allocas - set(self.slots), with_copies) if with_copies else {}
         before = {ir_model.defined_name(line) for line in rentry.instructions()[:-1]} - allocas  # uniform
         self.guesses, self.data = guess_strides(order, lines_of, self.slots, self.uniform | before, self.types,
                                                  allocas - set(self.slots), self.fields)

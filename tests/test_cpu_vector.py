@@ -586,15 +586,16 @@ def _special_floats(threads: int) -> torch.Tensor:
 @pytest.mark.parametrize("intrinsic,type_name", [
     ("air.simd_max.f32", "float"), ("air.simd_min.f32", "float"), ("air.simd_sum.f32", "float"),
     ("air.simd_product.f32", "float"), ("air.simd_max.s.i32", "i32"), ("air.simd_min.u.i32", "i32"),
-    ("air.simd_sum.s.i32", "i32"), ("air.simd_product.s.i32", "i32"), ("air.simd_xor.s.i32", "i32")])
+    ("air.simd_sum.s.i32", "i32"), ("air.simd_product.s.i32", "i32"), ("air.simd_xor.s.i32", "i32"),
+    ("air.simd_max.f16", "half"), ("air.simd_min.f16", "half")])
 def test_simd_reductions_inside_a_region_give_the_lane_loops_bits(monkeypatch, intrinsic, type_name, threads, group):
     """Vector lanes run a SIMD-group's exchange inside a region and reduce the deposited
     vector in registers where the order cannot change the result (integers; a float
     minimum or maximum without a NaN or a zero), a float sum or product of 32 lanes in the
     fold's butterfly, else through the slots: the lane loops' bits for signed zeros, NaN
     payloads and infinities, over whole and partial SIMD-groups."""
-    if type_name == "float" and ("max" in intrinsic or "min" in intrinsic):
-        x = _special_floats(threads)
+    if type_name in ("float", "half") and ("max" in intrinsic or "min" in intrinsic):
+        x = _special_floats(threads).to(torch.half if type_name == "half" else torch.float)
     elif type_name == "float":  # values whose sums and products the order changes in the last bits
         x = 1 + torch.randn(threads, generator=torch.Generator().manual_seed(7)) / 3
     else:
@@ -680,3 +681,36 @@ def test_a_loop_some_lanes_run_writes_their_rows_whole(monkeypatch, every):
     mine = torch.arange(threads) % every == 1
     expected[mine] = x[mine, None] + torch.arange(4.0)
     assert torch.equal(results[1][0].view(threads, 4), expected)
+
+
+def test_a_deposit_only_a_fold_in_registers_reads_is_written_on_the_slots_path(mlx_path, monkeypatch, tmp_path):
+    """MLX's row sum with vector lanes: each SIMD-group sum's deposit is read by its fold
+    only, which a full SIMD-group does in registers; the deposit is then written into the
+    slots only on the path that folds them (a partial group), not on every sum. The sums
+    are torch's."""
+    monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    kernel, lanes = mlx_row_sum_lanes_ir(mlx_path, monkeypatch, tmp_path, 8, 4096, 1024, seed=13)
+    assert kernel.cpu_scheme == "vector"
+    block, deposits = None, []
+    for line in lanes.splitlines():
+        label = re.match(r"^([\w.]+):", line)
+        if label:
+            block = label.group(1)
+        elif "@llvm.masked.scatter." in line and "%tm.slot." in line:
+            deposits.append(block)
+    assert deposits and all(block.startswith("tm.slots.") for block in deposits), deposits
+
+
+def test_per_thread_arrays_copied_to_and_from_the_context_in_chunks_of_the_width(mlx_path, monkeypatch, tmp_path):
+    """MLX's row sum keeps a per-thread array of 5 floats across its barrier: vector lanes
+    copy the lanes' arrays between the context and their interleaved copy as 5 accesses of
+    32 elements, each under its own mask (one access of 160 elements under a mask of 160
+    bits is lowered bit by bit: hundreds of mask instructions); no masked access has a
+    length that is not a power of two. The sums are torch's."""
+    monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    kernel, lanes = mlx_row_sum_lanes_ir(mlx_path, monkeypatch, tmp_path, 8, 4096, 1024, seed=14)
+    assert kernel.cpu_scheme == "vector"
+    lengths = {int(n) for n in re.findall(r"call (?:<\d+ x \w+> |void )@llvm\.masked\.(?:load|store)\.v(\d+)", lanes)}
+    assert lengths and all(n & (n - 1) == 0 for n in lengths), sorted(lengths)
+    assert len(re.findall(r"= shufflevector <32 x i1> %tm\.m\.\w+, <32 x i1> poison, <32 x i32> <i32 0, i32 0, "
+                          r"i32 0, i32 0, i32 0, i32 1,", lanes)) >= 2  # the first chunk's mask, both ways

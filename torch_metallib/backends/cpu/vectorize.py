@@ -187,6 +187,10 @@ class _Region:
         # and after its exchange met inside the region: the slots -> (the vector, its type, the mask).
         self.last_deposit: Optional[Tuple[str, str]] = None
         self.in_registers: Dict[str, Tuple[str, str, str, str]] = {}
+        # The lines writing the last deposit into its slots, held back while only its meet
+        # and instructions that touch no memory follow: a fold done in registers writes
+        # them on its slots' path only (flush_deposit writes them anywhere else).
+        self.held_deposit: List[str] = []
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -344,6 +348,7 @@ class _Region:
         self.mask, self.converged, self.last_store, self.in_registers = f"%tm.m.{tag}", True, None, {}
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
+        self.flush_deposit()
         line = strip_metadata(lines[-1].strip())
         entries: List[Tuple[str, str]] = []  # (a block entering a part without copies, at which block)
 
@@ -585,6 +590,7 @@ class _Region:
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
+        self.flush_deposit()
         self._terminator(strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
         out.append(f"  br label %{after}")
 
@@ -644,8 +650,10 @@ class _Region:
         if code != "call":
             self.last_deposit = None  # a meet follows its deposit's copy at once
         if code == "load":
+            self.flush_deposit()
             return self._load(name, text)
         if code == "store":
+            self.flush_deposit()
             return self._store(text)
         if code == "call":
             return self._call(name, line, text)
@@ -1098,22 +1106,34 @@ class _Region:
 
     def _copy_interleaved(self, leaf: str, count: int, source: str, target: str, first: str) -> None:
         """Copies arrays of `count` `leaf`s between the lanes' consecutive arrays from
-        `first` on and interleaved allocation `source` or `target`."""
+        `first` on and interleaved allocation `source` or `target`: the consecutive arrays
+        are read or written in chunks of `width` elements, each with its own lanes' mask
+        (one access of `width * count` elements under one mask is lowered bit by bit where
+        `count` is not a power of two: hundreds of mask instructions at 32 lanes)."""
         vector, total = f"<{self.width} x {leaf}>", self.width * count
         wide = f"<{total} x {leaf}>"
-        spread = self.fresh("wm")  # each lane's mask bit for each of its elements
-        self.out.append(f"  {spread} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> poison, <{total} x i32> <"
-                        + ", ".join(f"i32 {i // count}" for i in range(total)) + ">")
+        masks, places = [], []
+        for chunk in range(count):  # each chunk's elements' lanes
+            mask, place = self.fresh("wm"), self.fresh("wp")
+            self.out += [f"  {mask} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> poison, "
+                         f"<{self.width} x i32> <" + ", ".join(f"i32 {(chunk * self.width + i) // count}"
+                                                             for i in range(self.width)) + ">",
+                         f"  {place} = getelementptr {leaf}, ptr {first}, i64 {chunk * self.width}"]
+            masks.append(mask)
+            places.append(place)
         if target in self.interleaved:
-            load = f"llvm.masked.load.v{total}{mangled(leaf)}.p0"
-            self.declare(load, f"declare {wide} @{load}(ptr, i32, <{total} x i1>, {wide})")
-            loaded = self.fresh("wl")
-            self.out.append(f"  {loaded} = call {wide} @{load}(ptr {first}, i32 1, <{total} x i1> {spread}, "
-                            f"{wide} zeroinitializer)")
+            load = f"llvm.masked.load.v{self.width}{mangled(leaf)}.p0"
+            self.declare(load, f"declare {vector} @{load}(ptr, i32, <{self.width} x i1>, {vector})")
+            chunks = []
+            for mask, place in zip(masks, places):
+                chunks.append(self.fresh("wl"))
+                self.out.append(f"  {chunks[-1]} = call {vector} @{load}(ptr {place}, i32 1, <{self.width} x i1> {mask}, "
+                                f"{vector} zeroinitializer)")
+            size, loaded = self._concatenated(leaf, [(self.width, chunk) for chunk in chunks])
             for e in range(count):
                 element, at = self.fresh("we"), self.fresh("wa")
-                self.out += [f"  {element} = shufflevector {wide} {loaded}, {wide} poison, <{self.width} x i32> <"
-                             + ", ".join(f"i32 {lane * count + e}" for lane in range(self.width)) + ">",
+                self.out += [f"  {element} = shufflevector <{size} x {leaf}> {loaded}, <{size} x {leaf}> poison, "
+                             f"<{self.width} x i32> <" + ", ".join(f"i32 {lane * count + e}" for lane in range(self.width)) + ">",
                              f"  {at} = getelementptr {leaf}, ptr {target}.w, i64 {e * self.width}"]
                 self.varying[element] = leaf
                 self._masked_private_store(vector, element, at)
@@ -1124,7 +1144,23 @@ class _Region:
             self.out += [f"  {at} = getelementptr {leaf}, ptr {source}.w, i64 {e * self.width}",
                          f"  {element} = load {vector}, ptr {at}"]
             parts.append((self.width, element))
-        while len(parts) > 1:  # concatenated pairwise (padded to a power of two)
+        size, concatenated = self._concatenated(leaf, parts)
+        interleaved = self.fresh("wi")
+        self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
+                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * self.width + i // count}"
+                                                         for i in range(total)) + ">")
+        store = f"llvm.masked.store.v{self.width}{mangled(leaf)}.p0"
+        self.declare(store, f"declare void @{store}({vector}, ptr, i32, <{self.width} x i1>)")
+        for chunk, (mask, place) in enumerate(zip(masks, places)):
+            part = self.fresh("ws")
+            self.out += [f"  {part} = shufflevector {wide} {interleaved}, {wide} poison, <{self.width} x i32> <"
+                         + ", ".join(f"i32 {chunk * self.width + i}" for i in range(self.width)) + ">",
+                         f"  call void @{store}({vector} {part}, ptr {place}, i32 1, <{self.width} x i1> {mask})"]
+
+    def _concatenated(self, leaf: str, parts: List[Tuple[int, str]]) -> Tuple[int, str]:
+        """(size, name) of `parts`' (size, name) vectors joined pairwise, padded with poison
+        to a power of two."""
+        while len(parts) > 1:
             if len(parts) % 2:
                 parts.append((parts[-1][0], "poison"))
             joined = []
@@ -1134,14 +1170,7 @@ class _Region:
                                 f"<{2 * size} x i32> <" + ", ".join(f"i32 {i}" for i in range(2 * size)) + ">")
                 joined.append((2 * size, name))
             parts = joined
-        size, concatenated = parts[0]
-        interleaved = self.fresh("wi")
-        self.out.append(f"  {interleaved} = shufflevector <{size} x {leaf}> {concatenated}, <{size} x {leaf}> poison, "
-                        f"<{total} x i32> <" + ", ".join(f"i32 {(i % count) * self.width + i // count}"
-                                                         for i in range(total)) + ">")
-        store = f"llvm.masked.store.v{total}{mangled(leaf)}.p0"
-        self.declare(store, f"declare void @{store}({wide}, ptr, i32, <{total} x i1>)")
-        self.out.append(f"  call void @{store}({wide} {interleaved}, ptr {first}, i32 1, <{total} x i1> {spread})")
+        return parts[0]
 
     def _spaced_mask(self, spacing: int) -> str:
         """The mask with each lane's bit `spacing` apart (the positions between off)."""
@@ -1188,13 +1217,17 @@ class _Region:
         intrinsic = re.match(r"llvm\.([a-z]+(?:\.sat)?)\.", function)
         base = intrinsic.group(1) if intrinsic else None
         if function == MEET:
+            if not deposit:
+                self.flush_deposit()
             return self._meet(arguments, deposit)
         if function.startswith(FOLD_PREFIX) and not self.is_varying(arguments_text):
             held = self.in_registers.get(arguments[0][1]) if len(arguments) == 1 else None
             if held and SCALAR.match(return_type) and scalar_bytes(held[1]) == scalar_bytes(return_type):
                 return self._fold_in_registers(name, line, function, return_type, held)
+            self.flush_deposit()
             self._uniform(name, line, False)  # a SIMD-group's reduction of the slots: once
             return None
+        self.flush_deposit()
         memory = bool(_MEMORY_CALLS.search(line))
         if not memory and (base in ELEMENTWISE or base in PER_LANE) and not self.is_varying(arguments_text):
             self._uniform(name, line, True)
@@ -1247,6 +1280,7 @@ class _Region:
         wide = f"<{self.width} x {type_name}>"
         floating = type_name in ("half", "bfloat", "float", "double")
         if floating and kind in ("min", "max") and type_name not in ("float", "double"):
+            self.flush_deposit()
             return self._uniform(name, line, False)
         if not floating or kind in ("min", "max"):
             op = kind[1:] if kind in ("smin", "smax", "umin", "umax") else kind
@@ -1276,12 +1310,13 @@ class _Region:
                 lines, result = butterfly_of_halves(kind, type_name, low, high, self.fresh("bf"))
                 self.out.extend(f"  {tree_line}" for tree_line in lines)
                 return result
-        tree, memory, joined = self.label("tree"), self.label("slots"), self.label("folded")
+        tree, memory, read, joined = self.label("tree"), self.label("slots"), self.label("read"), self.label("folded")
+        deposit, self.held_deposit = self.held_deposit, []
         self.out += [f"  br i1 {fast}, label %{tree}, label %{memory}", f"{tree}:"]
         result = reduced()
-        self.out += [f"  br label %{joined}", f"{memory}:", f"  {name}.slots = {line.split(' = ', 1)[1]}",
-                     f"  br label %{joined}", f"{joined}:",
-                     f"  {name} = phi {type_name} [ {result}, %{tree} ], [ {name}.slots, %{memory} ]"]
+        self.out += [f"  br label %{joined}", f"{memory}:", *deposit, f"  br label %{read}", f"{read}:",
+                     f"  {name}.slots = {line.split(' = ', 1)[1]}", f"  br label %{joined}", f"{joined}:",
+                     f"  {name} = phi {type_name} [ {result}, %{tree} ], [ {name}.slots, %{read} ]"]
         self.uniform.add(name)
 
     def _small_copy(self, function: str, arguments, stored: Optional[Tuple[str, int, str, str]]) -> bool:
@@ -1299,9 +1334,18 @@ class _Region:
             self.varying[value] = integer
         else:
             self._instruction(f"{value} = load {integer}, {source_type} {source}, align 1")
+        start, checks = len(self.out), len(self.checked)
         self._instruction(f"store {integer} {value}, {target_type} {target}, align 1")
         self.last_deposit = (value, integer) if value in self.varying else None
+        if self.last_deposit and len(self.checked) == checks:  # (nothing it defines is used later)
+            self.held_deposit = self.out[start:]
+            del self.out[start:]
         return True
+
+    def flush_deposit(self) -> None:
+        """Writes the deposit held back (held_deposit) where the code is now."""
+        self.out += self.held_deposit
+        self.held_deposit = []
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
         vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{self.width}{m.group(1)}", function)

@@ -714,3 +714,41 @@ def test_per_thread_arrays_copied_to_and_from_the_context_in_chunks_of_the_width
     assert lengths and all(n & (n - 1) == 0 for n in lengths), sorted(lengths)
     assert len(re.findall(r"= shufflevector <32 x i1> %tm\.m\.\w+, <32 x i1> poison, <32 x i32> <i32 0, i32 0, "
                           r"i32 0, i32 0, i32 0, i32 1,", lanes)) >= 2  # the first chunk's mask, both ways
+
+
+def test_a_barrier_after_a_collective_in_its_block_waits_for_the_whole_threadgroup(monkeypatch):
+    """With vector lanes a kernel is cut at its barriers only: a barrier in the same block
+    as a SIMD-group sum before it is still a threadgroup barrier (it was taken for the
+    sum's exchange, and the region after it ran for each SIMD-group as soon as that one
+    arrived: SIMD-group 0 read shared memory SIMD-group 1 had not written yet). Two
+    SIMD-groups exchange values through threadgroup memory across such barriers: the
+    lane loops' bits, and the values expected."""
+    body = ["%sl = and i32 %gid, 31", "%in = and i32 %gid, 63", "%sg = lshr i32 %in, 5",
+            "%a2 = shl i32 %sl, 1", "%a = add i32 %a2, %sg", "%a64 = zext i32 %a to i64",
+            "%b2 = shl i32 %sg, 5", "%b = add i32 %b2, %sl", "%b64 = zext i32 %b to i64",
+            "%sa = getelementptr float, ptr addrspace(3) @shared, i64 %a64",
+            "%sb = getelementptr float, ptr addrspace(3) @shared, i64 %b64",
+            "%xp = getelementptr float, ptr addrspace(1) %x, i64 %gid64", "%o = load float, ptr addrspace(1) %xp",
+            "store float %o, ptr addrspace(3) %sa", "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "%v0 = load float, ptr addrspace(3) %sb", "%s0 = call float @air.simd_sum.f32(float %v0) #2",
+            "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "%w = fadd float %s0, %o", "store float %w, ptr addrspace(3) %sa",
+            "%s1 = call float @air.simd_sum.f32(float %o) #2", "call void @air.wg.barrier(i32 2, i32 1) #2",
+            "%v2 = load float, ptr addrspace(3) %sb", "%r = fadd float %v2, %s1",
+            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %r, ptr addrspace(1) %yp"]
+    threads = 128
+    x = torch.randn(threads, generator=torch.Generator().manual_seed(3))
+    y = torch.empty(threads)
+    make = lambda: air.library("barrier_after_sum", air.module_text(  # noqa: E731
+        "barrier_after_sum", body, [("x", "float", "air.read"), ("y", "float", "air.read_write")],
+        _SIMD_SUM + ["declare void @air.wg.barrier(i32, i32) #1",
+                     "@shared = internal addrspace(3) global [64 x float] undef, align 4"], collective=True))["barrier_after_sum"]
+    results, schemes = _schemes(make, monkeypatch, [y], x, y, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    o = x.double().view(-1, 2, 32)  # (threadgroup, SIMD-group, lane)
+    at = lambda values: values.transpose(1, 2).reshape(-1, 64).view(-1, 2, 32)  # noqa: E731 - shared[sg * 32 + sl]
+    s0 = at(o).sum(-1, keepdim=True)  # each lane reads shared[sg * 32 + sl], written by thread (sl * 2 + sg)
+    w = s0 + o
+    expected = at(w) + o.sum(-1, keepdim=True)
+    torch.testing.assert_close(results[1][0], expected.reshape(-1).float())

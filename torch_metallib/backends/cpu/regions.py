@@ -197,6 +197,13 @@ def _blocks(body: List[str]) -> List[_Block]:
     return result
 
 
+def _ends_at_deposit(b: _Block) -> bool:
+    """Whether marker block `b` ends at an exchange's deposit, not at a barrier: its last
+    wait (with exchanges inside regions, a barrier's block may hold deposits before it)."""
+    last = next((line for line in reversed(b.lines) if _BARRIER.match(line) or _DEPOSIT.match(line)), "")
+    return bool(_DEPOSIT.match(last))
+
+
 def _blocks_in_loops(by_label: Dict[str, "_Block"], labels: List[str]) -> Set[str]:
     """The blocks among `labels` (one region's) that lie on a cycle within them (a block
     ending in a marker leaves the region: its edges are not followed). One pass over the
@@ -355,7 +362,7 @@ def build_regions(text: str, entry: str, symbol: str, exchanges_inside: bool = F
         (_type_bytes(allocas[n][0]) or MAX_COPY_BYTES + 1) <= MAX_COPY_BYTES
         and _address_stays_in_region(body_lines, n, set(context)))}
     field = {name: i for i, name in enumerate(context)}
-    exchanges = [k for k in range(1, count + 1) if any(_DEPOSIT.match(line) for line in markers[k].lines)]
+    exchanges = [k for k in range(1, count + 1) if _ends_at_deposit(markers[k])]
     site = {k: i for i, k in enumerate(exchanges)}
     # An exchange inside a region: its slots are the context's, of its own site, the first
     # SIMD-group's and phase 0 (every run of a region has the exchange to itself).

@@ -340,7 +340,8 @@ def _run_sdpa_vector(mlx_lib, dtype, d, v_dim, *, batch=1, q_heads=4, kv_heads=2
                      scale=None, mask=None, causal=False, query_transposed=False, sinks=False, seed=0):
     """sdpa_vector as MLX's sdpa_vector(): group 1024 threads (32 simdgroups, one key each
     per step), grid (batch * q_heads, q_len, 1); k/v head and sequence strides.
-    mask: None or "bool"; the float mask variant is not exercised here."""
+    mask: None or "bool"; the float mask variant is not exercised here. Returns the output
+    buffer, checked against torch."""
     torch_dtype = DTYPES[dtype]
     fn = mlx_lib[_sdpa_name("", dtype, d, v_dim)]
     scale = scale if scale is not None else d ** -0.5
@@ -374,6 +375,7 @@ def _run_sdpa_vector(mlx_lib, dtype, d, v_dim, *, batch=1, q_heads=4, kv_heads=2
     _assert_sentinels(out, count)
     _assert_close(out[:count].view(exact.shape), exact, _sdpa_tolerance(q, k, v, scale, exact, torch_dtype),
                   fn.name)
+    return out
 
 
 @pytest.mark.parametrize("dtype,d,v_dim,n", [

@@ -702,18 +702,82 @@ def test_a_deposit_only_a_fold_in_registers_reads_is_written_on_the_slots_path(m
 
 
 def test_per_thread_arrays_copied_to_and_from_the_context_in_chunks_of_the_width(mlx_path, monkeypatch, tmp_path):
-    """MLX's row sum keeps a per-thread array of 5 floats across its barrier: vector lanes
-    copy the lanes' arrays between the context and their interleaved copy as 5 accesses of
-    32 elements, each under its own mask (one access of 160 elements under a mask of 160
-    bits is lowered bit by bit: hundreds of mask instructions); no masked access has a
-    length that is not a power of two. The sums are torch's."""
+    """MLX's row sum, its small loops kept (vector lanes unroll them, and then it keeps no
+    array), keeps a per-thread array of 5 floats across its barrier: vector lanes copy the
+    lanes' arrays between the context and their interleaved copy as 5 accesses of 32
+    elements, each under its own mask (one access of 160 elements under a mask of 160 bits
+    is lowered bit by bit: hundreds of mask instructions); no masked access has a length
+    that is not a power of two. The sums are torch's."""
+    from torch_metallib.backends.cpu import jit as cpu_jit
+
     monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", "1")
+    monkeypatch.setattr(cpu_jit, "_unrolled_for_vector_lanes", lambda module: str(module))
     kernel, lanes = mlx_row_sum_lanes_ir(mlx_path, monkeypatch, tmp_path, 8, 4096, 1024, seed=14)
     assert kernel.cpu_scheme == "vector"
     lengths = {int(n) for n in re.findall(r"call (?:<\d+ x \w+> |void )@llvm\.masked\.(?:load|store)\.v(\d+)", lanes)}
     assert lengths and all(n & (n - 1) == 0 for n in lengths), sorted(lengths)
     assert len(re.findall(r"= shufflevector <32 x i1> %tm\.m\.\w+, <32 x i1> poison, <32 x i32> <i32 0, i32 0, "
                           r"i32 0, i32 0, i32 0, i32 1,", lanes)) >= 2  # the first chunk's mask, both ways
+
+
+@pytest.mark.parametrize("wrap", [1000, 40])  # every lane's row 4 floats on the last's; from thread 40, row 0 again
+def test_neighbouring_elements_a_lane_reads_are_one_wide_load(monkeypatch, tmp_path, wrap):
+    """Each lane reads 4 neighbouring floats of its row (through getelementptrs of floats
+    and of bytes): vector lanes read the 32 lanes' 128 floats with one wide load and take
+    each element by a shuffle. Where the rows are not 4 floats apart in a SIMD-group
+    (threads from 40 on start again at row 0), that group gathers each element instead. The same
+    bits as the lane loops, and the values expected."""
+    body = [f"%rowi = urem i32 %gid, {wrap}", "%row = shl i32 %rowi, 2",
+            "%row64 = zext i32 %row to i64",
+            "%b = getelementptr float, ptr addrspace(1) %x, i64 %row64", "%v0 = load float, ptr addrspace(1) %b",
+            "%b1 = getelementptr inbounds float, ptr addrspace(1) %b, i64 1", "%v1 = load float, ptr addrspace(1) %b1",
+            "%b2 = getelementptr inbounds nuw i8, ptr addrspace(1) %b, i64 8", "%v2 = load float, ptr addrspace(1) %b2",
+            "%b3 = getelementptr float, ptr addrspace(1) %b, i64 3", "%v3 = load float, ptr addrspace(1) %b3",
+            "%w1 = fmul float %v1, 2.0", "%w2 = fmul float %v2, 4.0", "%w3 = fmul float %v3, 8.0",
+            "%s1 = fadd float %v0, %w1", "%s2 = fadd float %s1, %w2", "%s = fadd float %s2, %w3",
+            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %s, ptr addrspace(1) %yp",
+            "%t = call float @air.simd_sum.f32(float %s) #2",  # a cooperative kernel
+            "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %t, ptr addrspace(1) %zp"]
+    threads = 64
+    x = torch.randn(4 * threads, generator=torch.Generator().manual_seed(9))
+    y, z = torch.empty(threads), torch.empty(threads)
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path))
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    make = _kernel(f"neighbours_{wrap}", body, [("x", "float", "air.read"), ("y", "float", "air.read_write"),
+                                                      ("z", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y, z], x, y, z, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    rows = torch.arange(threads) % wrap * 4
+    expected = x[rows] + x[rows + 1] * 2 + x[rows + 2] * 4 + x[rows + 3] * 8
+    assert torch.equal(results[1][0], expected)
+    (lanes,) = [text for text in (folder / "lanes.ll" for folder in tmp_path.iterdir())
+                for text in [text.read_text()] if "<32 x float>" in text]  # the vector lanes' compile
+    wide = re.findall(r"(%tm\.gw\.\d+) = call <128 x float> @llvm\.masked\.load\.v128f32", lanes)
+    assert len(wide) == 1, wide
+    picks = re.findall(rf"= shufflevector <128 x float> {wide[0]}, <128 x float> poison, <32 x i32> <i32 (\d), i32 (\d)",
+                       lanes)
+    assert sorted(picks) == [("0", "4"), ("1", "5"), ("2", "6"), ("3", "7")]
+
+
+@pytest.mark.parametrize("dtype,d,causal", [("float32", 128, True), ("float16", 64, False)])
+def test_mlx_sdpa_vector_with_vector_lanes_is_torchs(mlx_path, monkeypatch, dtype, d, causal):
+    """MLX's sdpa_vector with vector lanes, its small loops unrolled: the loop that adds the
+    SIMD-groups' outputs (a threadgroup barrier, a SIMD-group sum, a barrier, per element)
+    becomes straight code where a sum and the next barrier share a block. That barrier is
+    a barrier: the SIMD-groups all wait there (run as an exchange, a SIMD-group went on
+    before the others had written the outputs it reads). Within torch's tolerance, and bit
+    for bit the lane loops'."""
+    from test_cpu_mlx_matmul import _run_sdpa_vector, _sdpa_name
+
+    outputs, schemes = [], []
+    for vector in ("0", "1"):
+        monkeypatch.setenv("TORCH_METALLIB_CPU_VECTORIZE", vector)
+        lib = tm.load(mlx_path)
+        outputs.append(_run_sdpa_vector(lib, dtype, d, d, q_len=3, causal=causal, seed=12))
+        schemes.append(lib[_sdpa_name("", dtype, d, d)].cpu_scheme)
+    assert schemes == ["lanes", "vector"]
+    _identical([[outputs[0]], [outputs[1]]])
 
 
 def test_a_barrier_after_a_collective_in_its_block_waits_for_the_whole_threadgroup(monkeypatch):

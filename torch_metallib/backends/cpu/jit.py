@@ -236,7 +236,7 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
             _inline_everything(modules[-1])
             _fold_constants(modules[-1].get_function(entry), scalars=True)
         with _phase("print host IR"):
-            inlined = str(modules[-1])
+            inlined = _unrolled_for_vector_lanes(modules[-1]) if vector else str(modules[-1])
         vectorized = vector and _exchanges_may_stay_inside(inlined, entry) and _parse_vector_lanes(
             function.name, _regions(inlined, entry, symbol, context, modules, False), symbol, context, modules,
             whole=True)
@@ -250,6 +250,15 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
         return _optimized_object(modules[-1])
     finally:
         _close(modules, context)
+
+
+def _unrolled_for_vector_lanes(module) -> str:
+    """The text of `module` with its small constant-trip loops unrolled, for vector lanes:
+    a thread's few reads of a row become reads at constant offsets, which vector lanes read
+    with one wide load, and a loop of SIMD-group sums a sequence of them, which they do in
+    registers."""
+    with _phase("unroll (passes)"):
+        return _unroll_passes(host(), module)
 
 
 def _regions(inlined: str, entry: str, symbol: str, context, modules: list, exchanges: bool) -> str:

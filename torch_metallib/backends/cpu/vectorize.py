@@ -99,6 +99,10 @@ _CASTS = {"trunc", "zext", "sext", "fptrunc", "fpext", "fptoui", "fptosi", "uito
           "inttoptr", "bitcast", "addrspacecast"}
 _GEP_BASE = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:\w+ )*?[^,]+, ptr(?: addrspace\(\d+\))? (%{NAME}),")
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
+_CONSTANT_GEP = re.compile(rf"^(%{NAME}) = getelementptr (?:(?:inbounds|nuw|nusw) )*(\w+), ptr(?: addrspace\(\d+\))? "
+                           rf"(%{NAME}), i(?:32|64) (\d+)$")
+_PLAIN_LOAD = re.compile(rf"^%{NAME} = load (\w+), ptr(?: addrspace\(\d+\))? (%{NAME})(?:, align \d+)?$")
+_STORE_TO = re.compile(rf"^store .*, ptr (%{NAME})(?:, align \d+)?$")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
                       r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
@@ -191,6 +195,11 @@ class _Region:
         # and instructions that touch no memory follow: a fold done in registers writes
         # them on its slots' path only (flush_deposit writes them anywhere else).
         self.held_deposit: List[str] = []
+        # Loads of the block being widened that read neighbouring elements from one base
+        # (_load_groups): pointer -> ((run, base, type), its element index, the run's indices);
+        # and each group's wide load, once: (group, spacing) -> the members' vectors.
+        self.load_groups: Dict[str, Tuple[Tuple[int, str, str], int, frozenset]] = {}
+        self.group_values: Dict[Tuple[Tuple[int, str, str], int], List[str]] = {}
 
     # --- helpers -----------------------------------------------------------------------
     def fresh(self, tag: str = "v") -> str:
@@ -346,6 +355,7 @@ class _Region:
         tag = f"{k}u" if copy else str(k)
         out += [f"{name}{'.u' if copy else ''}:", f"  %tm.m.{tag} = load <{self.width} x i1>, ptr %tm.vlive"]
         self.mask, self.converged, self.last_store, self.in_registers = f"%tm.m.{tag}", True, None, {}
+        self._load_groups(lines)
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         self.flush_deposit()
@@ -588,11 +598,103 @@ class _Region:
         self.mask, self.last_store, self.in_registers = f"%tm.m.{k}", None, {}
         here = self.reduce("or", "i1", self.mask)
         out += [f"  br i1 {here}, label %{name}, label %{after}", f"{name}:"]
+        self._load_groups(lines)
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
         self.flush_deposit()
         self._terminator(strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
         out.append(f"  br label %{after}")
+
+    def _load_groups(self, lines: List[str]) -> None:
+        """Groups the loads of a block that read elements 0, 1, ... of one type from one
+        base (directly or through a getelementptr by a constant) with no write to memory
+        or call between them (writes to reg2mem's slots aside): where the lanes' bases
+        are `n` elements apart and the group holds elements 0 to n - 1, one wide access
+        reads them all (_grouped_load), not one wide access per element."""
+        self.load_groups, self.group_values = {}, {}
+        offsets: Dict[str, Tuple[str, int]] = {}  # pointer -> (its base, bytes past it)
+        groups: Dict[Tuple[int, str, str], Dict[int, List[str]]] = {}
+        run = 0
+        for line in lines:
+            line = strip_metadata(line.strip())
+            gep = _CONSTANT_GEP.match(line)
+            if gep and SCALAR.match(gep.group(2)):
+                offsets[gep.group(1)] = (gep.group(3), int(gep.group(4)) * scalar_bytes(gep.group(2)))
+                continue
+            load = _PLAIN_LOAD.match(line)
+            if load:
+                type_name, pointer = load.groups()
+                base, bytes_past = offsets.get(pointer, (pointer, 0))
+                base, index = (base, bytes_past // scalar_bytes(type_name)) if bytes_past % scalar_bytes(type_name) == 0 \
+                    else (pointer, 0)
+                groups.setdefault((run, base, type_name), {}).setdefault(index, []).append(pointer)
+                continue
+            store = _STORE_TO.match(line)
+            if store and (store.group(1) in self.slots or store.group(1) in self.scalar_slots):
+                continue
+            if line.startswith("store ") or "call " in line:
+                run += 1
+        for key, members in groups.items():
+            if len(members) > 1:
+                indices = frozenset(members)
+                for index, pointers in members.items():
+                    for pointer in pointers:
+                        self.load_groups[pointer] = (key, index, indices)
+
+    def _grouped_load(self, type_name: str, pointer_type: str, pointer: str, align: str, loaded: str) -> bool:
+        """Loads `loaded` through `pointer` from its group's one wide access (_load_groups)
+        where the group covers every element between the lanes' bases (whether it did)."""
+        key, index, indices = self.load_groups.get(pointer, (None, 0, frozenset()))
+        size = scalar_bytes(type_name)
+        checked = key and self.checked.get((key[1], size))
+        if not checked or checked[3] < 2 or not indices >= set(range(checked[3])) or index >= checked[3]:
+            return False
+        frozen, first, ok, spacing = checked
+        values = self.group_values.get((key, spacing))
+        if values is None:
+            values = self.group_values[(key, spacing)] = self._group_access(type_name, pointer_type, min(int(align), size),
+                                                                            frozen, first, ok, spacing)
+        self.out.append(f"  {loaded} = bitcast <{self.width} x {type_name}> {values[index]} to <{self.width} x {type_name}>")
+        return True
+
+    def _group_access(self, type_name: str, pointer_type: str, align: int, frozen: str, first: str, ok: str,
+                      spacing: int) -> List[str]:
+        """The lanes' elements 0 to `spacing` - 1 from their bases (`frozen`, lane 0's
+        `first`, checked `spacing` elements apart by `ok`): one wide load of every lane's
+        elements under the mask, each element a shuffle; where the check fails, a gather
+        per element."""
+        vector, total = f"<{self.width} x {type_name}>", self.width * spacing
+        wide, element, space = f"<{total} x {type_name}>", mangled(type_name), mangled(pointer_type)
+        whole = f"llvm.masked.load.v{total}{element}.{space}"
+        self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+        values = [self.fresh("gv") for _ in range(spacing)]
+        known = ok == "true"
+        labels = [] if known else [self.label("whole"), self.label("apart"), self.label("joined")]
+        if labels:
+            self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
+        mask, loaded = self.fresh("gm"), self.fresh("gw")
+        self.out.append(f"  {mask} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> poison, "
+                        f"<{total} x i32> <" + ", ".join(f"i32 {i // spacing}" for i in range(total)) + ">")
+        self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
+        self.out.append(f"  {loaded} = call {wide} @{whole}({pointer_type} {first}, i32 {align}, <{total} x i1> {mask}, "
+                        f"{wide} zeroinitializer)")
+        together = values if known else [f"{value}.c" for value in values]
+        for index, value in enumerate(together):
+            self.out.append(f"  {value} = shufflevector {wide} {loaded}, {wide} poison, <{self.width} x i32> <"
+                            + ", ".join(f"i32 {lane * spacing + index}" for lane in range(self.width)) + ">")
+        if labels:
+            gather = f"llvm.masked.gather.v{self.width}{element}.v{self.width}{space}"
+            pointers = f"<{self.width} x {pointer_type}>"
+            self.declare(gather, f"declare {vector} @{gather}({pointers}, i32, <{self.width} x i1>, {vector})")
+            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:"]
+            for index, value in enumerate(values):
+                self.out += [f"  {value}.p = getelementptr {type_name}, {pointers} {frozen}, i64 {index}",
+                             f"  {value}.g = call {vector} @{gather}({pointers} {value}.p, i32 {align}, "
+                             f"<{self.width} x i1> {self.mask}, {vector} zeroinitializer)"]
+            self.out += [f"  br label %{labels[2]}", f"{labels[2]}:"]
+            self.out += [f"  {value} = phi {vector} [ {value}.c, %{labels[0]} ], [ {value}.g, %{labels[1]} ]"
+                         for value in values]
+        return values
 
     def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
         """The lanes of the mask go on at the block the terminator names for each; the
@@ -920,7 +1022,7 @@ class _Region:
         own = self._own_element(pointer, type_name)
         if own:  # every lane's copy of one element of its private array: no mask needed to read it
             self.out.append(f"  {name} = load <{self.width} x {type_name}>, ptr {own}")
-        else:
+        elif not self._grouped_load(type_name, pointer_type, pointer, align, name):
             self._masked_access(type_name, pointer_type, pointer, align, loaded=name)
         self.varying[name] = type_name
         if type_name.startswith("ptr"):  # an address from a private array

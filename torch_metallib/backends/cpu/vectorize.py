@@ -193,8 +193,9 @@ class _Region:
         self.in_registers: Dict[str, Tuple[str, str, str, str]] = {}
         # The lines writing the last deposit into its slots, held back while only its meet
         # and instructions that touch no memory follow: a fold done in registers writes
-        # them on its slots' path only (flush_deposit writes them anywhere else).
+        # them on its slots' path only (_flush_deposit writes them anywhere else).
         self.held_deposit: List[str] = []
+        self.held_for: Optional[str] = None  # the slots the held deposit's exchange met at
         # Loads of the block being widened that read neighbouring elements from one base
         # (_load_groups): pointer -> ((run, base, type), its element index, the run's indices);
         # and each group's wide load, once: (group, spacing) -> the members' vectors.
@@ -358,7 +359,7 @@ class _Region:
         self._load_groups(lines)
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
-        self.flush_deposit()
+        self._flush_deposit()
         line = strip_metadata(lines[-1].strip())
         entries: List[Tuple[str, str]] = []  # (a block entering a part without copies, at which block)
 
@@ -601,7 +602,7 @@ class _Region:
         self._load_groups(lines)
         for line in lines[:-1]:
             self._instruction(strip_metadata(line.strip()))
-        self.flush_deposit()
+        self._flush_deposit()
         self._terminator(strip_metadata(lines[-1].strip()), number, k, f"%tm.pcin.{k}")
         out.append(f"  br label %{after}")
 
@@ -752,10 +753,10 @@ class _Region:
         if code != "call":
             self.last_deposit = None  # a meet follows its deposit's copy at once
         if code == "load":
-            self.flush_deposit()
+            self._flush_deposit()
             return self._load(name, text)
         if code == "store":
-            self.flush_deposit()
+            self._flush_deposit()
             return self._store(text)
         if code == "call":
             return self._call(name, line, text)
@@ -1320,16 +1321,19 @@ class _Region:
         base = intrinsic.group(1) if intrinsic else None
         if function == MEET:
             if not deposit:
-                self.flush_deposit()
+                self._flush_deposit()
+            self.held_for = arguments[0][1] if self.held_deposit else None
             return self._meet(arguments, deposit)
         if function.startswith(FOLD_PREFIX) and not self.is_varying(arguments_text):
             held = self.in_registers.get(arguments[0][1]) if len(arguments) == 1 else None
             if held and SCALAR.match(return_type) and scalar_bytes(held[1]) == scalar_bytes(return_type):
+                if self.held_for != arguments[0][1]:  # another exchange's deposit: written here
+                    self._flush_deposit()
                 return self._fold_in_registers(name, line, function, return_type, held)
-            self.flush_deposit()
+            self._flush_deposit()
             self._uniform(name, line, False)  # a SIMD-group's reduction of the slots: once
             return None
-        self.flush_deposit()
+        self._flush_deposit()
         memory = bool(_MEMORY_CALLS.search(line))
         if not memory and (base in ELEMENTWISE or base in PER_LANE) and not self.is_varying(arguments_text):
             self._uniform(name, line, True)
@@ -1382,7 +1386,7 @@ class _Region:
         wide = f"<{self.width} x {type_name}>"
         floating = type_name in ("half", "bfloat", "float", "double")
         if floating and kind in ("min", "max") and type_name not in ("float", "double"):
-            self.flush_deposit()
+            self._flush_deposit()
             return self._uniform(name, line, False)
         if not floating or kind in ("min", "max"):
             op = kind[1:] if kind in ("smin", "smax", "umin", "umax") else kind
@@ -1413,7 +1417,7 @@ class _Region:
                 self.out.extend(f"  {tree_line}" for tree_line in lines)
                 return result
         tree, memory, read, joined = self.label("tree"), self.label("slots"), self.label("read"), self.label("folded")
-        deposit, self.held_deposit = self.held_deposit, []
+        deposit, self.held_deposit, self.held_for = self.held_deposit, [], None
         self.out += [f"  br i1 {fast}, label %{tree}, label %{memory}", f"{tree}:"]
         result = reduced()
         self.out += [f"  br label %{joined}", f"{memory}:", *deposit, f"  br label %{read}", f"{read}:",
@@ -1444,10 +1448,10 @@ class _Region:
             del self.out[start:]
         return True
 
-    def flush_deposit(self) -> None:
+    def _flush_deposit(self) -> None:
         """Writes the deposit held back (held_deposit) where the code is now."""
         self.out += self.held_deposit
-        self.held_deposit = []
+        self.held_deposit, self.held_for = [], None
 
     def _elementwise(self, name: str, function: str, return_type: str, arguments) -> None:
         vector_name = re.sub(r"\.(i\d+|f16|bf16|f32|f64)$", lambda m: f".v{self.width}{m.group(1)}", function)

@@ -650,52 +650,14 @@ class _Region:
         checked = key and self.checked.get((key[1], size))
         if not checked or checked[3] < 2 or not indices >= set(range(checked[3])) or index >= checked[3]:
             return False
-        frozen, first, ok, spacing = checked
+        spacing = checked[3]
         values = self.group_values.get((key, spacing))
         if values is None:
-            values = self.group_values[(key, spacing)] = self._group_access(type_name, pointer_type, min(int(align), size),
-                                                                            frozen, first, ok, spacing)
+            values = self.group_values[(key, spacing)] = [self.fresh("gv") for _ in range(spacing)]
+            self._wide_load(type_name, pointer_type, str(min(int(align), size)), checked, list(enumerate(values)),
+                            self.fresh("gw"))
         self.out.append(f"  {loaded} = bitcast <{self.width} x {type_name}> {values[index]} to <{self.width} x {type_name}>")
         return True
-
-    def _group_access(self, type_name: str, pointer_type: str, align: int, frozen: str, first: str, ok: str,
-                      spacing: int) -> List[str]:
-        """The lanes' elements 0 to `spacing` - 1 from their bases (`frozen`, lane 0's
-        `first`, checked `spacing` elements apart by `ok`): one wide load of every lane's
-        elements under the mask, each element a shuffle; where the check fails, a gather
-        per element."""
-        vector, total = f"<{self.width} x {type_name}>", self.width * spacing
-        wide, element, space = f"<{total} x {type_name}>", mangled(type_name), mangled(pointer_type)
-        whole = f"llvm.masked.load.v{total}{element}.{space}"
-        self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
-        values = [self.fresh("gv") for _ in range(spacing)]
-        known = ok == "true"
-        labels = [] if known else [self.label("whole"), self.label("apart"), self.label("joined")]
-        if labels:
-            self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
-        mask, loaded = self.fresh("gm"), self.fresh("gw")
-        self.out.append(f"  {mask} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> poison, "
-                        f"<{total} x i32> <" + ", ".join(f"i32 {i // spacing}" for i in range(total)) + ">")
-        self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
-        self.out.append(f"  {loaded} = call {wide} @{whole}({pointer_type} {first}, i32 {align}, <{total} x i1> {mask}, "
-                        f"{wide} zeroinitializer)")
-        together = values if known else [f"{value}.c" for value in values]
-        for index, value in enumerate(together):
-            self.out.append(f"  {value} = shufflevector {wide} {loaded}, {wide} poison, <{self.width} x i32> <"
-                            + ", ".join(f"i32 {lane * spacing + index}" for lane in range(self.width)) + ">")
-        if labels:
-            gather = f"llvm.masked.gather.v{self.width}{element}.v{self.width}{space}"
-            pointers = f"<{self.width} x {pointer_type}>"
-            self.declare(gather, f"declare {vector} @{gather}({pointers}, i32, <{self.width} x i1>, {vector})")
-            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:"]
-            for index, value in enumerate(values):
-                self.out += [f"  {value}.p = getelementptr {type_name}, {pointers} {frozen}, i64 {index}",
-                             f"  {value}.g = call {vector} @{gather}({pointers} {value}.p, i32 {align}, "
-                             f"<{self.width} x i1> {self.mask}, {vector} zeroinitializer)"]
-            self.out += [f"  br label %{labels[2]}", f"{labels[2]}:"]
-            self.out += [f"  {value} = phi {vector} [ {value}.c, %{labels[0]} ], [ {value}.g, %{labels[1]} ]"
-                         for value in values]
-        return values
 
     def _terminator(self, line: str, number: Dict[str, int], k: int, others: str) -> None:
         """The lanes of the mask go on at the block the terminator names for each; the
@@ -1132,42 +1094,72 @@ class _Region:
         if checked is None:  # (a store's address may be uniform: every lane's value there, in lane order)
             self.out.append(apart(self.vec(pointer_type, pointer), loaded))
             return
+        if loaded is not None:
+            return self._wide_load(type_name, pointer_type, align, checked, [(0, loaded)], f"{loaded}.w")
         frozen, first, ok, spacing = checked
         total = self.width * spacing
-        wide, mask = f"<{total} x {type_name}>", self._spaced_mask(spacing)
-        whole = f"llvm.masked.{'load' if loaded is not None else 'store'}.v{total}{element}.{space}"
-        known = ok == "true"  # no run-time check: the wide access only
-        together = loaded if known else f"{loaded}.c"
+        wide = f"<{total} x {type_name}>"
+        whole = f"llvm.masked.store.v{total}{element}.{space}"
+        labels = [] if ok == "true" else [self.label("whole"), self.label("apart"), self.label("joined")]
+        if labels:
+            self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
+        self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
+        self._prefetch(pointer_type, first, total * scalar_bytes(type_name), write=True)
+        spread = data
+        if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
+            spread = self.fresh("sp")
+            self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
+                            + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
+                                        for i in range(total)) + ">")
+        self.out.append(f"  call void @{whole}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
+                        f"<{total} x i1> {self._spread_mask(spacing, [0])})")
+        if labels:
+            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:", apart(frozen, None),
+                         f"  br label %{labels[2]}", f"{labels[2]}:"]
+
+    def _wide_load(self, type_name: str, pointer_type: str, align: str, checked: Tuple[str, str, str, int],
+                   elements: List[Tuple[int, str]], wide_name: str) -> None:
+        """Loads `elements` ((index, name) of each: the lanes' element `index` past their
+        addresses, `checked` `spacing` elements apart) with one masked load of every lane's
+        elements (`wide_name`) and a shuffle per element, where the check holds (or is
+        known, "true"); else a masked gather per element."""
+        frozen, first, ok, spacing = checked
+        vector, pointers = f"<{self.width} x {type_name}>", f"<{self.width} x {pointer_type}>"
+        total, element, space = self.width * spacing, mangled(type_name), mangled(pointer_type)
+        wide = f"<{total} x {type_name}>"
+        whole = f"llvm.masked.load.v{total}{element}.{space}"
+        self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
+        known = ok == "true"
         labels = [] if known else [self.label("whole"), self.label("apart"), self.label("joined")]
         if labels:
             self.out += [f"  br i1 {ok}, label %{labels[0]}, label %{labels[1]}", f"{labels[0]}:"]
-        if loaded is not None:
-            self.declare(whole, f"declare {wide} @{whole}({pointer_type}, i32, <{total} x i1>, {wide})")
-            self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
-            if spacing == 1:
-                self.out.append(f"  {together} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
-                                f"<{self.width} x i1> {mask}, {vector} zeroinitializer)")
-            else:  # every lane's element of a wide load
-                self.out += [f"  {loaded}.w = call {wide} @{whole}({pointer_type} {first}, i32 {align}, "
-                             f"<{total} x i1> {mask}, {wide} zeroinitializer)",
-                             f"  {together} = shufflevector {wide} {loaded}.w, {wide} poison, <{self.width} x i32> <"
-                             + ", ".join(f"i32 {lane * spacing}" for lane in range(self.width)) + ">"]
-        else:
-            self.declare(whole, f"declare void @{whole}({wide}, {pointer_type}, i32, <{total} x i1>)")
-            self._prefetch(pointer_type, first, total * scalar_bytes(type_name), write=True)
-            spread = data
-            if spacing > 1:  # each lane's element at its place in a wide store, the others masked off
-                spread = self.fresh("sp")
-                self.out.append(f"  {spread} = shufflevector {vector} {data}, {vector} poison, <{total} x i32> <"
-                                + ", ".join(f"i32 {i // spacing}" if i % spacing == 0 else "i32 poison"
-                                            for i in range(total)) + ">")
-            self.out.append(f"  call void @{whole}({wide} {spread}, {pointer_type} {first}, i32 {align}, "
-                            f"<{total} x i1> {mask})")
-        if labels:
-            self.out += [f"  br label %{labels[2]}", f"{labels[1]}:", apart(frozen, f"{loaded}.g"),
-                         f"  br label %{labels[2]}", f"{labels[2]}:"]
-            if loaded is not None:
-                self.out.append(f"  {loaded} = phi {vector} [ {loaded}.c, %{labels[0]} ], [ {loaded}.g, %{labels[1]} ]")
+        self._prefetch(pointer_type, first, total * scalar_bytes(type_name))
+        together = [(index, name if known else f"{name}.c") for index, name in elements]
+        mask = self._spread_mask(spacing, [index for index, _ in elements])
+        if spacing == 1:
+            self.out.append(f"  {together[0][1]} = call {vector} @{whole}({pointer_type} {first}, i32 {align}, "
+                            f"<{self.width} x i1> {mask}, {vector} zeroinitializer)")
+        else:  # every lane's elements of a wide load
+            self.out.append(f"  {wide_name} = call {wide} @{whole}({pointer_type} {first}, i32 {align}, "
+                            f"<{total} x i1> {mask}, {wide} zeroinitializer)")
+            self.out += [f"  {name} = shufflevector {wide} {wide_name}, {wide} poison, <{self.width} x i32> <"
+                         + ", ".join(f"i32 {lane * spacing + index}" for lane in range(self.width)) + ">"
+                         for index, name in together]
+        if not labels:
+            return
+        gather = f"llvm.masked.gather.v{self.width}{element}.v{self.width}{space}"
+        self.declare(gather, f"declare {vector} @{gather}({pointers}, i32, <{self.width} x i1>, {vector})")
+        self.out += [f"  br label %{labels[2]}", f"{labels[1]}:"]
+        for index, name in elements:
+            addresses = frozen
+            if index:
+                addresses = f"{name}.p"
+                self.out.append(f"  {addresses} = getelementptr {type_name}, {pointers} {frozen}, i64 {index}")
+            self.out.append(f"  {name}.g = call {vector} @{gather}({pointers} {addresses}, i32 {align}, "
+                            f"<{self.width} x i1> {self.mask}, {vector} zeroinitializer)")
+        self.out += [f"  br label %{labels[2]}", f"{labels[2]}:"]
+        self.out += [f"  {name} = phi {vector} [ {name}.c, %{labels[0]} ], [ {name}.g, %{labels[1]} ]"
+                     for _, name in elements]
 
     def _prefetch(self, pointer_type: str, first: str, span: int, write: bool = False) -> None:
         """Asks for the lines the lanes PREFETCH_LANES threads on will read (or `write`),
@@ -1275,14 +1267,15 @@ class _Region:
             parts = joined
         return parts[0]
 
-    def _spaced_mask(self, spacing: int) -> str:
-        """The mask with each lane's bit `spacing` apart (the positions between off)."""
+    def _spread_mask(self, spacing: int, indices: List[int]) -> str:
+        """The mask of a wide access to `spacing` elements of each lane: each lane's bit at
+        its elements `indices` (the positions between off)."""
         if spacing == 1:
             return self.mask
         spread = self.fresh("sm")
         self.out.append(f"  {spread} = shufflevector <{self.width} x i1> {self.mask}, <{self.width} x i1> zeroinitializer, "
                         f"<{self.width * spacing} x i32> <" + ", ".join(
-                            f"i32 {i // spacing}" if i % spacing == 0 else f"i32 {self.width}"
+                            f"i32 {i // spacing}" if i % spacing in indices else f"i32 {self.width}"
                             for i in range(self.width * spacing)) + ">")
         return spread
 

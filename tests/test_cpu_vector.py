@@ -816,3 +816,49 @@ def test_a_barrier_after_a_collective_in_its_block_waits_for_the_whole_threadgro
     w = s0 + o
     expected = at(w) + o.sum(-1, keepdim=True)
     torch.testing.assert_close(results[1][0], expected.reshape(-1).float())
+
+
+@pytest.mark.parametrize("permutes", [True, False])
+def test_fast_exps_table_is_read_by_permutes_with_the_lane_loops_bits(monkeypatch, tmp_path, permutes):
+    """fast_exp reads a table of 32 entries at an index per lane: with AVX-512 (`permutes`)
+    vector lanes read it by two permutes of registers, else by a gather. Over the inputs at
+    every edge of its definition (its slow path, overflow, underflow, subnormal results,
+    infinities, NaNs) and random ones: the lane loops' bits, and libm's expf's where
+    that is glibc's (the definition's reference)."""
+    from test_float_exp import _edges, _glibc_fma, _libm_expf
+
+    from torch_metallib.backends.cpu import jit as cpu_jit
+
+    if permutes and not cpu_jit._permutes():
+        pytest.skip("the host has no AVX-512")
+    monkeypatch.setattr(cpu_jit, "_permutes", lambda: permutes)
+    body = ["%xp = getelementptr float, ptr addrspace(1) %x, i64 %gid64", "%v = load float, ptr addrspace(1) %xp",
+            "%e = call float @air.fast_exp.f32(float %v) #2",
+            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %e, ptr addrspace(1) %yp",
+            "%s = call float @air.simd_sum.f32(float %e) #2",  # a cooperative kernel
+            "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %s, ptr addrspace(1) %zp"]
+    edges = torch.tensor(_edges(), dtype=torch.int64).to(torch.int32).view(torch.float32)
+    x = torch.cat([edges, torch.rand(1000, generator=torch.Generator().manual_seed(4)) * 240 - 120])
+    y, z = torch.empty_like(x), torch.empty_like(x)
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path))
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    name = f"exp_table_{permutes}"
+    declared = _SIMD_SUM + ["declare float @air.fast_exp.f32(float) local_unnamed_addr #1"]
+    arguments = [("x", "float", "air.read"), ("y", "float", "air.read_write"), ("z", "float", "air.read_write")]
+
+    def make():
+        return air.library(name, air.module_text(name, body, arguments, declared, collective=True))[name]
+
+    results, schemes = _schemes(make, monkeypatch, [y, z], x, y, z, threads=x.numel(), group_size=256)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    if _glibc_fma():
+        assert torch.equal(results[1][0].view(torch.int32), _libm_expf(x).view(torch.int32))
+    (lanes,) = [text for text in (folder / "lanes.ll" for folder in tmp_path.iterdir())
+                for text in [text.read_text()] if "@__tm_vector_" in text]  # the vector lanes' compile
+    gathers = re.findall(r"= call <\d+ x i64> @llvm\.masked\.gather", lanes)
+    permuted = re.findall(r"= call <8 x i64> @llvm\.x86\.avx512\.vpermi2var\.q\.512\(", lanes)
+    if permutes:
+        assert len(permuted) >= 2 and not gathers, (len(permuted), gathers)
+    else:
+        assert gathers and not permuted

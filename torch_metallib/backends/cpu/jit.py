@@ -293,6 +293,12 @@ def _exchanges_may_stay_inside(inlined: str, entry: str) -> bool:
         "@tm.lanes.stage" in line or "@tm.lanes.kept(" in line or refuses(line) for line in body)
 
 
+def _permutes() -> bool:
+    """Whether the target has AVX-512's permutes of two registers (vector lanes read small
+    tables with them): the host's features, none for a named CPU level."""
+    return "+avx512f" in host().features.split(",")
+
+
 def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: list, whole: bool = False) -> bool:
     """Appends to `modules` the lane-loop module `text` with the regions that allow it as
     vector lanes, and marks it so (``@__tm_vector_<symbol>``); False where no region
@@ -303,7 +309,7 @@ def _parse_vector_lanes(kernel: str, text: str, symbol: str, context, modules: l
 
     try:
         with _phase("vector lanes (Python text)"):
-            vector_text, vectorized, refused = vectorize_regions(text, GROUP_WIDTH if whole else WIDTH)
+            vector_text, vectorized, refused = vectorize_regions(text, GROUP_WIDTH if whole else WIDTH, _permutes())
     except Exception as error:  # noqa: BLE001 - an opt-in rewrite: any bug of it falls back
         return _vector_failed(kernel, f"{type(error).__name__}: {error}")
     logger = diagnostics.get_logger()

@@ -37,7 +37,9 @@ through memory), so each block can be widened on its own:
   loaded, once for the addresses a uniform offset from it), else a masked gather or
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
   the lane loop does. A wide access to device memory also prefetches the lines of the
-  lanes PREFETCH_LANES threads on. A masked-off lane divides by one; the thread index
+  lanes PREFETCH_LANES threads on. A read of one of the lowering's tables (fast_exp's 32
+  entries) at an index per lane is two permutes of registers where the target has
+  AVX-512, not a gather. A masked-off lane divides by one; the thread index
   divided by a uniform divisor is the first lane's division and a carry for the others
   where the divisor is at least the number of lanes.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
@@ -101,6 +103,9 @@ _GEP_BASE = re.compile(rf"^\s*(%{NAME}) = getelementptr (?:\w+ )*?[^,]+, ptr(?: 
 _MEMORY_CALLS = re.compile(r"@llvm\.(memcpy|memmove|memset)\.")
 _CONSTANT_GEP = re.compile(rf"^(%{NAME}) = getelementptr (?:(?:inbounds|nuw|nusw) )*(\w+), ptr(?: addrspace\(\d+\))? "
                            rf"(%{NAME}), i(?:32|64) (\d+)$")
+# The lowering's own small tables (fast_exp's), whose indices are always in range.
+_TABLE = re.compile(r"^(@tm\.[\w.]+) = internal unnamed_addr constant \[(\d+) x i64\] \[(.*)\], align \d+$", re.M)
+_PERMUTE = "llvm.x86.avx512.vpermi2var.q.512"  # 8 of 16 64-bit entries, picked by each lane's index
 _PLAIN_LOAD = re.compile(rf"^%{NAME} = load (\w+), ptr(?: addrspace\(\d+\))? (%{NAME})(?:, align \d+)?$")
 _STORE_TO = re.compile(rf"^store .*, ptr (%{NAME})(?:, align \d+)?$")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
@@ -108,27 +113,37 @@ _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|inse
                       r"extractvalue|insertvalue|va_arg|landingpad|indirectbr|callbr|invoke)\b| atomic | volatile ")
 
 
+def _indices(indices) -> str:
+    """A shufflevector's mask of `indices`."""
+    indices = list(indices)
+    return f"<{len(indices)} x i32> <" + ", ".join(f"i32 {i}" for i in indices) + ">"
+
+
 def refuses(line: str) -> bool:
     """Whether vector lanes refuse any region holding the line `line` (_REFUSED)."""
     return bool(_REFUSED.search(line))
 
 
-def vectorize_regions(text: str, width: int = WIDTH) -> Tuple[str, List[str], Dict[str, str]]:
+def vectorize_regions(text: str, width: int = WIDTH, permutes: bool = False
+                      ) -> Tuple[str, List[str], Dict[str, str]]:
     """`text` (build_regions' module) with every region that allows it run as vector lanes,
     `width` of them at a time: (the module, the regions vectorized, region -> why the others
-    were not)."""
+    were not). `permutes`: the target has AVX-512's permutes of two registers (lanes read
+    the lowering's tables with them)."""
     lines = text.split("\n")
     out: List[str] = []
     done, vectorized, refused = 0, [], {}
     declarations: Dict[str, str] = {}
     fields: Dict[str, Optional[int]] = {}  # the context's per-thread fields -> their guessed growth (guess_strides)
     types = dict(re.findall(rf"^(%{NAME}) = type (.*)$", text, re.M))
+    tables = {name: entries.split(", ") for name, count, entries in _TABLE.findall(text)
+              if permutes and width % 8 == 0 and int(count) <= 32}
     for found in ir_model.functions(lines):
         region = _REGION.match(found.header)
         if not region or not any(line.startswith("tm.loop:") for line in found.body):
             continue
         try:
-            body = _Region(found.body, declarations, types, fields, width).build(region.group(1))
+            body = _Region(found.body, declarations, types, fields, width, tables).build(region.group(1))
         except NotVector as why:
             refused[region.group(2)] = str(why)
             continue
@@ -145,8 +160,10 @@ class _Region:
     """One region function's body rewritten as vector lanes."""
 
     def __init__(self, body: List[str], declarations: Dict[str, str], types: Dict[str, str],
-                 fields: Dict[str, Optional[int]], width: int):
+                 fields: Dict[str, Optional[int]], width: int, tables: Dict[str, List[str]]):
         self.width = width  # lanes per vector
+        self.tables = tables  # the lowering's tables lanes read by permutes -> their entries
+        self.lookups: Dict[str, Tuple[str, str]] = {}  # pointer -> (the table, the lanes' index)
         self.blocks = ir_model.blocks(body)
         self.fields = fields
         self.declarations = declarations
@@ -833,6 +850,10 @@ class _Region:
         pointer_type, base = typed(parts[1])
         if base in self.elements:
             return self._element_address(name, source, base, parts[2:])
+        if base in self.tables and (source, len(parts)) in (("i64", 3), (f"[{len(self.tables[base])} x i64]", 4)):
+            index_type, index = typed(parts[-1])  # (after the array's "i64 0")
+            if index_type == "i64" and self.is_varying(index) and parts[2:-1] in ([], ["i64 0"]):
+                self.lookups[name] = (base, index)
         if base in self.varying:
             operands = [f"<{self.width} x {pointer_type}> {base}"]
         else:
@@ -982,6 +1003,10 @@ class _Region:
         if not self.is_varying(pointer):
             self._uniform(name, f"{name} = {text}", pointer in self.runtime)
             return
+        if pointer in self.lookups and type_name == "i64":
+            self._table_lookup(name, *self.lookups[pointer])
+            self.varying[name] = type_name
+            return
         own = self._own_element(pointer, type_name)
         if own:  # every lane's copy of one element of its private array: no mask needed to read it
             self.out.append(f"  {name} = load <{self.width} x {type_name}>, ptr {own}")
@@ -990,6 +1015,33 @@ class _Region:
         self.varying[name] = type_name
         if type_name.startswith("ptr"):  # an address from a private array
             self._check_consecutive(name, type_name)
+
+    def _table_lookup(self, name: str, table: str, index: str) -> None:
+        """`name` = `table`[`index`] for every lane, 8 lanes at a time, by two permutes of
+        the table's 32 entries in 4 registers and a select on the index's bit 4: no memory
+        access, so no mask."""
+        self.declare(_PERMUTE, f"declare <8 x i64> @{_PERMUTE}(<8 x i64>, <8 x i64>, <8 x i64>)")
+        entries = self.tables[table] + ["i64 0"] * (32 - len(self.tables[table]))
+        quarters = ["<8 x i64> <" + ", ".join(entries[q * 8:q * 8 + 8]) + ">" for q in range(4)]
+        frozen = self.fresh("ix")
+        self.out.append(f"  {frozen} = freeze <{self.width} x i64> {index}")  # masked-off lanes' may be poison
+        parts = []
+        for start in range(0, self.width, 8):
+            chunk, low, high, bit, upper = (self.fresh(tag) for tag in ("ixc", "lo", "hi", "b4", "up"))
+            parts.append(name if self.width == 8 else self.fresh("tv"))
+            self.out += [f"  {chunk} = shufflevector <{self.width} x i64> {frozen}, <{self.width} x i64> poison, "
+                         f"{_indices(range(start, start + 8))}",
+                         f"  {low} = call <8 x i64> @{_PERMUTE}({quarters[0]}, <8 x i64> {chunk}, {quarters[1]})",
+                         f"  {high} = call <8 x i64> @{_PERMUTE}({quarters[2]}, <8 x i64> {chunk}, {quarters[3]})",
+                         f"  {bit} = and <8 x i64> {chunk}, <" + ", ".join(["i64 16"] * 8) + ">",
+                         f"  {upper} = icmp ne <8 x i64> {bit}, zeroinitializer",
+                         f"  {parts[-1]} = select <8 x i1> {upper}, <8 x i64> {high}, <8 x i64> {low}"]
+        size = 8
+        while len(parts) > 1:  # joined in pairs into one vector of the width
+            joined = [name if len(parts) == 2 else self.fresh("tj") for _ in parts[::2]]
+            self.out += [f"  {whole} = shufflevector <{size} x i64> {left}, <{size} x i64> {right}, "
+                         f"{_indices(range(2 * size))}" for whole, left, right in zip(joined, parts[::2], parts[1::2])]
+            parts, size = joined, 2 * size
 
     def _store(self, text: str) -> None:
         self.last_store = None

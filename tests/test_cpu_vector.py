@@ -821,7 +821,8 @@ def test_a_barrier_after_a_collective_in_its_block_waits_for_the_whole_threadgro
 @pytest.mark.parametrize("permutes", [True, False])
 def test_fast_exps_table_is_read_by_permutes_with_the_lane_loops_bits(monkeypatch, tmp_path, permutes):
     """fast_exp reads a table of 32 entries at an index per lane: with AVX-512 (`permutes`)
-    vector lanes read it by two permutes of registers, else by a gather. Over the inputs at
+    vector lanes read it by two permutes of registers, else by a gather; its rare cases
+    are selected, not branched to. Over the inputs at
     every edge of its definition (its slow path, overflow, underflow, subnormal results,
     infinities, NaNs) and random ones: the lane loops' bits, and libm's expf's where
     that is glibc's (the definition's reference)."""
@@ -862,3 +863,48 @@ def test_fast_exps_table_is_read_by_permutes_with_the_lane_loops_bits(monkeypatc
         assert len(permuted) >= 2 and not gathers, (len(permuted), gathers)
     else:
         assert gathers and not permuted
+    # Its rare cases (|x| >= 88, infinities, NaNs) are selected, not a branch lanes take
+    # apart: no divergent part, whose blocks run under a counter per lane.
+    assert not re.search(r"^tm\.g\.\d+:", lanes, re.M)
+
+
+def test_a_row_address_reloaded_for_each_element_is_still_one_wide_load(monkeypatch, tmp_path):
+    """A lane's row address read through before a branch and after it: the lane loops
+    keep it in memory and reload it for each use, so each element's address has its own
+    name. Vector lanes see the reloads (and the addresses computed from them) as one
+    value: the 32 lanes' 128 floats are one wide load, not one per element. The lane
+    loops' bits, and the values expected."""
+    body = ["%row = shl i32 %gid, 2", "%row64 = zext i32 %row to i64",
+            "%b = getelementptr float, ptr addrspace(1) %x, i64 %row64",
+            "%first = load float, ptr addrspace(1) %b", "%inside = fcmp une float %first, 12345.0",
+            "br i1 %inside, label %read, label %skip",
+            "read:", "%v0 = load float, ptr addrspace(1) %b",
+            "%b1 = getelementptr inbounds float, ptr addrspace(1) %b, i64 1", "%v1 = load float, ptr addrspace(1) %b1",
+            "%b2 = getelementptr inbounds float, ptr addrspace(1) %b, i64 2", "%v2 = load float, ptr addrspace(1) %b2",
+            "%b3 = getelementptr inbounds float, ptr addrspace(1) %b, i64 3", "%v3 = load float, ptr addrspace(1) %b3",
+            "%w1 = fmul float %v1, 2.0", "%w2 = fmul float %v2, 4.0", "%w3 = fmul float %v3, 8.0",
+            "%s1 = fadd float %v0, %w1", "%s2 = fadd float %s1, %w2", "%s3 = fadd float %s2, %w3", "br label %skip",
+            "skip:", "%s = phi float [ %s3, %read ], [ 0.0, %entry ]",
+            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %s, ptr addrspace(1) %yp",
+            "%t = call float @air.simd_sum.f32(float %s) #2",  # a cooperative kernel
+            "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %t, ptr addrspace(1) %zp"]
+    threads = 64
+    x = torch.randn(4 * threads, generator=torch.Generator().manual_seed(10))
+    y, z = torch.empty(threads), torch.empty(threads)
+    monkeypatch.setenv("TORCH_METALLIB_DUMP_IR", str(tmp_path))
+    monkeypatch.setenv("TORCH_METALLIB_CACHE", "0")
+    make = _kernel("reloaded_row", body, [("x", "float", "air.read"), ("y", "float", "air.read_write"),
+                                          ("z", "float", "air.read_write")])
+    results, schemes = _schemes(make, monkeypatch, [y, z], x, y, z, threads=threads, group_size=64)
+    assert schemes == ["lanes", "vector"]
+    _identical(results)
+    rows = torch.arange(threads) * 4
+    assert torch.equal(results[1][0], x[rows] + x[rows + 1] * 2 + x[rows + 2] * 4 + x[rows + 3] * 8)
+    (lanes,) = [text for text in (folder / "lanes.ll" for folder in tmp_path.iterdir())
+                for text in [text.read_text()] if "@__tm_vector_" in text]
+    assert len(re.findall(r"\.reload\d* = load <32 x ptr addrspace\(1\)>", lanes)) >= 4  # the reloads, widened
+    wide = re.findall(r"(%tm\.gw\.\d+) = call <128 x float> @llvm\.masked\.load\.v128f32", lanes)
+    assert len(wide) == 1, wide
+    picks = re.findall(rf"= shufflevector <128 x float> {wide[0]}, <128 x float> poison, <32 x i32> <i32 (\d), i32 (\d)",
+                       lanes)
+    assert sorted(picks) == [("0", "4"), ("1", "5"), ("2", "6"), ("3", "7")]

@@ -7,7 +7,10 @@ vectorize loops around it: a call to libm cannot be.
 exp(x) = 2^(k/32) * 2^(r/32): k = round(x * 32/ln 2) (by adding 1.5 * 2^52 in one fused
 multiply-add), r the remainder (another), 2^(k/32) from a 32-entry table of 2^(i/32)'s bits
 (less i << 47) plus k << 47, 2^(r/32) by a cubic; in double, rounded once to float. The
-special cases glibc branches to (|x| >= 88, infinities, NaN) are selects here.
+special cases glibc branches to (|x| >= 88, infinities, NaN) are selects here, behind
+the same branch (or, for vector lanes, computed for every input and selected: a branch
+lanes may take apart costs vector lanes two copies of the code and a check, while the
+scalar lane loops run 1.35-1.6x the time of MLX's softmax kernels without the branch).
 """
 
 import struct
@@ -27,8 +30,9 @@ _UNDER = "0xC059FE3680000000"  # -0x1.9fe368p6f: below, 0 (log(2^-150))
 _MAY_UNDER = "0xC059D1D9E0000000"  # -0x1.9d1d9ep6f: below, 2^-149 (glibc's __math_may_uflowf)
 
 
-def define_fast_exp_float(symbol: str) -> Tuple[str, List[str]]:
-    """(the definition of float `symbol`(float) = expf as glibc computes it, declarations)."""
+def define_fast_exp_float(symbol: str, branches: bool = True) -> Tuple[str, List[str]]:
+    """(the definition of float `symbol`(float) = expf as glibc computes it, declarations);
+    without `branches`, the special cases are computed for every input and selected."""
     table = ", ".join(f"i64 {entry}" for entry in _TABLE)
     lines = [
         "%bits = bitcast float %a0 to i32", "%top = lshr i32 %bits, 20", "%abstop = and i32 %top, 2047",
@@ -44,10 +48,11 @@ def define_fast_exp_float(symbol: str) -> Tuple[str, List[str]]:
         "%r2 = fmul double %red, %red",
         f"%y0 = call double @llvm.fma.f64(double {_C2}, double %red, double 1.0)",
         "%y1 = call double @llvm.fma.f64(double %z, double %r2, double %y0)",
-        "%y = fmul double %y1, %s", "%main = fptrunc double %y to float",
-        "br i1 %big, label %slow, label %done",
+        "%y = fmul double %y1, %s", "%main = fptrunc double %y to float"]
+    lines += ["br i1 %big, label %slow, label %done", "slow:"] if branches else []
+    lines += [
         # glibc's slow path, in its order: -inf, then inf and NaN (x + x), overflow, underflow.
-        "slow:", "%neginf = icmp eq i32 %bits, -8388608", "%naninf = icmp ugt i32 %abstop, 2039",
+        "%neginf = icmp eq i32 %bits, -8388608", "%naninf = icmp ugt i32 %abstop, 2039",
         "%twice = fadd float %a0, %a0",
         f"%over = fcmp ogt float %a0, {_OVER}", f"%under = fcmp olt float %a0, {_UNDER}",
         f"%may.under = fcmp olt float %a0, {_MAY_UNDER}",
@@ -55,8 +60,9 @@ def define_fast_exp_float(symbol: str) -> Tuple[str, List[str]]:
         "%s2 = select i1 %under, float 0.0, float %s1",
         "%s3 = select i1 %over, float 0x7FF0000000000000, float %s2",
         "%s4 = select i1 %naninf, float %twice, float %s3",
-        "%s5 = select i1 %neginf, float 0.0, float %s4", "br label %done",
-        "done:", "%r = phi float [ %main, %entry ], [ %s5, %slow ]"]
+        "%s5 = select i1 %neginf, float 0.0, float %s4"]
+    lines += (["br label %done", "done:", "%r = phi float [ %main, %entry ], [ %s5, %slow ]"] if branches
+              else ["%r = select i1 %big, float %s5, float %main"])
     body = "\n  ".join(lines + ["ret float %r"])
     return (f"define internal float @{symbol}(float %a0) alwaysinline {{\nentry:\n  {body}\n}}",
             ["declare double @llvm.fma.f64(double, double, double)",

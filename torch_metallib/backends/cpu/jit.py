@@ -162,7 +162,7 @@ def _cache_key(function_hash: str, constants: tuple) -> str:
 
 
 def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checked: bool = False,
-               lanes: bool = False, initcheck: bool = True) -> str:
+               lanes: bool = False, initcheck: bool = True, vector: bool = False) -> str:
     """The host IR of `function` (_cpu_lowering.lower), before inlining and optimization."""
     with _phase("import lowering"):
         from .lowering import lower  # only on a cache miss
@@ -185,7 +185,7 @@ def lowered_ir(function, constants: dict, symbol: str, cooperative: bool, checke
             text = lower(air, function.name, function.arguments, constants, symbol,
                          machine.triple, machine.datalayout, cooperative,
                          unroll=lambda text: _unroll_loops(text, context, modules), checked=checked,
-                         lanes=lanes, initcheck=initcheck)
+                         lanes=lanes, initcheck=initcheck, vector=vector)
         diagnostics.dump_stage("lowered", text)
         return text
     finally:
@@ -226,7 +226,7 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
     SIMD-group at a time; where one of those regions does not take vector lanes, it is
     cut at every wait, as lane loops."""
     entry = f"__tm_lanes_{symbol}"
-    text = lowered_ir(function, constants, symbol, True, lanes=True)
+    text = lowered_ir(function, constants, symbol, True, lanes=True, vector=vector)
     context = llvm.create_context()
     modules = []
     try:
@@ -243,6 +243,8 @@ def _build_lanes_object(function, constants: dict, symbol: str, vector: bool = F
         if not vectorized:
             text = _regions(inlined, entry, symbol, context, modules, True)
             vectorized = vector and _parse_vector_lanes(function.name, text, symbol, context, modules)
+        if not vectorized and vector:  # no region takes vector lanes: the lane loops' own build
+            return _build_lanes_object(function, constants, symbol)
         if not vectorized:
             with _phase("parse host IR"):
                 modules.append(llvm.parse_assembly(text, context=context))

@@ -49,7 +49,7 @@ from ...air.tensor_ops import check_tensor_op_calls, define_tensor_op
 from ...reflection.ir_model import printed
 from .coroutine import thread_entry
 from .reconvergence import number_exchange_sites
-from .target import COROUTINES, LaneLoops
+from .target import COROUTINES, LaneLoops, VectorLanes
 
 __all__ = ["lower", "cpu_definition", "cpu_implements"]
 
@@ -58,19 +58,21 @@ __all__ = ["lower", "cpu_definition", "cpu_implements"]
 _UNREACHABLE = {"air.get_function_pointer_visible_function_table"}
 
 
-def _host_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[str] = None
-                    ) -> Optional[Tuple[str, List[str]]]:
+def _host_intrinsic(ret: str, name: str, params: List[str], symbol: Optional[str] = None,
+                    branches: bool = True) -> Optional[Tuple[str, List[str]]]:
     """define_intrinsic, but ``fast_exp`` on floats (and its vector, half and bfloat forms)
     inline as glibc's expf computes it (air/float_exp.py): the same bits as the libm call,
-    which LLVM can neither inline nor vectorize."""
+    which LLVM can neither inline nor vectorize; without `branches`, its rare cases
+    selected (for vector lanes)."""
     if name.startswith("air.fast_exp.") and len(params) == 1:
         symbol = symbol or name
+        define = functools.partial(_host_intrinsic, branches=branches)
         if ret.startswith("<"):
-            return lanewise(ret, name, params, symbol, _host_intrinsic)
+            return lanewise(ret, name, params, symbol, define)
         if ret in ("half", "bfloat") and params == [ret]:
-            return via_wider(ret, name, params, symbol, _host_intrinsic)
+            return via_wider(ret, name, params, symbol, define)
         if ret == params[0] == "float":
-            return define_fast_exp_float(symbol)
+            return define_fast_exp_float(symbol, branches)
     return define_intrinsic(ret, name, params, symbol)
 
 
@@ -83,7 +85,8 @@ def cpu_definition(ret: str, name: str, params: List[str],
         signature = ", ".join(f"{t} %a{i}" for i, t in enumerate(params))
         return (f"define internal {ret} @{name}({signature}) {{\n  call void @llvm.trap()\n  unreachable\n}}",
                 ["declare void @llvm.trap()"])
-    return (_host_intrinsic(ret, name, params) or define_atomic(ret, name, params)
+    branches = not getattr(target, "branch_free_math", False)
+    return (_host_intrinsic(ret, name, params, branches=branches) or define_atomic(ret, name, params)
             or define_matrix(ret, name, params, target) or define_product_batch(ret, name, params, target)
             or define_kept_accumulator(ret, name, params, target)
             or define_collective(ret, name, params, target) or define_async_copy(ret, name, params, target)
@@ -218,7 +221,7 @@ def _thread_entry(symbol: str, kernel: str, arguments, checked: bool = False, la
 def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbol: str,
           triple: str, datalayout: str, cooperative: bool = False,
           unroll: Callable[[str], str] = lambda text: text, checked: bool = False, lanes: bool = False,
-          initcheck: bool = True) -> str:
+          initcheck: bool = True, vector: bool = False) -> str:
     """Host LLVM IR for `kernel` (its printed AIR module `text`), exporting
     ``__tm_init_<symbol>`` and ``__tm_launch_<symbol>`` (all threads of a range of
     threadgroups, in a loop), or for a `cooperative` kernel ``__tm_thread_<symbol>`` (one
@@ -226,7 +229,8 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
     value) before they are batched. `checked`: every access in address spaces 1-3 is
     bounds-checked (bounds_checks.py), and with `initcheck` threadgroup reads checked for
     bytes no thread wrote. `lanes`: a cooperative kernel's waits are markers
-    for regions.py instead (target.LaneLoops)."""
+    for regions.py instead (target.LaneLoops); `vector`: for vector lanes
+    (target.VectorLanes)."""
     text = retarget(text, triple, datalayout)
     statics, static_names, helpers_checked = [], "", False
     if checked:  # imported here: most kernels are never checked (a first compile's import time)
@@ -245,7 +249,7 @@ def lower(text: str, kernel: str, arguments, constants: Dict[int, object], symbo
         from .matrix_batches import batch_matrix_products  # only cooperative kernels need it
 
         text = batch_matrix_products(text, unroll, keep_accumulators=lanes)
-    target = LaneLoops() if lanes else COROUTINES
+    target = (VectorLanes() if vector else LaneLoops()) if lanes else COROUTINES
     text = define_intrinsics(text, kernel, functools.partial(cpu_definition, target=target), "the CPU backend", target,
                              constructors)
     text = round_bfloat_exactly(number_exchange_sites(text))

@@ -99,6 +99,7 @@ class LaneLoops(_Memory):
     """A wait is a marker where regions.py cuts the kernel into loops over the lanes."""
 
     every_lane_computes = True
+    branch_free_math = False  # per-lane math keeps its branches on rare inputs (fast_exp's)
     # A lane that did not take part adds the identity: the chain of a reduction is one add
     # per lane, not an add and a select (a SIMD-group's sum took a third of a row sum's time).
     blended_folds = True
@@ -138,3 +139,11 @@ class LaneLoops(_Memory):
 
 
 COROUTINES = Coroutines()  # stateless: the CPU's definitions where no scheme is given (the census)
+
+
+class VectorLanes(LaneLoops):
+    """Lane loops whose regions vector lanes will run: per-lane math computes its rare
+    cases for every input and selects, as a branch lanes may take apart costs vector lanes
+    two copies of the code and a check (the same results)."""
+
+    branch_free_math = True

@@ -37,11 +37,13 @@ through memory), so each block can be widened on its own:
   loaded, once for the addresses a uniform offset from it), else a masked gather or
   scatter: a masked-off lane touches no memory, and a scatter writes lanes in order, as
   the lane loop does. A wide access to device memory also prefetches the lines of the
-  lanes PREFETCH_LANES threads on. A read of one of the lowering's tables (fast_exp's 32
-  entries) at an index per lane is two permutes of registers where the target has
-  AVX-512, not a gather. A masked-off lane divides by one; the thread index
-  divided by a uniform divisor is the first lane's division and a carry for the others
-  where the divisor is at least the number of lanes.
+  lanes PREFETCH_LANES threads on. Loads of a block reading elements 0 to n - 1 from one
+  base (values the block computes alike, such as reg2mem's reloads, counting as one:
+  _ValueNumbers) are one wide access (_load_groups). A read of one of the lowering's
+  tables (fast_exp's 32 entries) at an index per lane is two permutes of registers where
+  the target has AVX-512, not a gather. A masked-off lane divides by one; the thread
+  index divided by a uniform divisor is the first lane's division and a carry for the
+  others where the divisor is at least the number of lanes.
 * Calls: elementwise LLVM intrinsics become their vector forms (the same result per
   element); other pure math intrinsics are called per lane; a copy of 1 to 8 bytes (a
   deposit into its exchange slot) is an integer load and store of the lanes (of the vector
@@ -107,6 +109,12 @@ _CONSTANT_GEP = re.compile(rf"^(%{NAME}) = getelementptr (?:(?:inbounds|nuw|nusw
 _TABLE = re.compile(r"^(@tm\.[\w.]+) = internal unnamed_addr constant \[(\d+) x i64\] \[(.*)\], align \d+$", re.M)
 _PERMUTE = "llvm.x86.avx512.vpermi2var.q.512"  # 8 of 16 64-bit entries, picked by each lane's index
 _PLAIN_LOAD = re.compile(rf"^%{NAME} = load (\w+), ptr(?: addrspace\(\d+\))? (%{NAME})(?:, align \d+)?$")
+# What a block computes alike more than once (reg2mem reloads a value at each use): a
+# reload of a slot, an extension, an address by a variable index.
+_RELOAD = re.compile(rf"^(%{NAME}) = load ([^,]+), ptr (%{NAME})(?:, align \d+)?$")
+_EXTENSION = re.compile(rf"^(%{NAME}) = ([sz]ext) (i\d+) (%{NAME}) to (i\d+)$")
+_VARIABLE_GEP = re.compile(rf"^(%{NAME}) = getelementptr (?:(?:inbounds|nuw|nusw) )*(\w+), (ptr(?: addrspace\(\d+\))?) "
+                           rf"(%{NAME}), (i32|i64) (%{NAME})$")
 _STORE_TO = re.compile(rf"^store .*, ptr (%{NAME})(?:, align \d+)?$")
 # Refused before any analysis: values of vector type, and instructions vector lanes do not take.
 _REFUSED = re.compile(r"<\d+ x |\b(?:atomicrmw|cmpxchg|fence|extractelement|insertelement|shufflevector|"
@@ -154,6 +162,40 @@ def vectorize_regions(text: str, width: int = WIDTH, permutes: bool = False
     declared = set(re.findall(r"^declare [^@]*@([-\w$.]+)\(", text, re.M))
     out += [line for name, line in sorted(declarations.items()) if name not in declared]
     return "\n".join(out), vectorized, refused
+
+
+class _ValueNumbers:
+    """The values a block computes alike, each named by the first of them: reloads of a
+    reg2mem slot with no store to it between them, and extensions and addresses by a
+    variable index computed from values alike (a lane's row address, which reg2mem
+    recomputes for each element read)."""
+
+    def __init__(self, slots: Set[str]):
+        self.slots = slots
+        self.first: Dict[Tuple[str, ...], str] = {}  # what a value computes -> its first name
+        self.names: Dict[str, str] = {}  # value -> the first value computed alike
+        self.stores: Dict[str, int] = {}  # slot -> the stores to it so far
+
+    def __getitem__(self, value: str) -> str:
+        return self.names.get(value, value)
+
+    def stored(self, slot: str) -> None:
+        self.stores[slot] = self.stores.get(slot, 0) + 1
+
+    def note(self, line: str) -> bool:
+        """Names the value `line` computes where it is one of those (whether it is)."""
+        reload, extension, gep = _RELOAD.match(line), _EXTENSION.match(line), _VARIABLE_GEP.match(line)
+        if reload and reload.group(3) in self.slots:
+            name, computed = reload.group(1), ("reload", reload.group(2), reload.group(3),
+                                               str(self.stores.get(reload.group(3), 0)))
+        elif extension:
+            name, computed = extension.group(1), extension.group(2, 3, 5) + (self[extension.group(4)],)
+        elif gep:
+            name, computed = gep.group(1), ("gep",) + gep.group(2, 3, 5) + (self[gep.group(4)], self[gep.group(6)])
+        else:
+            return False
+        self.names[name] = self.first.setdefault(computed, name)
+        return True
 
 
 class _Region:
@@ -632,23 +674,27 @@ class _Region:
         self.load_groups, self.group_values = {}, {}
         offsets: Dict[str, Tuple[str, int]] = {}  # pointer -> (its base, bytes past it)
         groups: Dict[Tuple[int, str, str], Dict[int, List[str]]] = {}
+        same = _ValueNumbers(self.slots.keys() | self.scalar_slots)
         run = 0
         for line in lines:
             line = strip_metadata(line.strip())
+            if same.note(line):
+                continue
             gep = _CONSTANT_GEP.match(line)
             if gep and SCALAR.match(gep.group(2)):
-                offsets[gep.group(1)] = (gep.group(3), int(gep.group(4)) * scalar_bytes(gep.group(2)))
+                offsets[gep.group(1)] = (same[gep.group(3)], int(gep.group(4)) * scalar_bytes(gep.group(2)))
                 continue
             load = _PLAIN_LOAD.match(line)
             if load:
                 type_name, pointer = load.groups()
-                base, bytes_past = offsets.get(pointer, (pointer, 0))
+                base, bytes_past = offsets.get(pointer, (same[pointer], 0))
                 base, index = (base, bytes_past // scalar_bytes(type_name)) if bytes_past % scalar_bytes(type_name) == 0 \
                     else (pointer, 0)
                 groups.setdefault((run, base, type_name), {}).setdefault(index, []).append(pointer)
                 continue
             store = _STORE_TO.match(line)
             if store and (store.group(1) in self.slots or store.group(1) in self.scalar_slots):
+                same.stored(store.group(1))
                 continue
             if line.startswith("store ") or "call " in line:
                 run += 1

@@ -720,6 +720,27 @@ def test_per_thread_arrays_copied_to_and_from_the_context_in_chunks_of_the_width
                           r"i32 0, i32 0, i32 0, i32 1,", lanes)) >= 2  # the first chunk's mask, both ways
 
 
+# A lane reads the 4 floats from its row's address %b (through getelementptrs of floats and
+# of bytes) and sums them weighted 1, 2, 4, 8 into %s.
+_FOUR_NEIGHBOURS = [
+    "%v0 = load float, ptr addrspace(1) %b",
+    "%b1 = getelementptr inbounds float, ptr addrspace(1) %b, i64 1", "%v1 = load float, ptr addrspace(1) %b1",
+    "%b2 = getelementptr inbounds nuw i8, ptr addrspace(1) %b, i64 8", "%v2 = load float, ptr addrspace(1) %b2",
+    "%b3 = getelementptr float, ptr addrspace(1) %b, i64 3", "%v3 = load float, ptr addrspace(1) %b3",
+    "%w1 = fmul float %v1, 2.0", "%w2 = fmul float %v2, 4.0", "%w3 = fmul float %v3, 8.0",
+    "%s1 = fadd float %v0, %w1", "%s2 = fadd float %s1, %w2", "%s = fadd float %s2, %w3"]
+
+
+def _assert_four_neighbours_one_wide_load(lanes: str) -> None:
+    """The vector lanes' IR `lanes` reads _FOUR_NEIGHBOURS' 32 lanes' 128 floats with one
+    wide load and takes each element by a shuffle."""
+    wide = re.findall(r"(%tm\.gw\.\d+) = call <128 x float> @llvm\.masked\.load\.v128f32", lanes)
+    assert len(wide) == 1, wide
+    picks = re.findall(rf"= shufflevector <128 x float> {wide[0]}, <128 x float> poison, <32 x i32> <i32 (\d), i32 (\d)",
+                       lanes)
+    assert sorted(picks) == [("0", "4"), ("1", "5"), ("2", "6"), ("3", "7")]
+
+
 @pytest.mark.parametrize("wrap", [1000, 40])  # every lane's row 4 floats on the last's; from thread 40, row 0 again
 def test_neighbouring_elements_a_lane_reads_are_one_wide_load(monkeypatch, tmp_path, wrap):
     """Each lane reads 4 neighbouring floats of its row (through getelementptrs of floats
@@ -729,12 +750,7 @@ def test_neighbouring_elements_a_lane_reads_are_one_wide_load(monkeypatch, tmp_p
     bits as the lane loops, and the values expected."""
     body = [f"%rowi = urem i32 %gid, {wrap}", "%row = shl i32 %rowi, 2",
             "%row64 = zext i32 %row to i64",
-            "%b = getelementptr float, ptr addrspace(1) %x, i64 %row64", "%v0 = load float, ptr addrspace(1) %b",
-            "%b1 = getelementptr inbounds float, ptr addrspace(1) %b, i64 1", "%v1 = load float, ptr addrspace(1) %b1",
-            "%b2 = getelementptr inbounds nuw i8, ptr addrspace(1) %b, i64 8", "%v2 = load float, ptr addrspace(1) %b2",
-            "%b3 = getelementptr float, ptr addrspace(1) %b, i64 3", "%v3 = load float, ptr addrspace(1) %b3",
-            "%w1 = fmul float %v1, 2.0", "%w2 = fmul float %v2, 4.0", "%w3 = fmul float %v3, 8.0",
-            "%s1 = fadd float %v0, %w1", "%s2 = fadd float %s1, %w2", "%s = fadd float %s2, %w3",
+            "%b = getelementptr float, ptr addrspace(1) %x, i64 %row64"] + _FOUR_NEIGHBOURS + [
             "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %s, ptr addrspace(1) %yp",
             "%t = call float @air.simd_sum.f32(float %s) #2",  # a cooperative kernel
             "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %t, ptr addrspace(1) %zp"]
@@ -753,11 +769,7 @@ def test_neighbouring_elements_a_lane_reads_are_one_wide_load(monkeypatch, tmp_p
     assert torch.equal(results[1][0], expected)
     (lanes,) = [text for text in (folder / "lanes.ll" for folder in tmp_path.iterdir())
                 for text in [text.read_text()] if "<32 x float>" in text]  # the vector lanes' compile
-    wide = re.findall(r"(%tm\.gw\.\d+) = call <128 x float> @llvm\.masked\.load\.v128f32", lanes)
-    assert len(wide) == 1, wide
-    picks = re.findall(rf"= shufflevector <128 x float> {wide[0]}, <128 x float> poison, <32 x i32> <i32 (\d), i32 (\d)",
-                       lanes)
-    assert sorted(picks) == [("0", "4"), ("1", "5"), ("2", "6"), ("3", "7")]
+    _assert_four_neighbours_one_wide_load(lanes)
 
 
 @pytest.mark.parametrize("dtype,d,causal", [("float32", 128, True), ("float16", 64, False)])
@@ -878,15 +890,10 @@ def test_a_row_address_reloaded_for_each_element_is_still_one_wide_load(monkeypa
             "%b = getelementptr float, ptr addrspace(1) %x, i64 %row64",
             "%first = load float, ptr addrspace(1) %b", "%inside = fcmp une float %first, 12345.0",
             "br i1 %inside, label %read, label %skip",
-            "read:", "%v0 = load float, ptr addrspace(1) %b",
-            "%b1 = getelementptr inbounds float, ptr addrspace(1) %b, i64 1", "%v1 = load float, ptr addrspace(1) %b1",
-            "%b2 = getelementptr inbounds float, ptr addrspace(1) %b, i64 2", "%v2 = load float, ptr addrspace(1) %b2",
-            "%b3 = getelementptr inbounds float, ptr addrspace(1) %b, i64 3", "%v3 = load float, ptr addrspace(1) %b3",
-            "%w1 = fmul float %v1, 2.0", "%w2 = fmul float %v2, 4.0", "%w3 = fmul float %v3, 8.0",
-            "%s1 = fadd float %v0, %w1", "%s2 = fadd float %s1, %w2", "%s3 = fadd float %s2, %w3", "br label %skip",
-            "skip:", "%s = phi float [ %s3, %read ], [ 0.0, %entry ]",
-            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %s, ptr addrspace(1) %yp",
-            "%t = call float @air.simd_sum.f32(float %s) #2",  # a cooperative kernel
+            "read:"] + _FOUR_NEIGHBOURS + [
+            "br label %skip", "skip:", "%r = phi float [ %s, %read ], [ 0.0, %entry ]",
+            "%yp = getelementptr float, ptr addrspace(1) %y, i64 %gid64", "store float %r, ptr addrspace(1) %yp",
+            "%t = call float @air.simd_sum.f32(float %r) #2",  # a cooperative kernel
             "%zp = getelementptr float, ptr addrspace(1) %z, i64 %gid64", "store float %t, ptr addrspace(1) %zp"]
     threads = 64
     x = torch.randn(4 * threads, generator=torch.Generator().manual_seed(10))
@@ -903,8 +910,4 @@ def test_a_row_address_reloaded_for_each_element_is_still_one_wide_load(monkeypa
     (lanes,) = [text for text in (folder / "lanes.ll" for folder in tmp_path.iterdir())
                 for text in [text.read_text()] if "@__tm_vector_" in text]
     assert len(re.findall(r"\.reload\d* = load <32 x ptr addrspace\(1\)>", lanes)) >= 4  # the reloads, widened
-    wide = re.findall(r"(%tm\.gw\.\d+) = call <128 x float> @llvm\.masked\.load\.v128f32", lanes)
-    assert len(wide) == 1, wide
-    picks = re.findall(rf"= shufflevector <128 x float> {wide[0]}, <128 x float> poison, <32 x i32> <i32 (\d), i32 (\d)",
-                       lanes)
-    assert sorted(picks) == [("0", "4"), ("1", "5"), ("2", "6"), ("3", "7")]
+    _assert_four_neighbours_one_wide_load(lanes)

@@ -674,7 +674,7 @@ class _Region:
         self.load_groups, self.group_values = {}, {}
         offsets: Dict[str, Tuple[str, int]] = {}  # pointer -> (its base, bytes past it)
         groups: Dict[Tuple[int, str, str], Dict[int, List[str]]] = {}
-        same = _ValueNumbers(self.slots.keys() | self.scalar_slots)
+        same = _ValueNumbers(set(self.slots))  # (scalar_slots are among them)
         run = 0
         for line in lines:
             line = strip_metadata(line.strip())
